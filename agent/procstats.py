@@ -1,0 +1,54 @@
+"""psutil polling of the target process, its child processes and the host."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+
+class ProcPoller:
+    """Reads CPU %, RSS and threads of one process and its children (DataLoader workers)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._proc = psutil.Process(pid)
+        self._children: dict[int, psutil.Process] = {}
+        self._proc.cpu_percent(None)  # prime: the first reading is always 0
+        psutil.cpu_percent(None)
+
+    def poll(self) -> dict[str, Any] | None:
+        """One ``proc`` frame, or None once the process is gone."""
+        now = time.time_ns()
+        try:
+            with self._proc.oneshot():
+                cpu = self._proc.cpu_percent(None)
+                rss = self._proc.memory_info().rss
+                nthreads = self._proc.num_threads()
+            children = self._proc.children(recursive=True)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return None
+        except psutil.AccessDenied:
+            return {"k": "proc", "pid": self.pid, "t": now, "cpu": None, "rss": None,
+                    "nthreads": None, "children": []}
+        rows = []
+        seen = {}
+        for child in children:
+            known = self._children.get(child.pid, child)
+            seen[child.pid] = known
+            try:
+                first = child.pid not in self._children
+                child_cpu = known.cpu_percent(None)
+                rows.append([child.pid, None if first else child_cpu, known.memory_info().rss])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        self._children = seen
+        return {"k": "proc", "pid": self.pid, "t": now, "cpu": cpu, "rss": rss,
+                "nthreads": nthreads, "children": rows}
+
+
+def host_frame() -> dict[str, Any]:
+    vm = psutil.virtual_memory()
+    return {"k": "host", "t": time.time_ns(), "cpu": psutil.cpu_percent(None),
+            "mem_used": vm.total - vm.available, "mem_total": vm.total}

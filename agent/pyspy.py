@@ -1,0 +1,272 @@
+"""The one wrapper around the py-spy binary: how it is found, started and read, and
+what each of its failures means for the user.
+
+py-spy has no streaming output, so sampling is done in recording *windows*: each
+window is a ``py-spy record --format chrometrace --nonblocking --idle`` process whose
+file is read when it stops. Chrometrace has begin/end events at stack changes, with
+``ts`` in microseconds since the recorder started; we anchor that to the wall clock
+at spawn time (measured error: within one sampling interval; see README).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PYSPY_ENV = "TRACEML_PYSPY"
+_SAMPLES_RE = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
+
+
+class PySpyError(Exception):
+    """A py-spy failure translated for the user: ``kind`` names the cause."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+PERMISSION_HINT = (
+    "run as root (sudo), add --cap-add SYS_PTRACE to the container, "
+    "or allow ptrace with `sysctl kernel.yama.ptrace_scope=0`"
+)
+
+
+def find_pyspy() -> str:
+    """Return the py-spy binary: $TRACEML_PYSPY, else PATH, else this interpreter's scripts."""
+    override = os.environ.get(PYSPY_ENV)
+    if override:
+        if os.path.isfile(override) and os.access(override, os.X_OK):
+            return override
+        raise PySpyError("pyspy_missing", f"{PYSPY_ENV}={override} is not an executable py-spy binary")
+    scripts = sysconfig.get_path("scripts")
+    candidates = [shutil.which("py-spy"), str(Path(scripts) / "py-spy") if scripts else None,
+                  str(Path(sys.executable).parent / "py-spy")]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise PySpyError(
+        "pyspy_missing",
+        f"py-spy was not found: install it with `pip install py-spy` or point {PYSPY_ENV} at the binary",
+    )
+
+
+def pyspy_version(binary: str) -> str:
+    """py-spy's version string, e.g. '0.4.3'."""
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PySpyError("pyspy_failed", f"py-spy could not be run ({exc})") from exc
+    return out.strip().removeprefix("py-spy").strip() or "unknown"
+
+
+def explain_failure(stderr: str, pid: int) -> PySpyError:
+    """Map py-spy's stderr to the failure a user can act on."""
+    text = stderr.strip()
+    if "Permission Denied" in text or "Operation not permitted" in text:
+        return PySpyError("permission", f"not permitted to read process {pid}: {PERMISSION_HINT}")
+    if "Failed to find python version" in text or "Failed to find a python interpreter" in text:
+        return PySpyError(
+            "not_python",
+            f"process {pid} is not a Python process (or its interpreter is stripped): "
+            "give the PID of the Python training process or its launcher",
+        )
+    if "Unsupported version of Python" in text or "free-threaded" in text.lower():
+        return PySpyError(
+            "unsupported_python",
+            f"process {pid} runs a Python version py-spy cannot read ({_first_line(text)}): "
+            "py-spy supports CPython up to 3.14, not free-threaded builds; try a newer py-spy",
+        )
+    if "Failed to get process executable name" in text or "No such process" in text:
+        return PySpyError("no_such_process", f"process {pid} is not running")
+    return PySpyError("pyspy_failed", f"py-spy failed on process {pid}: {_first_line(text)}")
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line.removeprefix("Error: ")
+    return "no error message"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["RUST_BACKTRACE"] = "0"
+    return env
+
+
+@dataclass(frozen=True)
+class ThreadDump:
+    """One thread as ``py-spy dump --json`` sees it. Frames are outermost first."""
+
+    tid: int
+    os_tid: int | None
+    name: str | None
+    active: bool | None
+    frames: tuple[tuple[str, str, int], ...]
+
+
+def dump(binary: str, pid: int, timeout_s: float = 10.0) -> list[ThreadDump]:
+    """Take one non-blocking snapshot of every thread's stack (about 12 ms of CPU)."""
+    try:
+        proc = subprocess.run(
+            [binary, "dump", "--pid", str(pid), "--nonblocking", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=_env(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PySpyError("pyspy_failed", f"py-spy dump of process {pid} timed out") from exc
+    except OSError as exc:
+        raise PySpyError("pyspy_failed", f"py-spy could not be run ({exc})") from exc
+    if proc.returncode != 0:
+        raise explain_failure(proc.stderr, pid)
+    try:
+        raw = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise PySpyError("pyspy_failed", f"py-spy dump printed unreadable JSON ({exc})") from exc
+    threads = []
+    for thread in raw:
+        frames = tuple(
+            (str(f.get("name")), str(f.get("filename")), int(f.get("line") or 0))
+            for f in reversed(thread.get("frames") or [])
+        )
+        threads.append(
+            ThreadDump(
+                tid=int(thread["thread_id"]),
+                os_tid=thread.get("os_thread_id"),
+                name=thread.get("thread_name"),
+                active=thread.get("active"),
+                frames=frames,
+            )
+        )
+    return threads
+
+
+@dataclass(frozen=True)
+class RawSpan:
+    """A stack seen continuously on one thread; wall-clock ns; frames outermost first."""
+
+    tid: int
+    ts_ns: int
+    dur_ns: int
+    frames: tuple[tuple[str, str, int], ...]
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    spans: list[RawSpan]
+    first_ns: int | None
+    last_ns: int | None
+    samples: int | None
+    errors: int | None
+    failure: PySpyError | None
+
+
+class RecordWindow:
+    """One ``py-spy record`` process writing chrometrace to a temporary file."""
+
+    def __init__(
+        self, binary: str, pid: int, rate_hz: int, max_s: int, out_path: Path, index: int = 0
+    ) -> None:
+        self.pid = pid
+        self.index = index
+        self.out_path = out_path
+        self.spawn_ns = time.time_ns()
+        # Own session: a Ctrl-C in the user's terminal reaches the attacher, which then
+        # stops its windows in order, instead of reaching py-spy directly.
+        self._proc = subprocess.Popen(
+            [
+                binary, "record", "--pid", str(pid), "--nonblocking", "--idle",
+                "--format", "chrometrace", "--rate", str(rate_hz),
+                "--duration", str(max_s), "--output", str(out_path),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
+
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Ask py-spy to stop and write its file (SIGINT to our own child, never the job)."""
+        if self.running():
+            self._proc.send_signal(signal.SIGINT)
+
+    def kill(self) -> None:
+        if self.running():
+            self._proc.kill()
+
+    def collect(self, timeout_s: float = 15.0) -> WindowResult:
+        """Wait for the window to end and read its spans."""
+        try:
+            out, err = self._proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            out, err = self._proc.communicate()
+        text = (out or "") + (err or "")
+        match = _SAMPLES_RE.search(text)
+        samples, errors = (int(match[1]), int(match[2])) if match else (None, None)
+        failure = None
+        events: list[dict[str, Any]] = []
+        try:
+            with open(self.out_path, encoding="utf-8") as fh:
+                events = json.load(fh)
+        except FileNotFoundError:
+            failure = explain_failure(err or "", self.pid)
+        except (OSError, json.JSONDecodeError) as exc:
+            failure = PySpyError("pyspy_failed", f"unreadable py-spy output ({exc})")
+        finally:
+            self.out_path.unlink(missing_ok=True)
+        spans = spans_from_chrometrace(events, self.spawn_ns)
+        first = min((s.ts_ns for s in spans), default=None)
+        last = max((s.ts_ns + s.dur_ns for s in spans), default=None)
+        return WindowResult(spans, first, last, samples, errors, failure)
+
+
+def spans_from_chrometrace(events: list[dict[str, Any]], anchor_ns: int) -> list[RawSpan]:
+    """Rebuild per-thread stack spans from chrometrace B/E events.
+
+    Events at one ``ts`` form one stack change; the stack that results holds until the
+    thread's next change.
+    """
+    by_tid: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("ph") in ("B", "E"):
+            by_tid.setdefault(int(event["tid"]), []).append(event)
+    spans: list[RawSpan] = []
+    for tid, tid_events in by_tid.items():
+        stack: list[tuple[str, str, int]] = []
+        current_ts: int | None = None
+        for event in tid_events:
+            ts = int(event["ts"])
+            if current_ts is not None and ts != current_ts and stack:
+                spans.append(
+                    RawSpan(tid, anchor_ns + current_ts * 1000, (ts - current_ts) * 1000, tuple(stack))
+                )
+            current_ts = ts
+            args = event.get("args") or {}
+            if event["ph"] == "B":
+                stack.append((str(event.get("name")), str(args.get("filename")), int(args.get("line") or 0)))
+            elif stack:
+                stack.pop()
+    spans.sort(key=lambda s: s.ts_ns)
+    return spans

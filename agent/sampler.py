@@ -1,0 +1,237 @@
+"""Continuous, non-blocking sampling of one process, emitted as wire frames.
+
+Recording windows overlap: window k+1 starts ``window_s - overlap_s`` after window k,
+and window k is stopped ``overlap_s`` after that, so one recorder is always sampling
+while the next one attaches. Spans are stitched at the end of what was already covered;
+any uncovered time between windows is visible in the ``window`` frames as data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent import __version__, source
+from agent.procstats import ProcPoller, host_frame
+from agent.pyspy import (
+    PySpyError,
+    RawSpan,
+    RecordWindow,
+    ThreadDump,
+    WindowResult,
+    dump,
+    find_pyspy,
+    pyspy_version,
+)
+from agent.target import TargetInfo, inspect_target
+from agent.wire import WIRE_VERSION, FrameWriter
+
+# A window that fails for one of these reasons will fail again: stop sampling.
+FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}
+MAX_CONSECUTIVE_FAILURES = 3
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    rate_hz: int = 100           # py-spy samples per second per thread
+    window_s: float = 2.0        # length of one py-spy record window (latency of live data)
+    overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
+    threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
+    proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
+
+
+class Sampler:
+    """Samples one target process until stopped or until the target exits."""
+
+    def __init__(self, pid: int, config: SamplerConfig | None = None) -> None:
+        self.pid = pid
+        self.writer = FrameWriter(None)
+        self.config = config or SamplerConfig()
+        self.binary = find_pyspy()
+        self.backend_version = pyspy_version(self.binary)
+        self.target: TargetInfo | None = None
+        self.exit_reason: str | None = None
+        self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
+        self._window_index = 0
+        self._covered_until: int | None = None
+        self._failures = 0
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def probe(self) -> list[ThreadDump]:
+        """Check the target and take one dump; raises TargetError or PySpyError."""
+        self.target = inspect_target(self.pid)
+        return dump(self.binary, self.pid)
+
+    def begin(self, writer: FrameWriter, threads: list[ThreadDump], argv: list[str]) -> None:
+        """Start the stream on ``writer``: header, target and the probe's threads."""
+        self.writer = writer
+        cfg = self.config
+        self.writer.write({
+            "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
+            "backend": "py-spy", "backend_version": self.backend_version,
+            "rate_hz": cfg.rate_hz, "window_s": cfg.window_s, "host": socket.gethostname(),
+            "argv": argv,
+        })
+        target = self.target or inspect_target(self.pid)
+        self.writer.write({
+            "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
+            "cmd": list(target.cmd), **{k.lower(): v for k, v in target.rank_env.items()},
+        })
+        self._write_threads(threads)
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> str:
+        """Sample until ``stop`` is set or the target exits; returns why it ended."""
+        cfg = self.config
+        windows: deque[RecordWindow] = deque()
+        stop_at: dict[int, float] = {}
+        next_start = time.monotonic()
+        next_threads = next_start + cfg.threads_every_s
+        next_proc = next_start
+        poller = ProcPoller(self.pid)
+        reason = "stopped"
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_start:
+                    if windows:
+                        stop_at[id(windows[-1])] = now + cfg.overlap_s
+                    windows.append(self._start_window())
+                    next_start = now + cfg.window_s - cfg.overlap_s
+                for window in windows:
+                    if now >= stop_at.get(id(window), math.inf):
+                        window.stop()
+                while windows and not windows[0].running():
+                    if not self._finish(windows.popleft()):
+                        reason = "pyspy_failed"
+                        return reason
+                if now >= next_proc:
+                    next_proc = now + cfg.proc_every_s
+                    frame = poller.poll()
+                    if frame is None or not _alive(self.pid):
+                        reason = "target_exited"
+                        return reason
+                    self.writer.write(frame)
+                    self.writer.write(host_frame())
+                if now >= next_threads:
+                    next_threads = now + cfg.threads_every_s
+                    self._poll_threads()
+                stop.wait(0.02)
+            return reason
+        finally:
+            for window in windows:
+                window.stop()
+            for window in windows:
+                self._finish(window)
+            if reason == "target_exited":
+                self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
+                                   "status": _exit_status(self.pid)})
+            self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
+            self.exit_reason = reason
+            _remove_dir(self._tmp)
+
+    def _start_window(self) -> RecordWindow:
+        self._window_index += 1
+        cfg = self.config
+        # --duration is only a safety net: the loop stops each window itself, and a
+        # recorder outliving a crashed attacher ends on its own soon after.
+        max_s = math.ceil(cfg.window_s + cfg.overlap_s) + 2
+        out = self._tmp / f"w{self._window_index}.json"
+        return RecordWindow(self.binary, self.pid, cfg.rate_hz, max_s, out, self._window_index)
+
+    def _finish(self, window: RecordWindow) -> bool:
+        """Read a finished window and emit its frames; False when sampling must stop."""
+        result = window.collect()
+        index = window.index
+        if result.failure is not None and not result.spans:
+            if not _alive(self.pid):
+                return True
+            self._error(result.failure.kind, str(result.failure))
+            self._failures += 1
+            return result.failure.kind not in FATAL_KINDS and self._failures < MAX_CONSECUTIVE_FAILURES
+        self._failures = 0
+        self._emit_window(index, result)
+        return True
+
+    def _emit_window(self, index: int, result: WindowResult) -> None:
+        start = self._covered_until
+        spans = [_clip(span, start) for span in result.spans]
+        kept = [span for span in spans if span is not None]
+        fdefs: list[list[Any]] = []
+        sdefs: list[list[Any]] = []
+        rows = []
+        for span in kept:
+            frames = [(name, path, line, *source.describe(self.pid, path, line))
+                      for name, path, line in span.frames]
+            sid = self.writer.interner.intern(frames, fdefs, sdefs)
+            rows.append([span.tid, span.ts_ns, span.dur_ns, sid])
+        if rows:
+            self.writer.write({"k": "spans", "pid": self.pid, "w": index,
+                               "fdefs": fdefs, "sdefs": sdefs, "spans": rows})
+        self.writer.write({"k": "window", "pid": self.pid, "w": index,
+                           "start": result.first_ns, "end": result.last_ns,
+                           "samples": result.samples, "errors": result.errors})
+        if result.last_ns is not None:
+            self._covered_until = max(self._covered_until or 0, result.last_ns)
+
+    def _poll_threads(self) -> None:
+        try:
+            self._write_threads(dump(self.binary, self.pid))
+        except PySpyError as exc:
+            if _alive(self.pid):
+                self._error(exc.kind, str(exc))
+
+    def _write_threads(self, threads: list[ThreadDump]) -> None:
+        rows = [[t.tid, t.os_tid, t.name, t.active] for t in threads]
+        self.writer.write({"k": "threads", "pid": self.pid, "t": time.time_ns(), "threads": rows})
+
+    def _error(self, kind: str, message: str) -> None:
+        self.writer.write({"k": "error", "t": time.time_ns(), "pid": self.pid,
+                           "kind": kind, "msg": message})
+
+
+def _clip(span: RawSpan, start: int | None) -> RawSpan | None:
+    if start is None or span.ts_ns >= start:
+        return span
+    end = span.ts_ns + span.dur_ns
+    if end <= start:
+        return None
+    return RawSpan(span.tid, start, end - start, span.frames)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _exit_status(pid: int) -> int | None:
+    """The exit status when the target is our own child; otherwise unknowable."""
+    try:
+        waited, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if waited == pid else None
+
+
+def _remove_dir(path: Path) -> None:
+    for child in path.glob("*"):
+        child.unlink(missing_ok=True)
+    try:
+        path.rmdir()
+    except OSError as exc:
+        print(f"traceml: could not remove {path}: {exc}", file=sys.stderr)

@@ -1,0 +1,89 @@
+"""What we may learn about a target process before sampling it."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import psutil
+
+# The only variables ever read from a process's environment: it holds secrets.
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK")
+_FREE_THREADED = re.compile(r"python3\.\d+t$")
+
+
+class TargetError(Exception):
+    """The target cannot be attached to; ``kind`` names why."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    pid: int
+    exe: str | None
+    cmd: tuple[str, ...]
+    rank_env: dict[str, int]
+
+
+def rank_env(pid: int) -> dict[str, int]:
+    """RANK, LOCAL_RANK, WORLD_SIZE and GROUP_RANK from /proc/<pid>/environ, nothing else."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    wanted = {name.encode() + b"=": name for name in RANK_VARS}
+    for entry in raw.split(b"\0"):
+        for prefix, name in wanted.items():
+            if entry.startswith(prefix):
+                value = entry[len(prefix):].decode("ascii", "replace")
+                if value.lstrip("-").isdigit():
+                    found[name] = int(value)
+    return found
+
+
+def python_children(pid: int) -> list[int]:
+    """PIDs of Python processes below ``pid``: a hint when ``pid`` is a shell or launcher."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if os.path.basename(child.exe()).startswith("python"):
+                found.append(child.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def inspect_target(pid: int) -> TargetInfo:
+    """Check that ``pid`` exists and is plausibly a CPython we can read."""
+    if pid <= 0 or not psutil.pid_exists(pid):
+        raise TargetError("no_such_process", f"no process with PID {pid} is running")
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            raise TargetError("no_such_process", f"process {pid} has already exited")
+        cmd = tuple(proc.cmdline())
+    except psutil.NoSuchProcess as exc:
+        raise TargetError("no_such_process", f"no process with PID {pid} is running") from exc
+    except psutil.AccessDenied:
+        cmd = ()
+    try:
+        exe: str | None = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = None
+    if exe and _FREE_THREADED.search(os.path.basename(exe)):
+        raise TargetError(
+            "unsupported_python",
+            f"process {pid} runs a free-threaded CPython ({os.path.basename(exe)}), "
+            "which py-spy cannot read: attach to a standard build",
+        )
+    return TargetInfo(pid=pid, exe=exe, cmd=cmd[:8], rank_env=rank_env(pid))

@@ -1,0 +1,143 @@
+"""Helpers shared by the example training scripts (CLI, device, synthetic work)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, default_collate
+
+FOREVER = 10**9
+IN_FEATURES = 512
+CLASSES = 10
+BATCH_SIZE = 256
+
+# The clock synthetic work is sized and burnt in; setup() picks it. See burn_cpu().
+_work_clock: Callable[[], float] = time.perf_counter
+
+
+def parse_args(
+    description: str | None, extra: Callable[[argparse.ArgumentParser], None] | None = None
+) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=FOREVER,
+                        help="training steps (default: forever)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto = cuda if available, else cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
+    if extra is not None:
+        extra(parser)
+    return parser.parse_args()
+
+
+def setup(args: argparse.Namespace) -> torch.device:
+    """Apply --threads, seed, and resolve --device."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    name = args.device
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but CUDA is not available")
+    global _work_clock
+    # With one CPU thread doing all the compute, count work in that thread's CPU time:
+    # competing processes then stretch compute and synthetic work alike and the shares
+    # hold. With a GPU or intra-op threads only wall time is comparable.
+    single = name == "cpu" and args.threads == 1
+    _work_clock = time.thread_time if single else time.perf_counter
+    return torch.device(name)
+
+
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    """What to call so that queued device work is finished (None on CPU)."""
+    return torch.cuda.synchronize if device.type == "cuda" else None
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy-spin for ``seconds`` (on the work clock): a stand-in for real CPU work.
+
+    Spinning (not sleeping) keeps the caller's frames on-CPU, so stack samplers
+    see the named function that called it.
+    """
+    clock = _work_clock
+    end = clock() + seconds
+    while clock() < end:
+        pass
+
+
+def make_mlp(width: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(IN_FEATURES, width), nn.ReLU(),
+        nn.Linear(width, width), nn.ReLU(),
+        nn.Linear(width, width), nn.ReLU(),
+        nn.Linear(width, CLASSES),
+    )
+
+
+def random_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(n, IN_FEATURES), torch.randint(0, CLASSES, (n,))
+
+
+def median_time(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """Median wall time of ``fn()`` in seconds (device work included)."""
+    sync = device_sync(device) or (lambda: None)
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def calibrate(model: nn.Module, loss_fn: nn.Module, opt: torch.optim.Optimizer,
+              device: torch.device, dataset: Dataset, warmup: int = 3,
+              repeats: int = 9) -> tuple[float, float]:
+    """Median seconds (work clock) to build one batch in-process and to train on it.
+
+    Fetch and compute alternate as in the real loop, so caches are as cold as there.
+    Call it before any synthetic work is switched on.
+    """
+    sync = device_sync(device) or (lambda: None)
+    fetch_s, compute_s = [], []
+    for i in range(warmup + repeats):
+        idx = torch.randint(len(dataset), (BATCH_SIZE,)).tolist()
+        t0 = _work_clock()
+        x, y = default_collate([dataset[j] for j in idx])
+        t1 = _work_clock()
+        loss = loss_fn(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        sync()
+        if i >= warmup:
+            fetch_s.append(t1 - t0)
+            compute_s.append(_work_clock() - t1)
+    return statistics.median(fetch_s), statistics.median(compute_s)
+
+
+def plan_work(compute_s: float, input_share: float, wait_share: float,
+              input_base_s: float = 0.0, wait_base_s: float = 0.0) -> tuple[float, float]:
+    """Seconds of synthetic input and wait work per step that hit the target shares.
+
+    Compute is whatever is left: step = compute_s / (1 - input_share - wait_share).
+    The measured base cost already in each phase is subtracted.
+    """
+    step_s = compute_s / (1.0 - input_share - wait_share)
+    return (max(0.0, input_share * step_s - input_base_s),
+            max(0.0, wait_share * step_s - wait_base_s))
+
+
+def announce_ready(**calibration_s: float) -> None:
+    """Print the ``ready pid=`` line (stdout); calibration results go to stderr."""
+    if calibration_s:
+        parts = " ".join(f"{k}={v * 1e3:.1f}ms" for k, v in calibration_s.items())
+        print(f"calibrated {parts}", file=sys.stderr, flush=True)
+    print(f"ready pid={os.getpid()}", flush=True)

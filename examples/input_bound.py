@@ -1,0 +1,102 @@
+"""INPUT-BOUND example: per-sample decoding in the Dataset starves the model.
+
+``decode_sample`` (a stand-in for JPEG decode + augmentation) is sized at
+start-up so that fetching a batch with ``--workers 0`` takes as long as the
+training compute, i.e. input is about 50% of each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    BATCH_SIZE,
+    announce_ready,
+    burn_cpu,
+    calibrate,
+    device_sync,
+    make_mlp,
+    parse_args,
+    plan_work,
+    random_data,
+    setup,
+)
+from _groundtruth import GroundTruth
+
+WIDTH = 1280
+
+
+def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
+    """Pretend to decode and augment one sample: pure CPU work."""
+    burn_cpu(cost_s)
+    return raw.clone()
+
+
+class EncodedSamples(Dataset):
+    def __init__(self, n: int) -> None:
+        self.raw, self.labels = random_data(n)
+        self.decode_cost_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return decode_sample(self.raw[i], self.decode_cost_s), self.labels[i]
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader num_workers (default 0)")
+
+
+def main() -> None:
+    args = parse_args(__doc__, add_args)
+    device = setup(args)
+    model = make_mlp(WIDTH).to(device)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    dataset = EncodedSamples(BATCH_SIZE * 100)
+
+    # Calibrate: batch decoding should cost as much as one training step's compute.
+    fetch_s, compute_s = calibrate(model, loss_fn, opt, device, dataset)
+    input_s, _ = plan_work(compute_s, 0.5, 0.0, input_base_s=fetch_s)
+    dataset.decode_cost_s = input_s / BATCH_SIZE
+
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+                        num_workers=args.workers, persistent_workers=args.workers > 0,
+                        pin_memory=device.type == "cuda")
+    gt = GroundTruth.from_env(sync=device_sync(device))
+    announce_ready(compute=compute_s, input_work=input_s)
+    gt.start()
+    step = 0
+    while step < args.steps:
+        for x, y in loader:
+            gt.phase("input")
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+            gt.phase("h2d")
+            out = model(x)
+            loss = loss_fn(out, y)
+            gt.phase("forward")
+            loss.backward()
+            gt.phase("backward")
+            opt.step()
+            opt.zero_grad()
+            gt.phase("optimizer")
+            step += 1
+            if step % 50 == 0:
+                print(f"step {step} loss {loss.item():.4f}", flush=True)
+            gt.step_done()
+            if step >= args.steps:
+                break
+    gt.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""WAIT-HEAVY example: the loop spends ~40% of each step outside the model.
+
+Every step syncs on ``loss.item()`` for logging and runs a slow
+``report_metrics`` (busy CPU work); every few steps it writes a checkpoint
+with ``torch.save``. Data is in memory, so input stays under 5%.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    BATCH_SIZE,
+    announce_ready,
+    burn_cpu,
+    calibrate,
+    device_sync,
+    make_mlp,
+    median_time,
+    parse_args,
+    plan_work,
+    random_data,
+    setup,
+)
+from _groundtruth import GroundTruth
+
+WIDTH = 1408
+CHECKPOINT_EVERY = 10  # steps
+WAIT_SHARE = 0.40
+
+
+def report_metrics(losses: list[float], cost_s: float) -> float:
+    """Pretend to compute and ship metrics: pure CPU work. Returns the mean loss."""
+    burn_cpu(cost_s)
+    return statistics.fmean(losses[-50:])
+
+
+def save_checkpoint(model: nn.Module, opt: torch.optim.Optimizer, step: int, path: Path) -> None:
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+
+
+def main() -> None:
+    args = parse_args(__doc__)
+    device = setup(args)
+    model = make_mlp(WIDTH).to(device)
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    dataset = TensorDataset(*random_data(BATCH_SIZE * 100))
+    loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
+                        pin_memory=device.type == "cuda")
+    ckpt_dir = tempfile.TemporaryDirectory(prefix="traceml-ckpt-")
+    ckpt_path = Path(ckpt_dir.name) / "last.pt"
+
+    # Calibrate: metrics + amortised checkpoint cost = WAIT_SHARE of the step.
+    _, compute_s = calibrate(model, loss_fn, opt, device, dataset)
+    ckpt_s = median_time(lambda: save_checkpoint(model, opt, 0, ckpt_path), 3, device)
+    _, metrics_s = plan_work(compute_s, 0.0, WAIT_SHARE, wait_base_s=ckpt_s / CHECKPOINT_EVERY)
+
+    gt = GroundTruth.from_env(sync=device_sync(device))
+    announce_ready(compute=compute_s, checkpoint=ckpt_s, wait_work=metrics_s)
+    gt.start()
+    step = 0
+    losses: list[float] = []
+    while step < args.steps:
+        for x, y in loader:
+            gt.phase("input")
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+            gt.phase("h2d")
+            out = model(x)
+            loss = loss_fn(out, y)
+            gt.phase("forward")
+            loss.backward()
+            gt.phase("backward")
+            opt.step()
+            opt.zero_grad()
+            gt.phase("optimizer")
+            step += 1
+            losses.append(loss.item())
+            mean_loss = report_metrics(losses, metrics_s)
+            if step % CHECKPOINT_EVERY == 0:
+                save_checkpoint(model, opt, step, ckpt_path)
+            if step % 50 == 0:
+                print(f"step {step} loss {mean_loss:.4f}", flush=True)
+            gt.step_done()
+            if step >= args.steps:
+                break
+    gt.close()
+    ckpt_dir.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+from launch import start_example, stop_example  # noqa: E402
+
+
+def traceml(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a fresh interpreter, as a user would."""
+    return subprocess.run([sys.executable, "-m", "traceml_attach", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start examples/<name>.py (ground truth in tmp_path/<name>.jsonl); stopped at teardown."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(name: str, *args: str) -> subprocess.Popen[str]:
+        proc = start_example(name, *args, truth=tmp_path / f"{name}.jsonl")
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        stop_example(proc)

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, OPTIM, f, loop, stack, torch_frame
+from traceml_attach.classify import RulesError, classify, load_rules
+
+RULES = load_rules()
+LOOP_DEPTH = 2
+
+
+@pytest.mark.parametrize(
+    ("phase", "expected"),
+    [(FETCH, "input"), (H2D, "h2d"), (FORWARD, "forward"), (BACKWARD, "backward"), (OPTIM, "optimizer")],
+)
+def test_training_phases(phase, expected):
+    assert classify(stack(phase), RULES, LOOP_DEPTH).phase == expected
+
+
+def test_a_dynamo_wrapper_around_zero_grad_is_still_optimizer():
+    st = (f("<module>"), loop(24, "opt.zero_grad()"),
+          torch_frame("_disable_dynamo.<locals>.inner", "torch/_dynamo/eval_frame.py"),
+          torch_frame("Optimizer.zero_grad", "torch/optim/optimizer.py"))
+    assert classify(st, RULES, 1).phase == "optimizer"
+
+
+def test_host_sync_in_a_print_is_wait_sync():
+    verdict = classify(stack(ITEM), RULES, LOOP_DEPTH)
+    assert (verdict.phase, verdict.label) == ("wait", "sync")
+
+
+@pytest.mark.parametrize(
+    ("line_src", "below", "label"),
+    [
+        ("time.sleep(0.05)", (), "sleep"),
+        ("save_checkpoint(model)", (f("save_checkpoint", line=5, src="torch.save(m, p)"),
+                                    torch_frame("save", "torch/serialization.py")), "checkpoint"),
+        ("evaluate(model)", (f("evaluate", line=7, src="out = model(x)"),
+                             torch_frame("Module._call_impl", "torch/nn/modules/module.py")), "eval"),
+        ("dist.all_reduce(t)", (torch_frame("all_reduce", "torch/distributed/distributed_c10d.py"),), "collective"),
+        ("log.info('step')", (torch_frame("Logger.info", "../lib/python3.11/logging/__init__.py"),), "logging"),
+        ("x = 1 + 1", (), "other"),
+    ],
+)
+def test_wait_sub_labels(line_src, below, label):
+    verdict = classify((f("<module>"), loop(30, line_src), *below), RULES, 1)
+    assert (verdict.phase, verdict.label) == ("wait", label)
+
+
+def test_forward_under_no_grad_in_the_loop_is_eval_not_forward():
+    under = loop(40, "val = model(vx)", ctx="torch.no_grad()")
+    st = (f("<module>"), under, torch_frame("Module._call_impl", "torch/nn/modules/module.py"))
+    assert classify(st, RULES, 1).label == "eval"
+
+
+def test_the_frame_nearest_the_loop_decides():
+    # forward calls .to() internally: still forward, because the Module frame comes first
+    st = (*stack(FORWARD), f("MyNet.forward", line=3, src="h = x.to(self.dtype)"))
+    assert classify(st, RULES, LOOP_DEPTH).phase == "forward"
+
+
+def test_frames_above_the_loop_are_not_scanned():
+    # the caller's line would say "eval" (it is under no_grad) but the loop frame is below it
+    outer = f("main", line=90, src="train()", ctx="torch.no_grad()")
+    st = (outer, loop(23, "loss.backward()"), torch_frame("Tensor.backward", "torch/_tensor.py"))
+    assert classify(st, RULES, 1).phase == "backward"
+
+
+def test_user_rules_come_first(tmp_path: Path):
+    extra = tmp_path / "rules.toml"
+    extra.write_text('[[rule]]\nphase = "input"\nfunc = "^fetch_remote$"\n')
+    rules = load_rules(extra)
+    st = (f("<module>"), loop(30, "batch = fetch_remote()"), f("fetch_remote", line=3))
+    assert classify(st, RULES, 1).phase == "wait"
+    assert classify(st, rules, 1).phase == "input"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[rule]]\nphase = "lunch"\nfunc = "x"\n', "phase must be one of"),
+        ('[[rule]]\nphase = "input"\n', "give at least one of"),
+        ('[[rule]]\nphase = "input"\nfunc = "("\n', "bad regular expression"),
+        ('[[rule]]\nphase = "input"\nfunk = "x"\n', "unknown keys funk"),
+        ("not toml [", "not valid TOML"),
+    ],
+)
+def test_bad_rules_files_say_what_is_wrong(tmp_path: Path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(RulesError, match=message):
+        load_rules(path)

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from traceml_attach.classify import PHASES
+from traceml_attach.diagnose import diagnose_step_time
+from traceml_attach.steptime import COMPONENTS, RankStepStats
+from traceml_attach.timeline import TooShort
+
+
+def stats(steps: int = 50, step_ms: float = 100.0, **shares: float) -> RankStepStats:
+    full = dict.fromkeys(PHASES, 0.0)
+    full.update(shares)
+    full["forward"] = 1.0 - sum(v for k, v in full.items() if k != "forward")
+    comp = {name: sum(full[p] for p in ps) for name, ps in COMPONENTS.items()}
+    return RankStepStats("0", 42, steps, step_ms, {p: v * step_ms for p, v in full.items()}, full,
+                         comp, {"sync": 1.0} if full["wait"] else {}, None, "train (t.py)", "MainThread")
+
+
+@pytest.mark.parametrize(
+    ("shares", "kind", "severity"),
+    [
+        ({"input": 0.50}, "INPUT_BOUND", "critical"),
+        ({"input": 0.12}, "INPUT_BOUND", "warning"),
+        ({"input": 0.05, "h2d": 0.07}, "INPUT_BOUND", "warning"),  # copies count as input
+        ({"wait": 0.35}, "WAIT_HEAVY", "critical"),
+        ({"wait": 0.15}, "WAIT_HEAVY", "warning"),
+        ({"input": 0.03, "wait": 0.03, "backward": 0.5}, "COMPUTE_BOUND", "info"),
+        ({"input": 0.07, "wait": 0.07, "backward": 0.4}, "BALANCED", "info"),
+    ],
+)
+def test_kinds(shares, kind, severity):
+    first = diagnose_step_time([stats(**shares)])[0]
+    assert (first.kind, first.severity) == (kind, severity)
+    assert first.why and first.action
+
+
+def test_critical_needs_twenty_steps():
+    assert diagnose_step_time([stats(steps=19, input=0.5)])[0].severity == "warning"
+    assert diagnose_step_time([stats(steps=20, input=0.5)])[0].severity == "critical"
+
+
+def test_one_step_is_warmup():
+    assert diagnose_step_time([stats(steps=1, input=0.5)])[0].kind == "WARMUP"
+
+
+def test_both_input_and_wait_the_larger_leads():
+    findings = diagnose_step_time([stats(input=0.15, wait=0.30)])
+    assert [f.kind for f in findings] == ["WAIT_HEAVY", "INPUT_BOUND"]
+
+
+def test_no_ranks_is_no_data():
+    assert diagnose_step_time([])[0].kind == "NO_DATA"
+
+
+def test_too_short_names_a_rate_and_no_step_time():
+    r = RankStepStats("0", 42, 30, None, None, None, None, {}, TooShort(1.8, 18.0, 600), "train", "MainThread")
+    f = diagnose_step_time([r])[0]
+    assert f.kind == "NO_DATA"
+    assert "--rate 600" in f.action
+    assert "too short" in f.summary
+
+
+def test_status_labels_follow_the_seeds():
+    assert diagnose_step_time([stats(input=0.5)])[0].status == "INPUT-BOUND"
+    assert diagnose_step_time([stats(wait=0.5)])[0].status == "WAIT-HEAVY"

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from agent.pyspy import explain_failure, spans_from_chrometrace
+from agent.wire import FrameWriter
+from traceml_attach.stream import Recording, RecordingError, read_recording
+
+
+def write_basic(path: Path) -> None:
+    w = FrameWriter(path)
+    w.write({"k": "hello", "v": 1, "t": 1, "rate_hz": 100, "backend": "py-spy"})
+    w.write({"k": "target", "t": 1, "pid": 7, "exe": "/usr/bin/python3", "cmd": ["python", "t.py"]})
+    for i in range(3):
+        fdefs, sdefs = [], []
+        sid = w.interner.intern([("<module>", "/t.py", 3 + i, "x = 1", None)], fdefs, sdefs)
+        w.write({"k": "spans", "pid": 7, "w": i, "fdefs": fdefs, "sdefs": sdefs,
+                 "spans": [[1, 1000 * i, 1000, sid]]})
+    w.close()
+
+
+def test_round_trip_interns_frames(tmp_path: Path):
+    path = tmp_path / "frames.msgpack"
+    write_basic(path)
+    rec, problem = read_recording(path)
+    assert problem is None
+    assert [s.stack[0].line for s in rec.spans[7]] == [3, 4, 5]
+    assert rec.targets[7].cmd == ("python", "t.py")
+
+
+def test_damaged_file_keeps_what_came_before(tmp_path: Path):
+    path = tmp_path / "frames.msgpack"
+    write_basic(path)
+    data = path.read_bytes()
+    path.write_bytes(data + b"\xc1\xc1garbage")  # 0xc1 is never valid msgpack
+    rec, problem = read_recording(path)
+    assert problem is not None and "damaged" in problem
+    assert len(rec.spans[7]) == 3
+
+
+def test_truncated_file_keeps_whole_frames(tmp_path: Path):
+    path = tmp_path / "frames.msgpack"
+    write_basic(path)
+    path.write_bytes(path.read_bytes()[:-5])
+    rec, problem = read_recording(path)
+    assert len(rec.spans[7]) == 2
+    assert problem is not None and "ends inside a frame" in problem
+
+
+def test_oversized_strings_are_refused(tmp_path: Path):
+    path = tmp_path / "frames.msgpack"
+    path.write_bytes(msgpack.packb({"k": "error", "t": 1, "kind": "x", "msg": "a" * (2 * 1024 * 1024)}))
+    rec, problem = read_recording(path)
+    assert problem is not None
+    assert rec.errors == []
+
+
+def test_malformed_frames_are_counted_not_raised():
+    rec = Recording()
+    rec.add({"k": "spans", "pid": 1})
+    rec.add({"k": "nonsense"})
+    rec.add({"no": "kind"})
+    assert rec.bad_frames == 3
+
+
+def test_missing_file_is_an_error(tmp_path: Path):
+    with pytest.raises(RecordingError):
+        read_recording(tmp_path / "absent.msgpack")
+
+
+def test_chrometrace_events_become_spans():
+    def ev(ph, name, line, ts, tid=5):
+        return {"ph": ph, "name": name, "ts": ts, "tid": tid, "args": {"filename": "/t.py", "line": line}}
+
+    events = [
+        ev("B", "<module>", 10, 0), ev("B", "step", 3, 0),
+        ev("E", "step", 3, 500), ev("B", "step", 4, 500),
+        ev("E", "step", 4, 800), ev("E", "<module>", 10, 800),
+        ev("B", "<module>", 11, 800), ev("E", "<module>", 11, 1000),
+    ]
+    spans = spans_from_chrometrace(events, anchor_ns=10**9)
+    assert [(s.ts_ns - 10**9, s.dur_ns, s.frames[-1][2]) for s in spans] == [
+        (0, 500_000, 3), (500_000, 300_000, 4), (800_000, 200_000, 11)]
+    assert spans[0].frames[0] == ("<module>", "/t.py", 10)
+
+
+@pytest.mark.parametrize(
+    ("stderr", "kind"),
+    [
+        ("Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'",
+         "permission"),
+        ("Error: Failed to find python version from target process", "not_python"),
+        ("Error: Failed to get process executable name. Check that the process is running.", "no_such_process"),
+        ("Error: Unsupported version of Python: 3.99.0", "unsupported_python"),
+        ("Error: something new", "pyspy_failed"),
+    ],
+)
+def test_pyspy_failures_are_explained(stderr, kind):
+    err = explain_failure(stderr, 1234)
+    assert err.kind == kind
+    assert "1234" in str(err)
+    if kind == "permission":
+        assert "SYS_PTRACE" in str(err) and "ptrace_scope" in str(err)

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
+from traceml_attach.classify import load_rules
+from traceml_attach.model import Span, ThreadInfo
+from traceml_attach.timeline import build_timeline, find_loop
+
+RULES = load_rules()
+PATTERN = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 30), (OPTIM, 10)]  # 100 ms steps
+
+
+def timeline(spans, threads=None, rate=100, start=0, end=10**13):
+    return build_timeline(42, spans, threads or {}, RULES, rate, start, end)
+
+
+def test_steps_and_phase_times_follow_the_loop():
+    tl = timeline(steps(PATTERN, 12))
+    assert tl.loop is not None and tl.loop.name == "train"
+    # 12 fetches give 11 wraps, hence 10 complete steps between them
+    assert len(tl.steps) == 10
+    for step in tl.steps:
+        assert step.dur_ns == 100_000_000
+        assert step.phases_ns["input"] == 30_000_000
+        assert step.phases_ns["backward"] == 30_000_000
+        assert step.phases_ns["wait"] == 0
+
+
+def test_an_unsampled_fetch_still_ends_the_step():
+    # the loop jumps from the optimizer line straight back to forward: still a wrap
+    tl = timeline(steps([(FORWARD, 40), (BACKWARD, 40), (OPTIM, 20)], 8))
+    # the first span is not known to start a step: 7 wraps, 6 complete steps
+    assert len(tl.steps) == 6
+    assert all(s.dur_ns == 100_000_000 for s in tl.steps)
+
+
+def test_the_outer_loop_wins_over_a_step_function_it_calls():
+    def in_step(line, src, below):
+        return (MODULE, MAIN, f("train", line=20, src="train_step(batch)"),
+                f("train_step", line=line, src=src), *below)
+
+    fetch = (MODULE, MAIN, f("train", line=19, src="for batch in loader:"),
+             torch_frame("_BaseDataLoaderIter.__next__", "torch/utils/data/dataloader.py"))
+    spans, t = [], 0
+    for _ in range(10):
+        for st, ms in [(fetch, 20), (in_step(*FORWARD), 40), (in_step(*BACKWARD), 40)]:
+            spans.append(Span(42, 1, t, ms * 10**6, st))
+            t += ms * 10**6
+    loop = find_loop(spans)
+    assert loop is not None and loop.name == "train"
+    tl = timeline(spans)
+    assert len(tl.steps) == 8
+    assert tl.steps[0].phases_ns["input"] == 20 * 10**6
+
+
+def test_background_threads_are_not_the_training_thread():
+    train = steps(PATTERN, 6, tid=1)
+    pin = [Span(42, 2, s.ts_ns, s.dur_ns, (f("_bootstrap", "/usr/lib/python3.11/threading.py"),
+                                           torch_frame("_pin_memory_loop", "torch/utils/data/_utils/pin_memory.py")))
+           for s in train]
+    threads = {1: ThreadInfo(1, 100, "MainThread", True), 2: ThreadInfo(2, 101, "Thread-1 (_pin_memory_loop)", True)}
+    tl = timeline(train + pin, threads)
+    assert tl.tid == 1 and tl.thread_name == "MainThread"
+
+
+def test_a_hole_in_sampling_drops_the_steps_it_touches():
+    spans = steps(PATTERN, 10)
+    # remove 120 ms across the 5th and 6th steps (a failed py-spy window)
+    t0 = spans[0].ts_ns
+    hole = [s for s in spans if not (440_000_000 <= s.ts_ns - t0 < 560_000_000)]
+    tl = timeline(hole)
+    assert len(tl.steps) == len(timeline(spans).steps) - 2
+    assert not any(s.start_ns < t0 + 560_000_000 and s.end_ns > t0 + 440_000_000 for s in tl.steps)
+
+
+def test_wait_time_is_labelled():
+    tl = timeline(steps([*PATTERN, (ITEM, 25)], 6))
+    assert set(tl.wait_labels_ns) == {"sync"}
+    assert all(s.phases_ns["wait"] == 25_000_000 for s in tl.steps)
+
+
+def test_steps_too_short_for_the_rate_are_reported_not_measured():
+    # 8 ms steps sampled at 100 Hz: every sample lands in a different step
+    short = [(FETCH, 2), (FORWARD, 3), (BACKWARD, 3)]
+    tl = timeline(steps(short, 40), rate=100)
+    assert tl.too_short is not None
+    assert tl.too_short.suggested_rate_hz >= 1000
+    ok = timeline(steps(short, 40), rate=1000)
+    assert ok.too_short is None
+
+
+@pytest.mark.parametrize("cut", [0.25, 0.5])
+def test_the_window_clips_steps(cut):
+    spans = steps(PATTERN, 20)
+    start = spans[0].ts_ns + int(cut * 2_000_000_000)
+    tl = timeline(spans, start=start)
+    assert all(s.start_ns >= start for s in tl.steps)
+    assert 0 < len(tl.steps) < 19

@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from traceml_attach.cli.main import entry
+
+entry()

@@ -1,0 +1,52 @@
+"""One pure entry point from a Recording (and a time window) to everything we report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traceml_attach.classify import Rule
+from traceml_attach.diagnose import Finding, diagnose_step_time
+from traceml_attach.hotframes import HotFrame, hot_frames
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
+from traceml_attach.steptime import RankStepStats, rank_stats
+from traceml_attach.stream import Recording
+from traceml_attach.timeline import Timeline, build_timeline
+
+
+@dataclass(frozen=True)
+class Analysis:
+    start_ns: int | None
+    end_ns: int | None
+    timelines: dict[str, Timeline]
+    ranks: list[RankStepStats]
+    findings: list[Finding]
+    hot: dict[str, dict[str, list[HotFrame]]]
+
+
+def rank_of(rec: Recording, pid: int, index: int) -> str:
+    meta = rec.targets.get(pid)
+    return str(meta.rank) if meta is not None and meta.rank is not None else str(index)
+
+
+def analyze(
+    rec: Recording,
+    rules: list[Rule],
+    policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+) -> Analysis:
+    """Diagnose the recording's spans inside [start_ns, end_ns) (default: all of it)."""
+    span_range = rec.time_range()
+    if span_range is None:
+        return Analysis(start_ns, end_ns, {}, [], diagnose_step_time([], policy), {})
+    start = span_range[0] if start_ns is None else start_ns
+    end = span_range[1] if end_ns is None else end_ns
+    timelines: dict[str, Timeline] = {}
+    pids = list(rec.targets) or list(rec.spans)
+    for index, pid in enumerate(pids):
+        timelines[rank_of(rec, pid, index)] = build_timeline(
+            pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end
+        )
+    ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
+    hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
+    return Analysis(start, end, timelines, ranks, diagnose_step_time(ranks, policy), hot)

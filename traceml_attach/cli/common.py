@@ -1,0 +1,53 @@
+"""Options and helpers shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+from traceml_attach.classify import Rule, RulesError, load_rules
+from traceml_attach.cli.errors import EXIT_USAGE, CliError
+
+
+def add_rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rules", type=Path, metavar="FILE",
+                        help="extra phase rules (TOML, same format as traceml_attach/rules.toml); "
+                        "they are tried before the built-in ones")
+
+
+def rules_from(args: argparse.Namespace) -> list[Rule]:
+    try:
+        return load_rules(args.rules)
+    except RulesError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return value
+
+
+def rate(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError("must be between 1 and 1000 Hz")
+    return value
+
+
+def run_dir(logs_dir: Path, run_name: str | None, cmd: tuple[str, ...], pid: int) -> Path:
+    """logs/<run_name>: readable by default (script, pid, time) and never reused."""
+    if run_name is None:
+        script = next((Path(a).stem for a in cmd[1:] if a.endswith(".py")), Path(cmd[0]).name if cmd else "job")
+        run_name = f"{script}-{pid}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_name = re.sub(r"[^\w.-]+", "_", run_name)
+    path = logs_dir / run_name
+    n = 1
+    while path.exists():
+        n += 1
+        path = logs_dir / f"{run_name}-{n}"
+    path.mkdir(parents=True)
+    return path

@@ -1,0 +1,47 @@
+"""Print a saved final_summary.json (or a run folder) as text."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from traceml_attach.cli.errors import EXIT_BAD_FILE, CliError
+from traceml_attach.render import render_text
+from traceml_attach.summary import SCHEMA_VERSION
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="FILE",
+                        help="final_summary.json, or the run folder that holds it")
+
+
+def load_summary(path: Path) -> dict:
+    if path.is_dir():
+        path = path / "final_summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CliError(f"{path} does not exist: give a final_summary.json or its run folder",
+                       EXIT_BAD_FILE) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}", EXIT_BAD_FILE) from exc
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{path} is not valid JSON (line {exc.lineno}): the file is corrupt; "
+                       "re-create it with `traceml replay` on the run's frames.msgpack", EXIT_BAD_FILE) from exc
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise CliError(f"{path} is not a traceml-attach summary (schema_version "
+                       f"{data.get('schema_version') if isinstance(data, dict) else '?'}, "
+                       f"expected {SCHEMA_VERSION})", EXIT_BAD_FILE)
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    data = load_summary(args.file)
+    try:
+        text = render_text(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CliError(f"{args.file} is missing fields ({type(exc).__name__}: {exc}): the file is "
+                       "corrupt; re-create it with `traceml replay`", EXIT_BAD_FILE) from exc
+    print(text, end="")
+    return 0

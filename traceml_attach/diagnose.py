@@ -1,0 +1,144 @@
+"""Step-time diagnosis: small pure rules over per-rank statistics of one window."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
+from traceml_attach.steptime import RankStepStats
+
+STATUS = {
+    "NO_DATA": "NO DATA",
+    "WARMUP": "WARMUP",
+    "BALANCED": "BALANCED",
+    "INPUT_BOUND": "INPUT-BOUND",
+    "COMPUTE_BOUND": "COMPUTE-BOUND",
+    "WAIT_HEAVY": "WAIT-HEAVY",
+}
+SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: str            # info | warning | critical
+    summary: str             # one line
+    why: str                 # the numbers behind it
+    action: str              # what to do next
+    worst_rank: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return STATUS.get(self.kind, self.kind.replace("_", " "))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _worst(ranks: list[RankStepStats]) -> RankStepStats:
+    return max(ranks, key=lambda r: r.step_ms or 0.0)
+
+
+def _median_component(ranks: list[RankStepStats], name: str) -> float:
+    return statistics.median((r.component_median_shares or {}).get(name, 0.0) for r in ranks)
+
+
+def _severity(share: float, steps: int, policy: StepTimePolicy) -> str | None:
+    if share >= policy.share_crit and steps >= policy.min_steps_crit:
+        return "critical"
+    if share >= policy.share_warn:
+        return "warning"
+    return None
+
+
+def _no_data(all_ranks: list[RankStepStats]) -> Finding | None:
+    short = [r for r in all_ranks if r.too_short]
+    if short:
+        t = short[0].too_short
+        assert t is not None
+        return Finding(
+            "NO_DATA", "info",
+            f"steps are too short to separate at this sampling rate (rank {short[0].rank})",
+            f"the loop wraps every {t.apparent_step_ms:.1f} ms, only {t.samples_per_step:.1f} "
+            "samples per step; steps may be shorter still, so no step time is reported",
+            f"sample faster: --rate {t.suggested_rate_hz} or more",
+            evidence={"samples_per_step": t.samples_per_step},
+        )
+    if not any(r.steps for r in all_ranks):
+        loops = [r for r in all_ranks if r.loop]
+        why = ("no training loop was found in the sampled threads"
+               if not loops else f"the loop in {loops[0].loop} completed no full step in the window")
+        return Finding("NO_DATA", "info", "no complete training step seen yet", why,
+                       "wait for more steps; make sure the training loop is running")
+    return None
+
+
+def diagnose_step_time(
+    all_ranks: list[RankStepStats], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY
+) -> list[Finding]:
+    """Findings for one window, most severe first. Never empty."""
+    none = _no_data(all_ranks)
+    if none:
+        return [none]
+    ranks = [r for r in all_ranks if r.step_ms is not None]
+    steps = min(r.steps for r in ranks)
+    worst = _worst(ranks)
+    if steps < policy.min_steps_warn:
+        return [Finding("WARMUP", "info", f"warming up ({steps} complete step seen)",
+                        f"a diagnosis needs {policy.min_steps_warn} complete steps",
+                        "keep sampling", worst.rank)]
+    inp = _median_component(ranks, "input")
+    wait = _median_component(ranks, "wait")
+    compute = _median_component(ranks, "compute")
+    step_ms = statistics.median(r.step_ms or 0.0 for r in ranks)
+    base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
+            "compute_share": compute}
+    findings = []
+    sev = _severity(inp, steps, policy)
+    if sev:
+        h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
+        detail = f" (host-to-device copies {_pct(h2d)})" if h2d >= 0.02 else ""
+        findings.append(Finding(
+            "INPUT_BOUND", sev,
+            f"input takes {_pct(inp)} of the typical step",
+            f"DataLoader fetch and input copies are {_pct(inp)} of the median step "
+            f"({step_ms:.0f} ms over {steps} steps){detail}; threshold {_pct(policy.share_warn)}",
+            "increase DataLoader num_workers, cut per-sample preprocessing, "
+            "use pin_memory with non_blocking copies; see the hot input frames",
+            worst.rank, base))
+    sev = _severity(wait, steps, policy)
+    if sev:
+        labels = worst.wait_labels
+        top = ", ".join(f"{k} {_pct(v)}" for k, v in list(labels.items())[:3])
+        findings.append(Finding(
+            "WAIT_HEAVY", sev,
+            f"{_pct(wait)} of the typical step is outside input and compute",
+            f"wait is {_pct(wait)} of the median step ({step_ms:.0f} ms over {steps} steps)"
+            + (f"; of it: {top}" if top else ""),
+            "inspect the hot wait frames: logging, host syncs such as .item(), "
+            "checkpointing and eval inside the loop",
+            worst.rank, {**base, "wait_labels": labels}))
+    if findings:
+        findings.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], -f.evidence.get(
+            "input_share" if f.kind == "INPUT_BOUND" else "wait_share", 0.0)))
+        return findings
+    if compute >= policy.compute_bound:
+        return [Finding(
+            "COMPUTE_BOUND", "info",
+            f"model compute is {_pct(compute)} of the typical step",
+            f"forward+backward+optimizer are {_pct(compute)} of the median step "
+            f"({step_ms:.0f} ms over {steps} steps); input {_pct(inp)}, wait {_pct(wait)}",
+            "optimize the largest compute phase: batch size, precision (AMP), torch.compile, "
+            "then an operator profiler on the hot frames",
+            worst.rank, base)]
+    return [Finding(
+        "BALANCED", "info",
+        "no single bottleneck dominates the typical step",
+        f"input {_pct(inp)}, wait {_pct(wait)}, compute {_pct(compute)} of the median step "
+        f"({step_ms:.0f} ms over {steps} steps); none crosses its threshold",
+        "optimize further only if throughput is still too low; compare against a known good run",
+        worst.rank, base)]

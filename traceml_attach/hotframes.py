@@ -1,0 +1,49 @@
+"""Which code inside each phase costs the time: self time of the innermost frames."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from agent.source import is_library
+from traceml_attach.model import CodeFrame
+from traceml_attach.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class HotFrame:
+    frame: str          # "decode_sample (examples/input_bound.py:31)"
+    via: str | None     # the innermost user-code frame above it, when it is library code
+    share: float        # fraction of the phase's time in the window
+    ms: float           # total milliseconds in the window
+
+
+def _via(stack: tuple[CodeFrame, ...]) -> str | None:
+    if not is_library(stack[-1].file):
+        return None
+    for frame in reversed(stack[:-1]):
+        if not is_library(frame.file):
+            return frame.where
+    return None
+
+
+def hot_frames(tl: Timeline, top: int = 5) -> dict[str, list[HotFrame]]:
+    """Per phase, the innermost functions with the most time, best first."""
+    per_phase: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    lines: dict[tuple[str, str], Counter[tuple[int, str | None]]] = defaultdict(Counter)
+    totals: Counter[str] = Counter()
+    for seg in tl.segments:
+        leaf = seg.span.stack[-1]
+        key = (leaf.name, leaf.file)
+        per_phase[seg.phase][key] += seg.dur_ns
+        lines[key][(leaf.line, _via(seg.span.stack))] += seg.dur_ns
+        totals[seg.phase] += seg.dur_ns
+    out: dict[str, list[HotFrame]] = {}
+    for phase, counter in per_phase.items():
+        rows = []
+        for (name, path), ns in counter.most_common(top):
+            (line, via), _ = lines[(name, path)].most_common(1)[0]
+            where = CodeFrame(name, path, line, None, None).where
+            rows.append(HotFrame(where, via, ns / totals[phase], ns / 1e6))
+        out[phase] = rows
+    return out

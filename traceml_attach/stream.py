@@ -1,0 +1,138 @@
+"""Decode the frame stream into a Recording.
+
+A Recording is built by feeding frames in order, live or from a file; everything
+downstream is a pure function of it. Malformed frames are counted, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from agent.wire import unpacker
+from traceml_attach.model import (
+    CodeFrame,
+    ErrorEvent,
+    ExitEvent,
+    HostSample,
+    ProcSample,
+    Span,
+    TargetMeta,
+    ThreadInfo,
+    WindowInfo,
+)
+
+
+class RecordingError(Exception):
+    """A frames file that cannot be read at all."""
+
+
+@dataclass
+class Recording:
+    hello: dict[str, Any] = field(default_factory=dict)
+    targets: dict[int, TargetMeta] = field(default_factory=dict)
+    spans: dict[int, list[Span]] = field(default_factory=dict)
+    threads: dict[int, dict[int, ThreadInfo]] = field(default_factory=dict)
+    procs: dict[int, list[ProcSample]] = field(default_factory=dict)
+    hosts: list[HostSample] = field(default_factory=list)
+    windows: dict[int, list[WindowInfo]] = field(default_factory=dict)
+    errors: list[ErrorEvent] = field(default_factory=list)
+    exits: dict[int, ExitEvent] = field(default_factory=dict)
+    end_reason: str | None = None
+    bad_frames: int = 0
+    _frames: dict[int, CodeFrame] = field(default_factory=dict, repr=False)
+    _stacks: dict[int, tuple[CodeFrame, ...]] = field(default_factory=dict, repr=False)
+
+    @property
+    def rate_hz(self) -> int:
+        return int(self.hello.get("rate_hz") or 100)
+
+    def add(self, frame: Any) -> None:
+        """Fold one wire frame in; a malformed one is counted and skipped."""
+        try:
+            self._add(frame)
+        except (KeyError, TypeError, ValueError, IndexError):
+            self.bad_frames += 1
+
+    def _add(self, f: dict[str, Any]) -> None:
+        kind = f["k"]
+        if kind == "hello":
+            self.hello = dict(f)
+        elif kind == "target":
+            pid = int(f["pid"])
+            self.targets[pid] = TargetMeta(
+                pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
+                rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
+            )
+        elif kind == "spans":
+            self._add_spans(f)
+        elif kind == "threads":
+            self.threads.setdefault(int(f["pid"]), {}).update(
+                {int(r[0]): ThreadInfo(int(r[0]), r[1], r[2], r[3]) for r in f["threads"]}
+            )
+        elif kind == "proc":
+            children = tuple((int(c[0]), c[1], c[2]) for c in f.get("children") or ())
+            self.procs.setdefault(int(f["pid"]), []).append(
+                ProcSample(int(f["pid"]), int(f["t"]), f.get("cpu"), f.get("rss"),
+                           f.get("nthreads"), children)
+            )
+        elif kind == "host":
+            self.hosts.append(HostSample(int(f["t"]), f.get("cpu"), f.get("mem_used"),
+                                         f.get("mem_total")))
+        elif kind == "window":
+            self.windows.setdefault(int(f["pid"]), []).append(
+                WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
+                           f.get("samples"), f.get("errors"))
+            )
+        elif kind == "error":
+            self.errors.append(ErrorEvent(int(f["t"]), f.get("pid"), str(f["kind"]), str(f["msg"])))
+        elif kind == "exit":
+            self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), f.get("status"))
+        elif kind == "bye":
+            self.end_reason = f.get("reason")
+        else:
+            self.bad_frames += 1
+
+    def _add_spans(self, f: dict[str, Any]) -> None:
+        for fid, name, path, line, src, ctx in f.get("fdefs") or ():
+            self._frames[int(fid)] = CodeFrame(str(name), str(path), int(line), src, ctx)
+        for sid, fids in f.get("sdefs") or ():
+            self._stacks[int(sid)] = tuple(self._frames[int(i)] for i in fids)
+        pid = int(f["pid"])
+        out = self.spans.setdefault(pid, [])
+        for tid, ts, dur, sid in f["spans"]:
+            out.append(Span(pid, int(tid), int(ts), int(dur), self._stacks[int(sid)]))
+
+    def time_range(self) -> tuple[int, int] | None:
+        """(first, last) ns covered by any span."""
+        starts = [s[0].ts_ns for s in self.spans.values() if s]
+        ends = [max(x.end_ns for x in s) for s in self.spans.values() if s]
+        return (min(starts), max(ends)) if starts else None
+
+
+def read_recording(path: str | Path) -> tuple[Recording, str | None]:
+    """Read a frames file. Returns the recording and, if the file is damaged, what is
+    wrong with it; every frame before the damage is kept."""
+    rec = Recording()
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        unpack = unpacker(fh)
+        try:
+            for frame in unpack:
+                if not isinstance(frame, dict):
+                    rec.bad_frames += 1
+                    continue
+                rec.add(frame)
+        except (msgpack.UnpackException, ValueError) as exc:
+            return rec, f"{path} is damaged after byte {unpack.tell()} ({type(exc).__name__}); kept what came before"
+    if unpack.tell() < size:
+        return rec, f"{path} is damaged: it ends inside a frame at byte {unpack.tell()} of {size}; kept the rest"
+    return rec, None

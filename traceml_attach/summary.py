@@ -1,0 +1,127 @@
+"""final_summary.json (built from an Analysis) and final_summary.txt (rendered from the JSON)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+from typing import Any
+
+from traceml_attach import __version__
+from traceml_attach.analysis import Analysis, rank_of
+from traceml_attach.classify import PHASES
+from traceml_attach.diagnose import Finding
+from traceml_attach.stream import Recording
+
+SCHEMA_VERSION = 1
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {"kind": f.kind, "status": f.status, "severity": f.severity, "summary": f.summary,
+            "why": f.why, "action": f.action, "worst_rank": f.worst_rank}
+
+
+def _not_collected(what: str) -> dict[str, Any]:
+    return {"diagnosis": {"kind": "NO_DATA", "status": "NO DATA", "severity": "info",
+                          "summary": f"{what} is not diagnosed by this version", "why": None,
+                          "action": None, "worst_rank": None}}
+
+
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _step_time(an: Analysis) -> dict[str, Any]:
+    ranks = {}
+    for r in an.ranks:
+        ranks[r.rank] = {
+            "pid": r.pid, "steps": r.steps, "step_ms": _round(r.step_ms),
+            "phases_ms": {k: _round(v) for k, v in r.phases_ms.items()} if r.phases_ms else None,
+            "shares": {k: _round(v, 4) for k, v in r.shares.items()} if r.shares else None,
+            "wait_labels": {k: _round(v, 4) for k, v in r.wait_labels.items()},
+            "loop": r.loop, "thread": r.thread,
+        }
+    measured = [r for r in an.ranks if r.step_ms is not None and r.phases_ms]
+    out: dict[str, Any] = {"diagnosis": _finding(an.findings[0]),
+                           "findings": [_finding(f) for f in an.findings], "ranks": ranks}
+    if measured:
+        med_step = statistics.median(r.step_ms or 0.0 for r in measured)
+        med_phases = {p: statistics.median((r.phases_ms or {})[p] for r in measured) for p in PHASES}
+        worst = max(measured, key=lambda r: r.step_ms or 0.0)
+        out["median"] = {"step_ms": _round(med_step),
+                         "phases_ms": {k: _round(v) for k, v in med_phases.items()}}
+        out["worst"] = {"rank": worst.rank, "step_ms": _round(worst.step_ms),
+                        "phases_ms": {k: _round(v) for k, v in (worst.phases_ms or {}).items()}}
+        out["skew_pct"] = _round(100 * ((worst.step_ms or 0.0) - med_step) / med_step, 2) if med_step else None
+        out["wait_share"] = _round(statistics.median((r.shares or {})["wait"] for r in measured), 4)
+    else:
+        out.update({"median": None, "worst": None, "skew_pct": None, "wait_share": None})
+    return out
+
+
+def _process(rec: Recording) -> dict[str, Any]:
+    out = _not_collected("process telemetry")
+    rows = {}
+    for index, (pid, samples) in enumerate(rec.procs.items()):
+        cpus = [s.cpu_percent for s in samples if s.cpu_percent is not None]
+        rss = [s.rss_bytes for s in samples if s.rss_bytes is not None]
+        rows[rank_of(rec, pid, index)] = {
+            "pid": pid,
+            "cpu_percent_median": _round(statistics.median(cpus), 1) if cpus else None,
+            "rss_peak_bytes": max(rss) if rss else None,
+            "threads": samples[-1].num_threads if samples else None,
+            "workers": len(samples[-1].children) if samples else None,
+        }
+    out["ranks"] = rows
+    return out
+
+
+def _system(rec: Recording) -> dict[str, Any]:
+    out = _not_collected("system telemetry")
+    cpus = [h.cpu_percent for h in rec.hosts if h.cpu_percent is not None]
+    used = [h.mem_used_bytes for h in rec.hosts if h.mem_used_bytes is not None]
+    out["host"] = {
+        "cpu_percent_median": _round(statistics.median(cpus), 1) if cpus else None,
+        "mem_used_peak_bytes": max(used) if used else None,
+        "mem_total_bytes": rec.hosts[-1].mem_total_bytes if rec.hosts else None,
+    }
+    return out
+
+
+def _sampling(rec: Recording, an: Analysis) -> dict[str, Any]:
+    windows = [w for ws in rec.windows.values() for w in ws]
+    counts = [w.samples for w in windows if w.samples is not None]
+    errors = [w.errors for w in windows if w.errors is not None]
+    return {
+        "backend": rec.hello.get("backend", "py-spy"),
+        "version": rec.hello.get("backend_version"),
+        "rate_hz": rec.rate_hz,
+        "samples": sum(counts) if counts else None,
+        "errors": sum(errors) if errors else None,
+        "windows": len(windows),
+        "window": {"start": None if an.start_ns is None else round(an.start_ns / 1e9, 3),
+                   "end": None if an.end_ns is None else round(an.end_ns / 1e9, 3)},
+        "problems": [f"{e.kind}: {e.message}" for e in rec.errors][:20],
+        "bad_frames": rec.bad_frames,
+    }
+
+
+def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]:
+    primary = an.findings[0]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "traceml-attach", "version": __version__},
+        "run_name": run_name,
+        "targets": [{"pid": t.pid, "rank": t.rank, "cmd": list(t.cmd),
+                     "exit_status": rec.exits[t.pid].status if t.pid in rec.exits else None,
+                     "exited": t.pid in rec.exits} for t in rec.targets.values()],
+        "end_reason": rec.end_reason,
+        "primary_diagnosis": {"kind": primary.kind, "status": primary.status,
+                              "severity": primary.severity, "summary": primary.summary},
+        "step_time": _step_time(an),
+        "step_memory": _not_collected("step memory"),
+        "system": _system(rec),
+        "process": _process(rec),
+        "hot_frames": {rank: {phase: [asdict(h) for h in rows] for phase, rows in phases.items()}
+                       for rank, phases in an.hot.items()},
+        "sampling": _sampling(rec, an),
+    }
