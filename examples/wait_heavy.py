@@ -7,6 +7,7 @@ with ``torch.save``. Data is in memory, so input stays under 5%.
 
 from __future__ import annotations
 
+import signal
 import statistics
 import sys
 import tempfile
@@ -56,7 +57,9 @@ def main() -> None:
     dataset = TensorDataset(*random_data(BATCH_SIZE * 100))
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,
                         pin_memory=device.type == "cuda")
-    ckpt_dir = tempfile.TemporaryDirectory(prefix="traceml-ckpt-")
+    ckpt_dir = tempfile.TemporaryDirectory(prefix="traceml-ckpt-")  # removed at exit
+    # SIGTERM (how tests and tools stop us) becomes SystemExit, so the exit cleanup runs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     ckpt_path = Path(ckpt_dir.name) / "last.pt"
 
     # Calibrate: metrics + amortised checkpoint cost = WAIT_SHARE of the step.
@@ -94,7 +97,6 @@ def main() -> None:
             if step >= args.steps:
                 break
     gt.close()
-    ckpt_dir.cleanup()
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from launch import PHASES, read_truth
 
+from launch import PHASES, read_truth
 from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e

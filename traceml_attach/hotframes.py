@@ -13,14 +13,12 @@ from traceml_attach.timeline import Timeline
 @dataclass(frozen=True)
 class HotFrame:
     frame: str          # "decode_sample (examples/input_bound.py:31)"
-    via: str | None     # the innermost user-code frame above it, when it is library code
+    via: str | None     # the innermost user-code frame above it (the caller to look at)
     share: float        # fraction of the phase's time in the window
     ms: float           # total milliseconds in the window
 
 
 def _via(stack: tuple[CodeFrame, ...]) -> str | None:
-    if not is_library(stack[-1].file):
-        return None
     for frame in reversed(stack[:-1]):
         if not is_library(frame.file):
             return frame.where

@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent.source import is_library
@@ -80,9 +81,17 @@ class Timeline:
     wait_labels_ns: dict[str, int]
 
 
-def clip_spans(spans: Iterable[Span], start_ns: int, end_ns: int) -> list[Span]:
+# A span never outlasts the py-spy window that saw it (a few seconds); this bounds how far
+# before a window's start a span that overlaps it can begin.
+MAX_SPAN_NS = 30_000_000_000
+
+
+def clip_spans(spans: Sequence[Span], start_ns: int, end_ns: int) -> list[Span]:
+    """The parts of ``spans`` (in recording order: sorted by start) inside [start_ns, end_ns)."""
+    first = bisect.bisect_left(spans, start_ns - MAX_SPAN_NS, key=lambda s: s.ts_ns)
+    last = bisect.bisect_left(spans, end_ns, key=lambda s: s.ts_ns)
     out = []
-    for s in spans:
+    for s in spans[first:last]:
         lo, hi = max(s.ts_ns, start_ns), min(s.end_ns, end_ns)
         if hi > lo:
             out.append(s if (lo, hi) == (s.ts_ns, s.end_ns) else Span(s.pid, s.tid, lo, hi - lo, s.stack))
