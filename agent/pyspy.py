@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 PYSPY_ENV = "TRACEML_PYSPY"
+KEEP_ENV = "TRACEML_KEEP_WINDOWS"  # a folder: keep py-spy's raw window files there (debugging)
 _SAMPLES_RE = re.compile(r"Samples:\s*(\d+)\s+Errors:\s*(\d+)")
 
 
@@ -235,6 +236,10 @@ class RecordWindow:
         except (OSError, json.JSONDecodeError) as exc:
             failure = PySpyError("pyspy_failed", f"unreadable py-spy output ({exc})")
         finally:
+            keep = os.environ.get(KEEP_ENV)
+            if keep and self.out_path.exists():
+                # debugging aid: keep py-spy's raw output, named by pid, window and spawn time
+                shutil.move(self.out_path, Path(keep) / f"{self.pid}-{self.index}-{self.spawn_ns}.json")
             self.out_path.unlink(missing_ok=True)
         spans = spans_from_chrometrace(events, self.spawn_ns)
         first = min((s.ts_ns for s in spans), default=None)

@@ -23,7 +23,8 @@ from typing import Any
 import psutil
 
 from agent import __version__, source
-from agent.procstats import ProcPoller, host_frame
+from agent.discovery import exit_status
+from agent.procstats import ProcPoller
 from agent.pyspy import (
     PySpyError,
     RawSpan,
@@ -49,6 +50,7 @@ class SamplerConfig:
     overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
+    cpu_every_s: float = 0.02    # main thread's on-CPU/run-queue time (tells computing from waiting)
 
 
 class Sampler:
@@ -66,6 +68,7 @@ class Sampler:
         self._window_index = 0
         self._covered_until: int | None = None
         self._failures = 0
+        self._status: int | None = None
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -74,16 +77,19 @@ class Sampler:
         self.target = inspect_target(self.pid)
         return dump(self.binary, self.pid)
 
-    def begin(self, writer: FrameWriter, threads: list[ThreadDump], argv: list[str]) -> None:
-        """Start the stream on ``writer``: header, target and the probe's threads."""
-        self.writer = writer
+    def hello(self, argv: list[str]) -> dict[str, Any]:
+        """The stream's first frame: who sampled, with what and how fast."""
         cfg = self.config
-        self.writer.write({
+        return {
             "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
             "backend": "py-spy", "backend_version": self.backend_version,
             "rate_hz": cfg.rate_hz, "window_s": cfg.window_s, "host": socket.gethostname(),
             "argv": argv,
-        })
+        }
+
+    def begin(self, writer: FrameWriter, threads: list[ThreadDump]) -> None:
+        """Start this target's part of the stream on ``writer``: the target and its threads."""
+        self.writer = writer
         target = self.target or inspect_target(self.pid)
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
@@ -102,6 +108,8 @@ class Sampler:
         next_threads = next_start + cfg.threads_every_s
         next_proc = next_start
         poller = ProcPoller(self.pid)
+        cpu = ThreadCpu(self.pid)
+        next_cpu = next_start
         reason = "stopped"
         try:
             while not stop.is_set():
@@ -118,14 +126,23 @@ class Sampler:
                     if not self._finish(windows.popleft()):
                         reason = "pyspy_failed"
                         return reason
+                if now >= next_cpu:
+                    next_cpu = now + cfg.cpu_every_s
+                    cpu.read()
+                    if self._gone():
+                        reason = "target_exited"
+                        return reason
                 if now >= next_proc:
                     next_proc = now + cfg.proc_every_s
+                    if not _alive(self.pid):
+                        reason = "target_exited"
+                        return reason
                     frame = poller.poll()
-                    if frame is None or not _alive(self.pid):
+                    if frame is None:
                         reason = "target_exited"
                         return reason
                     self.writer.write(frame)
-                    self.writer.write(host_frame())
+                    self.writer.write(cpu.frame())
                 if now >= next_threads:
                     next_threads = now + cfg.threads_every_s
                     self._poll_threads()
@@ -138,8 +155,9 @@ class Sampler:
                 self._finish(window)
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
-                                   "status": _exit_status(self.pid)})
-            self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
+                                   "status": self._status})
+            else:
+                self.writer.write(cpu.frame())
             self.exit_reason = reason
             _remove_dir(self._tmp)
 
@@ -170,22 +188,32 @@ class Sampler:
         start = self._covered_until
         spans = [_clip(span, start) for span in result.spans]
         kept = [span for span in spans if span is not None]
-        fdefs: list[list[Any]] = []
-        sdefs: list[list[Any]] = []
-        rows = []
-        for span in kept:
-            frames = [(name, path, line, *source.describe(self.pid, path, line))
-                      for name, path, line in span.frames]
-            sid = self.writer.interner.intern(frames, fdefs, sdefs)
-            rows.append([span.tid, span.ts_ns, span.dur_ns, sid])
+        rows = [(span.tid, span.ts_ns, span.dur_ns,
+                 [(name, path, line, *source.describe(self.pid, path, line)) for name, path, line in span.frames])
+                for span in kept]
         if rows:
-            self.writer.write({"k": "spans", "pid": self.pid, "w": index,
-                               "fdefs": fdefs, "sdefs": sdefs, "spans": rows})
+            self.writer.write_spans(self.pid, index, rows)
         self.writer.write({"k": "window", "pid": self.pid, "w": index,
                            "start": result.first_ns, "end": result.last_ns,
                            "samples": result.samples, "errors": result.errors})
         if result.last_ns is not None:
             self._covered_until = max(self._covered_until or 0, result.last_ns)
+
+    def _gone(self) -> bool:
+        """True once the target has exited; catches its exit status while it is a zombie."""
+        status = exit_status(self.pid)
+        if status is not None:
+            self._status = status
+            return True
+        if os.path.exists(f"/proc/{self.pid}"):
+            return False
+        try:  # our own child (tests, the demo): reap it for its status
+            waited, raw = os.waitpid(self.pid, os.WNOHANG)
+            if waited == self.pid:
+                self._status = os.waitstatus_to_exitcode(raw)
+        except ChildProcessError:
+            pass
+        return True
 
     def _poll_threads(self) -> None:
         try:
@@ -219,13 +247,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _exit_status(pid: int) -> int | None:
-    """The exit status when the target is our own child; otherwise unknowable."""
-    try:
-        waited, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    return os.waitstatus_to_exitcode(status) if waited == pid else None
+class ThreadCpu:
+    """The main thread's cumulative on-CPU and run-queue nanoseconds (schedstat), batched.
+
+    Wall time minus both is time the thread was blocked: waiting for data, a collective or
+    a device, as opposed to computing or waiting for a core.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._path = f"/proc/{pid}/task/{pid}/schedstat"
+        self._rows: list[list[int]] = []
+
+    def read(self) -> None:
+        try:
+            with open(self._path, encoding="ascii") as fh:
+                on_cpu, runq, _ = fh.read().split()
+        except (OSError, ValueError):
+            return
+        self._rows.append([time.time_ns(), int(on_cpu), int(runq)])
+
+    def frame(self) -> dict[str, Any]:
+        rows, self._rows = self._rows, []
+        return {"k": "tcpu", "pid": self.pid, "tid": self.pid, "samples": rows}
 
 
 def _remove_dir(path: Path) -> None:

@@ -91,7 +91,8 @@ class Interner:
 
 
 class FrameWriter:
-    """Appends frames to a file (and to any live listeners), thread-safe.
+    """Appends frames to a file (and to any live listeners), thread-safe; shared by all of a
+    node's samplers.
 
     Every frame is flushed as it is written so that a crash of the attacher loses
     nothing already sampled.
@@ -108,13 +109,27 @@ class FrameWriter:
         self._listeners.append(callback)
 
     def write(self, frame: dict[str, Any]) -> None:
-        data = msgpack.packb(frame, use_bin_type=True)
         with self._lock:
-            if self._file is not None:
-                self._file.write(data)
-                self._file.flush()
-            for callback in self._listeners:
-                callback(frame)
+            self._write_locked(frame)
+
+    def write_spans(self, pid: int, window: int, spans: list[tuple[int, int, int, list[tuple[Any, ...]]]]) -> None:
+        """Write a ``spans`` frame; interning and writing happen under one lock so that, with
+        several samplers sharing this writer, no frame can use an id defined by a frame
+        written after it."""
+        with self._lock:
+            fdefs: list[list[Any]] = []
+            sdefs: list[list[Any]] = []
+            rows = [[tid, ts, dur, self.interner.intern(frames, fdefs, sdefs)] for tid, ts, dur, frames in spans]
+            self._write_locked({"k": "spans", "pid": pid, "w": window, "fdefs": fdefs, "sdefs": sdefs,
+                                "spans": rows})
+
+    def _write_locked(self, frame: dict[str, Any]) -> None:
+        data = msgpack.packb(frame, use_bin_type=True)
+        if self._file is not None:
+            self._file.write(data)
+            self._file.flush()
+        for callback in self._listeners:
+            callback(frame)
 
     def close(self) -> None:
         with self._lock:

@@ -40,7 +40,11 @@ class GroundTruth:
 
     @classmethod
     def from_env(cls, sync: Callable[[], None] | None = None) -> GroundTruth:
-        return cls(os.environ.get(ENV_VAR) or None, sync)
+        """``{rank}`` in the path becomes the process's RANK (one file per DDP rank)."""
+        path = os.environ.get(ENV_VAR) or None
+        if path:
+            path = path.replace("{rank}", os.environ.get("RANK", "0"))
+        return cls(path, sync)
 
     @property
     def enabled(self) -> bool:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,34 @@ PHASES = ("input", "h2d", "forward", "backward", "optimizer", "wait")
 
 class ExampleFailed(RuntimeError):
     pass
+
+
+def _wait_ready(proc: subprocess.Popen[str], count: int, timeout_s: float) -> bool:
+    """Wait for ``count`` "ready pid=" announcements on the process's stdout.
+
+    A thread reads the pipe: select() on it would miss lines already in Python's buffer.
+    Output after that is drained and dropped, so the job never blocks on a full pipe.
+    """
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while seen < count:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return False
+        if line is None:
+            return False
+        seen += line.count("ready pid=")
+    return True
 
 
 def start_example(
@@ -35,20 +64,12 @@ def start_example(
         [sys.executable, str(HERE / f"{name}.py"), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-        if ready:
-            line = proc.stdout.readline()
-            if line.startswith("ready"):
-                return proc
-            if not line and proc.poll() is not None:
-                break
-        elif proc.poll() is not None:
-            break
+    threading.Thread(target=lambda: proc.stderr and proc.stderr.read(), daemon=True).start()
+    if _wait_ready(proc, 1, ready_timeout_s):
+        return proc
     proc.kill()
-    _, err = proc.communicate()
+    proc.wait()
+    err = proc.stderr.read() if proc.stderr else ""
     raise ExampleFailed(f"{name} did not become ready: {err.strip()[-500:]}")
 
 
@@ -82,3 +103,31 @@ def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
     shares = {p: sum(r["phases"][p] for r in rows) / total for p in PHASES}
     step_ms = statistics.median((r["end"] - r["start"]) * 1000 for r in rows)
     return Truth(len(rows), step_ms, shares)
+
+
+def start_torchrun(
+    nproc: int,
+    *args: str,
+    truth_dir: Path | None = None,
+    launcher_args: tuple[str, ...] = (),
+    ready_timeout_s: float = 180.0,
+) -> subprocess.Popen[str]:
+    """``python -m torch.distributed.run --standalone`` on examples/ddp.py; returns the
+    launcher once every rank printed ``ready``. Ground truth goes to truth_dir/gt_<rank>.jsonl."""
+    env = dict(os.environ)
+    if truth_dir is not None:
+        env["TRACEML_GROUND_TRUTH"] = str(truth_dir / "gt_{rank}.jsonl")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+         *launcher_args, str(HERE / "ddp.py"), *args],
+        stdout=subprocess.PIPE, text=True, env=env,
+        stderr=open(truth_dir / "launcher.log", "w") if truth_dir is not None else subprocess.DEVNULL,  # noqa: SIM115
+    )
+    if not _wait_ready(proc, nproc, ready_timeout_s):
+        stop_example(proc)
+        raise ExampleFailed(f"torchrun with {nproc} ranks did not become ready")
+    return proc
+
+
+def rank_truth(truth_dir: Path, rank: int, start_s: float, end_s: float) -> Truth:
+    return read_truth(truth_dir / f"gt_{rank}.jsonl", start_s, end_s)

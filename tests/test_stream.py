@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import msgpack
@@ -15,10 +16,7 @@ def write_basic(path: Path) -> None:
     w.write({"k": "hello", "v": 1, "t": 1, "rate_hz": 100, "backend": "py-spy"})
     w.write({"k": "target", "t": 1, "pid": 7, "exe": "/usr/bin/python3", "cmd": ["python", "t.py"]})
     for i in range(3):
-        fdefs, sdefs = [], []
-        sid = w.interner.intern([("<module>", "/t.py", 3 + i, "x = 1", None)], fdefs, sdefs)
-        w.write({"k": "spans", "pid": 7, "w": i, "fdefs": fdefs, "sdefs": sdefs,
-                 "spans": [[1, 1000 * i, 1000, sid]]})
+        w.write_spans(7, i, [(1, 1000 * i, 1000, [("<module>", "/t.py", 3 + i, "x = 1", None)])])
     w.close()
 
 
@@ -29,6 +27,28 @@ def test_round_trip_interns_frames(tmp_path: Path):
     assert problem is None
     assert [s.stack[0].line for s in rec.spans[7]] == [3, 4, 5]
     assert rec.targets[7].cmd == ("python", "t.py")
+
+
+def test_samplers_sharing_a_writer_never_use_an_id_before_its_definition(tmp_path: Path):
+    # GIVEN two threads (two ranks' samplers) writing spans with new stacks into one writer
+    path = tmp_path / "frames.msgpack"
+    writer = FrameWriter(path)
+
+    def rank(pid: int) -> None:
+        for i in range(300):
+            frames = [("main", "/t.py", 1, None, None), (f"fn{i % 97}", "/t.py", i % 13, None, None)]
+            writer.write_spans(pid, i, [(1, i * 1000, 1000, frames)])
+
+    threads = [threading.Thread(target=rank, args=(pid,)) for pid in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writer.close()
+    # THEN every frame decodes
+    rec, problem = read_recording(path)
+    assert problem is None and rec.bad_frames == 0
+    assert len(rec.spans[1]) == len(rec.spans[2]) == 300
 
 
 def test_damaged_file_keeps_what_came_before(tmp_path: Path):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from traceml_attach.classify import Rule
 from traceml_attach.diagnose import Finding, diagnose_step_time
+from traceml_attach.hang import detect_hang
 from traceml_attach.hotframes import HotFrame, hot_frames
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steptime import RankStepStats, rank_stats
@@ -28,6 +29,20 @@ def rank_of(rec: Recording, pid: int, index: int) -> str:
     return str(meta.rank) if meta is not None and meta.rank is not None else str(index)
 
 
+def rank_pids(rec: Recording, start_ns: int, end_ns: int) -> dict[str, int]:
+    """Each rank's process for the window: after an elastic restart, the one sampled last
+    that has samples in the window."""
+    chosen: dict[str, int] = {}
+    pids = list(rec.targets) or list(rec.spans)
+    for index, pid in enumerate(pids):
+        rank = rank_of(rec, pid, index)
+        spans = rec.spans.get(pid, [])
+        inside = bool(spans) and spans[0].ts_ns < end_ns and spans[-1].end_ns > start_ns
+        if rank not in chosen or inside:
+            chosen[rank] = pid
+    return dict(sorted(chosen.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0)))
+
+
 def analyze(
     rec: Recording,
     rules: list[Rule],
@@ -42,11 +57,15 @@ def analyze(
     start = span_range[0] if start_ns is None else start_ns
     end = span_range[1] if end_ns is None else end_ns
     timelines: dict[str, Timeline] = {}
-    pids = list(rec.targets) or list(rec.spans)
-    for index, pid in enumerate(pids):
-        timelines[rank_of(rec, pid, index)] = build_timeline(
-            pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end
+    for rank, pid in rank_pids(rec, start, end).items():
+        timelines[rank] = build_timeline(
+            pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end,
+            rec.cpu.get(pid, ()),
         )
     ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
-    return Analysis(start, end, timelines, ranks, diagnose_step_time(ranks, policy), hot)
+    findings = diagnose_step_time(ranks, policy)
+    hang = detect_hang(timelines, policy)
+    if hang is not None:
+        findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
+    return Analysis(start, end, timelines, ranks, findings, hot)

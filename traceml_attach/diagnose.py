@@ -16,6 +16,10 @@ STATUS = {
     "INPUT_BOUND": "INPUT-BOUND",
     "COMPUTE_BOUND": "COMPUTE-BOUND",
     "WAIT_HEAVY": "WAIT-HEAVY",
+    "INPUT_STRAGGLER": "INPUT STRAGGLER",
+    "COMPUTE_STRAGGLER": "COMPUTE STRAGGLER",
+    "STRAGGLER": "STRAGGLER",
+    "HANG": "HANG",
 }
 SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
 
@@ -44,6 +48,7 @@ def _worst(ranks: list[RankStepStats]) -> RankStepStats:
 
 
 def _median_component(ranks: list[RankStepStats], name: str) -> float:
+    """The median rank's share of the typical step for one component."""
     return statistics.median((r.component_median_shares or {}).get(name, 0.0) for r in ranks)
 
 
@@ -97,7 +102,7 @@ def diagnose_step_time(
     step_ms = statistics.median(r.step_ms or 0.0 for r in ranks)
     base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
             "compute_share": compute}
-    findings = []
+    findings = list(_stragglers(ranks, steps, policy))
     sev = _severity(inp, steps, policy)
     if sev:
         h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
@@ -109,7 +114,7 @@ def diagnose_step_time(
             f"({step_ms:.0f} ms over {steps} steps){detail}; threshold {_pct(policy.share_warn)}",
             "increase DataLoader num_workers, cut per-sample preprocessing, "
             "use pin_memory with non_blocking copies; see the hot input frames",
-            worst.rank, base))
+            worst.rank, {**base, "rank_score": inp}))
     sev = _severity(wait, steps, policy)
     if sev:
         labels = worst.wait_labels
@@ -121,10 +126,10 @@ def diagnose_step_time(
             + (f"; of it: {top}" if top else ""),
             "inspect the hot wait frames: logging, host syncs such as .item(), "
             "checkpointing and eval inside the loop",
-            worst.rank, {**base, "wait_labels": labels}))
+            worst.rank, {**base, "wait_labels": labels, "rank_score": wait}))
     if findings:
-        findings.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], -f.evidence.get(
-            "input_share" if f.kind == "INPUT_BOUND" else "wait_share", 0.0)))
+        findings.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], "STRAGGLER" not in f.kind,
+                                     -f.evidence.get("rank_score", 0.0)))
         return findings
     if compute >= policy.compute_bound:
         return [Finding(
@@ -142,3 +147,67 @@ def diagnose_step_time(
         f"({step_ms:.0f} ms over {steps} steps); none crosses its threshold",
         "optimize further only if throughput is still too low; compare against a known good run",
         worst.rank, base)]
+
+
+def _burden(r: RankStepStats) -> tuple[float, float]:
+    """(input, compute) work of a rank per median step, without time blocked in syncs."""
+    active = r.active_ms or r.phases_ms or {}
+    return (active.get("input", 0.0) + active.get("h2d", 0.0),
+            active.get("forward", 0.0) + active.get("backward", 0.0) + active.get("optimizer", 0.0))
+
+
+def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) -> list[Finding]:
+    """One rank slows the others: the one that waits least in the synchronizing phase.
+
+    Under DDP every rank's step is as long as the slowest one's, because fast ranks wait
+    in backward's all-reduce; comparing phase lengths would miss a rank whose backward
+    itself is slow. The blocked time (from CPU counters) does not.
+    """
+    if len(ranks) < 2:
+        return []
+    synced = all(r.sync_wait_ms is not None for r in ranks)
+    if synced:
+        culprit = min(ranks, key=lambda r: (r.sync_wait_ms or 0.0, -sum(_burden(r))))
+    else:
+        culprit = max(ranks, key=lambda r: sum(_burden(r)))
+    others = [r for r in ranks if r is not culprit]
+    victim_step = statistics.median(r.step_ms or 0.0 for r in others)
+    if not victim_step:
+        return []
+    v_input = statistics.median(_burden(r)[0] for r in others)
+    v_compute = statistics.median(_burden(r)[1] for r in others)
+    c_input, c_compute = _burden(culprit)
+    if synced:
+        v_wait = statistics.median(r.sync_wait_ms or 0.0 for r in others)
+        excess_ms = v_wait - (culprit.sync_wait_ms or 0.0)
+    else:
+        excess_ms = (c_input + c_compute) - (v_input + v_compute)
+    score = excess_ms / victim_step
+    if score < policy.straggler_warn:
+        return []
+    severity = "critical" if score >= policy.straggler_crit and steps >= policy.min_steps_crit else "warning"
+    ex_input, ex_compute = c_input - v_input, c_compute - v_compute
+    if ex_input >= policy.straggler_cause * excess_ms:
+        kind, what = "INPUT_STRAGGLER", f"its input takes {ex_input:.0f} ms more per step"
+        action = f"inspect the input path on rank {culprit.rank}: its DataLoader, preprocessing, storage"
+    elif ex_compute >= policy.straggler_cause * excess_ms:
+        phase = max(("forward", "backward", "optimizer"),
+                    key=lambda p: (culprit.active_ms or culprit.phases_ms or {}).get(p, 0.0)
+                    - statistics.median((r.active_ms or r.phases_ms or {}).get(p, 0.0) for r in others))
+        kind, what = "COMPUTE_STRAGGLER", f"its compute takes {ex_compute:.0f} ms more per step (mostly {phase})"
+        action = f"inspect {phase} on rank {culprit.rank}: rank-local extra work, uneven shapes or data"
+    else:
+        kind, what = "STRAGGLER", (f"its extra time is spread over input (+{ex_input:.0f} ms) "
+                                   f"and compute (+{ex_compute:.0f} ms)")
+        action = f"inspect both input and compute on rank {culprit.rank}; isolate one issue at a time"
+    how = (f"the other ranks wait {excess_ms:.0f} ms per step for it in the synchronizing phase"
+           if synced else f"it carries {excess_ms:.0f} ms more work per step than the median rank")
+    return [Finding(
+        kind, severity,
+        f"rank {culprit.rank} slows the job: {what}",
+        f"{how}: {100 * score:.0f}% of the typical {victim_step:.0f} ms step (threshold "
+        f"{100 * policy.straggler_warn:.0f}%); input +{ex_input:.0f} ms, compute +{ex_compute:.0f} ms",
+        action, culprit.rank,
+        {"score": score, "rank_score": score, "excess_ms": excess_ms, "input_excess_ms": ex_input,
+         "compute_excess_ms": ex_compute, "synchronized": synced},
+    )]

@@ -28,19 +28,19 @@ def _via(stack: tuple[CodeFrame, ...]) -> str | None:
 def hot_frames(tl: Timeline, top: int = 5) -> dict[str, list[HotFrame]]:
     """Per phase, the innermost functions with the most time, best first."""
     per_phase: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    lines: dict[tuple[str, str], Counter[tuple[int, str | None]]] = defaultdict(Counter)
+    lines: dict[tuple[str, str, str], Counter[tuple[int, str | None]]] = defaultdict(Counter)
     totals: Counter[str] = Counter()
     for seg in tl.segments:
         leaf = seg.span.stack[-1]
         key = (leaf.name, leaf.file)
         per_phase[seg.phase][key] += seg.dur_ns
-        lines[key][(leaf.line, _via(seg.span.stack))] += seg.dur_ns
+        lines[(seg.phase, *key)][(leaf.line, _via(seg.span.stack))] += seg.dur_ns
         totals[seg.phase] += seg.dur_ns
     out: dict[str, list[HotFrame]] = {}
     for phase, counter in per_phase.items():
         rows = []
         for (name, path), ns in counter.most_common(top):
-            (line, via), _ = lines[(name, path)].most_common(1)[0]
+            (line, via), _ = lines[(phase, name, path)].most_common(1)[0]
             where = CodeFrame(name, path, line, None, None).where
             rows.append(HotFrame(where, via, ns / totals[phase], ns / 1e6))
         out[phase] = rows

@@ -80,6 +80,7 @@ class TargetMeta:
     rank: int | None
     local_rank: int | None
     world_size: int | None
+    ts_ns: int = 0   # when sampling of it began
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,11 @@ def render_text(s: dict[str, Any]) -> str:
         state = "exited" if t.get("exited") else "running"
         status = f" (status {t['exit_status']})" if t.get("exit_status") is not None else ""
         out.append(f"Target: pid {t['pid']}  {' '.join(t.get('cmd') or [])[:90]}  [{state}{status}]")
+    for rank, r in (s.get("ranks") or {}).items():
+        if r["status"] != "alive" or r["restarts"]:
+            extra = f" with status {r['exit_status']}" if r.get("exit_status") is not None else ""
+            out.append(f"Rank {rank}: {r['status']}{extra}; pids {', '.join(map(str, r['pids']))}"
+                       + (f", {r['restarts']} restart(s)" if r["restarts"] else ""))
     out.append(f"Window: {_clock(win['start'])} for {span_s:.1f} s; {samp['backend']} "
                f"{samp['version'] or ''} at {samp['rate_hz']} Hz, {samp['samples'] or 0} samples, "
                f"{samp['errors'] or 0} errors")
@@ -99,8 +104,11 @@ def render_text(s: dict[str, Any]) -> str:
     for rank, r in (s["process"].get("ranks") or {}).items():
         out.append(f"  rank {rank}: pid {r['pid']} CPU {r['cpu_percent_median']}% (median), RSS peak "
                    f"{_mb(r['rss_peak_bytes'])}, {r['threads']} threads, {r['workers']} worker processes")
-    if samp.get("problems"):
+    problems = list(samp.get("problems") or [])
+    if samp.get("bad_frames"):
+        problems.append(f"{samp['bad_frames']} recorded frame(s) could not be decoded and were skipped")
+    if problems:
         out.append("")
         out.append("Problems while sampling:")
-        out += [f"  {line}" for line in samp["problems"]]
+        out += [f"  {line}" for line in problems]
     return "\n".join(out) + "\n"

@@ -42,6 +42,9 @@ class Recording:
     windows: dict[int, list[WindowInfo]] = field(default_factory=dict)
     errors: list[ErrorEvent] = field(default_factory=list)
     exits: dict[int, ExitEvent] = field(default_factory=dict)
+    # main thread's (ts_ns, on-CPU ns, run-queue ns), cumulative, by pid
+    cpu: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    restarts: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts_ns, rank, old, new pid)
     end_reason: str | None = None
     bad_frames: int = 0
     _frames: dict[int, CodeFrame] = field(default_factory=dict, repr=False)
@@ -67,6 +70,7 @@ class Recording:
             self.targets[pid] = TargetMeta(
                 pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
                 rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
+                ts_ns=int(f["t"]),
             )
         elif kind == "spans":
             self._add_spans(f)
@@ -92,6 +96,11 @@ class Recording:
             self.errors.append(ErrorEvent(int(f["t"]), f.get("pid"), str(f["kind"]), str(f["msg"])))
         elif kind == "exit":
             self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), f.get("status"))
+        elif kind == "tcpu":
+            rows = self.cpu.setdefault(int(f["pid"]), [])
+            rows.extend((int(t), int(on), int(rq)) for t, on, rq in f["samples"])
+        elif kind == "restart":
+            self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
         elif kind == "bye":
             self.end_reason = f.get("reason")
         else:

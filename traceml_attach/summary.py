@@ -39,6 +39,8 @@ def _step_time(an: Analysis) -> dict[str, Any]:
             "shares": {k: _round(v, 4) for k, v in r.shares.items()} if r.shares else None,
             "wait_labels": {k: _round(v, 4) for k, v in r.wait_labels.items()},
             "loop": r.loop, "thread": r.thread,
+            "coverage": _round(r.coverage, 3),
+            "sync_wait_ms": _round(r.sync_wait_ms),
         }
     measured = [r for r in an.ranks if r.step_ms is not None and r.phases_ms]
     out: dict[str, Any] = {"diagnosis": _finding(an.findings[0]),
@@ -105,6 +107,27 @@ def _sampling(rec: Recording, an: Analysis) -> dict[str, Any]:
     }
 
 
+def _rank_status(rec: Recording) -> dict[str, Any]:
+    """alive / exited (with status when it could be read) / restarted, per rank."""
+    out: dict[str, Any] = {}
+    for index, pid in enumerate(rec.targets):
+        rank = rank_of(rec, pid, index)
+        row = out.setdefault(rank, {"pids": [], "restarts": 0})
+        row["pids"].append(pid)
+        row["pid"] = pid
+        ex = rec.exits.get(pid)
+        row["status"] = "exited" if ex else "alive"
+        row["exit_status"] = ex.status if ex else None
+    for _, rank_no, _, _ in rec.restarts:
+        row = out.get(str(rank_no))
+        if row is not None:
+            row["restarts"] += 1
+    for row in out.values():
+        if row["restarts"] and row["status"] == "alive":
+            row["status"] = "restarted"
+    return out
+
+
 def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]:
     primary = an.findings[0]
     return {
@@ -115,6 +138,7 @@ def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]
                      "exit_status": rec.exits[t.pid].status if t.pid in rec.exits else None,
                      "exited": t.pid in rec.exits} for t in rec.targets.values()],
         "end_reason": rec.end_reason,
+        "ranks": _rank_status(rec),
         "primary_diagnosis": {"kind": primary.kind, "status": primary.status,
                               "severity": primary.severity, "summary": primary.summary},
         "step_time": _step_time(an),

@@ -56,6 +56,9 @@ class Step:
     start_ns: int
     end_ns: int
     phases_ns: dict[str, int]
+    # Time the thread was blocked (not on a CPU or waiting for one) inside synchronizing
+    # phases (backward, collectives), by phase; None without CPU counters for the step.
+    blocked_sync_ns: dict[str, int] | None = None
 
     @property
     def dur_ns(self) -> int:
@@ -79,6 +82,10 @@ class Timeline:
     steps: tuple[Step, ...]
     too_short: TooShort | None
     wait_labels_ns: dict[str, int]
+    bounds: tuple[int, ...] = ()
+    stuck_since_ns: int | None = None   # start of the final run of one unchanging call path
+    end_ns: int | None = None           # end of the sampled window for this thread
+    coverage: float | None = None       # share of [start, end) with a stack seen on this thread
 
 
 # A span never outlasts the py-spy window that saw it (a few seconds); this bounds how far
@@ -182,6 +189,47 @@ def _holes(spans: Sequence[Span], max_gap_ns: int) -> list[tuple[int, int]]:
     return holes
 
 
+SYNC_PHASES = {("backward", None), ("wait", "collective")}
+
+
+class CpuCounter:
+    """Interpolates a thread's cumulative busy time (on a CPU or waiting for one)."""
+
+    def __init__(self, rows: Sequence[tuple[int, int, int]]) -> None:
+        self.ts = [r[0] for r in rows]
+        self.busy = [r[1] + r[2] for r in rows]
+
+    def at(self, ts_ns: int) -> float | None:
+        if not self.ts or ts_ns < self.ts[0] or ts_ns > self.ts[-1]:
+            return None
+        i = bisect.bisect_left(self.ts, ts_ns)
+        if self.ts[i] == ts_ns:
+            return self.busy[i]
+        t0, t1, b0, b1 = self.ts[i - 1], self.ts[i], self.busy[i - 1], self.busy[i]
+        return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
+
+
+def _coverage(mine: Sequence[Span]) -> float | None:
+    if not mine:
+        return None
+    covered = sum(s.dur_ns for s in mine)
+    return min(1.0, covered / max(mine[-1].end_ns - mine[0].ts_ns, 1))
+
+
+def _stuck_since(mine: Sequence[Span]) -> int | None:
+    if not mine:
+        return None
+    def path(span: Span) -> tuple[tuple[str, str], ...]:
+        return tuple((f.name, f.file) for f in span.stack)
+    last = path(mine[-1])
+    since = mine[-1].ts_ns
+    for span in reversed(mine):
+        if path(span) != last:
+            break
+        since = span.ts_ns
+    return since
+
+
 def build_timeline(
     pid: int,
     spans: Sequence[Span],
@@ -190,6 +238,7 @@ def build_timeline(
     rate_hz: int,
     start_ns: int,
     end_ns: int,
+    cpu: Sequence[tuple[int, int, int]] = (),
 ) -> Timeline:
     """Classify and segment one process's spans inside [start_ns, end_ns)."""
     window = clip_spans(spans, start_ns, end_ns)
@@ -202,34 +251,51 @@ def build_timeline(
         verdict = classify(span.stack, rules, depth)
         segments.append(Segment(span.ts_ns, span.dur_ns, verdict.phase, verdict.label, span, verdict.depth))
     interval_ns = int(1e9 / max(rate_hz, 1))
-    steps = _steps(segments, _boundaries(mine, loop) if loop else [],
-                   _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns))
+    bounds = _boundaries(mine, loop) if loop else []
+    info = threads.get(tid) if tid is not None else None
+    # The agent reads the main thread's counters: use them only for the main thread.
+    counter = CpuCounter(cpu) if cpu and info is not None and info.os_tid == pid else None
+    steps = _steps(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
             labels[seg.label or "other"] += seg.dur_ns
     name = threads[tid].name if tid is not None and tid in threads else None
     return Timeline(pid, tid, name, loop, tuple(segments), tuple(steps),
-                    _too_short(steps, rate_hz), dict(labels))
+                    _too_short(steps, rate_hz), dict(labels), tuple(bounds), _stuck_since(mine),
+                    mine[-1].end_ns if mine else None, _coverage(mine))
 
 
-def _steps(segments: Sequence[Segment], bounds: list[int], holes: list[tuple[int, int]]) -> list[Step]:
+def _steps(
+    segments: Sequence[Segment],
+    bounds: list[int],
+    holes: list[tuple[int, int]],
+    counter: CpuCounter | None,
+) -> list[Step]:
     steps = []
     i = 0
     for start, end in itertools.pairwise(bounds):
         if any(h0 < end and h1 > start for h0, h1 in holes):
             continue
         phases = dict.fromkeys(PHASES, 0)
+        blocked: dict[str, int] | None = {} if counter is not None else None
         while i < len(segments) and segments[i].ts_ns + segments[i].dur_ns <= start:
             i += 1
         j = i
         while j < len(segments) and segments[j].ts_ns < end:
             seg = segments[j]
-            overlap = min(seg.ts_ns + seg.dur_ns, end) - max(seg.ts_ns, start)
-            if overlap > 0:
-                phases[seg.phase] += overlap
+            lo, hi = max(seg.ts_ns, start), min(seg.ts_ns + seg.dur_ns, end)
+            if hi > lo:
+                phases[seg.phase] += hi - lo
+                if blocked is not None and counter is not None and (seg.phase, seg.label) in SYNC_PHASES:
+                    b0, b1 = counter.at(lo), counter.at(hi)
+                    if b0 is None or b1 is None:
+                        blocked = None
+                    else:
+                        idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
+                        blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
-        steps.append(Step(start, end, phases))
+        steps.append(Step(start, end, phases, blocked))
     return steps
 
 

@@ -20,7 +20,9 @@ LIVE_EVERY_S = 3.0
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, required=True, help="PID of the training process")
+    parser.add_argument("--pid", type=int, required=True, action="append",
+                        help="PID of the training process, or of its launcher (torchrun, accelerate, "
+                        "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
                         help="stack samples per second (default 100; about 3%% of one core)")
     parser.add_argument("--duration", type=positive_float, metavar="S",

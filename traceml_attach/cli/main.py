@@ -8,12 +8,13 @@ import traceback
 from collections.abc import Sequence
 
 from traceml_attach import __version__
-from traceml_attach.cli import attach, replay, snapshot, view
+from traceml_attach.cli import attach, replay, snapshot, stacks, view
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 
 COMMANDS = {
     "attach": (attach, "attach to a live job and diagnose it until you stop (Ctrl-C)"),
     "snapshot": (snapshot, "sample a live job for N seconds, print and write the summary"),
+    "stacks": (stacks, "print every rank's current stack, grouped, with its phase (for hangs)"),
     "view": (view, "print a saved final_summary.json as text"),
     "replay": (replay, "re-diagnose a recorded frames.msgpack"),
 }

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import discovery
+from agent.node import NodeAgent
 from agent.pyspy import PySpyError
-from agent.sampler import Sampler, SamplerConfig
-from agent.target import TargetError, python_children
+from agent.sampler import SamplerConfig
+from agent.target import TargetError, inspect_target, python_children
 from agent.wire import FrameWriter
 from traceml_attach.analysis import Analysis, analyze
 from traceml_attach.classify import Rule
@@ -63,32 +65,48 @@ def run_session(
     on_tick: Callable[[Recording, Analysis, float], None] | None,
     tick_s: float,
 ) -> SessionResult:
-    """Sample ``args.pid`` until duration, Ctrl-C/SIGTERM or the target's exit."""
+    """Sample every rank of ``args.pid`` until duration, Ctrl-C/SIGTERM or the job's end."""
+    pids: list[int] = args.pid
     config = SamplerConfig(rate_hz=args.rate)
+    for pid in pids:
+        try:
+            inspect_target(pid)
+        except TargetError as exc:
+            raise _fail(exc, pid) from exc
+    plan = discovery.plan(pids)
+    if plan.note:
+        print(f"traceml: {plan.note}", file=sys.stderr)
+    writer = FrameWriter(None)
+    node = NodeAgent(plan, config, writer, sys.argv)
     try:
-        sampler = Sampler(args.pid, config)
-        threads = sampler.probe()
+        probed = node.probe()
     except (TargetError, PySpyError) as exc:
-        raise _fail(exc, args.pid) from exc
-    assert sampler.target is not None
-    directory = run_dir(Path(args.logs_dir), args.run_name, sampler.target.cmd, args.pid)
-    writer = FrameWriter(directory / "frames.msgpack")
+        raise _fail(exc, plan.ranks[0].pid) from exc
+    for line in node.failures:
+        print(f"traceml: skipping {line}", file=sys.stderr)
+    first = probed[0][1].target
+    directory = run_dir(Path(args.logs_dir), args.run_name, first.cmd if first else (), pids[0])
+    node.writer = writer = FrameWriter(directory / "frames.msgpack")
     inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
     writer.listen(inbox.put)
     rec = Recording()
-    sampler.begin(writer, threads, sys.argv)
 
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    worker = threading.Thread(target=sampler.run, args=(stop,), name="traceml-sampler", daemon=True)
     started = time.monotonic()
-    worker.start()
+    node.start(probed, stop)
+    node_state: dict[str, float] = {}
+    ran_out = False
     try:
         next_tick = started + tick_s
-        while worker.is_alive() and not stop.is_set():
+        while not stop.is_set():
+            if not node.active():
+                ran_out = True
+                break
             elapsed = time.monotonic() - started
             if duration_s is not None and elapsed >= duration_s:
                 break
+            node.tick(stop, node_state)
             if on_tick is not None and time.monotonic() >= next_tick:
                 next_tick += tick_s
                 _drain(inbox, rec)
@@ -98,20 +116,20 @@ def run_session(
             stop.wait(0.1)
     finally:
         stop.set()
-        worker.join()
+        node.join()
+        writer.write({"k": "bye", "t": time.time_ns(), "reason": "target_exited" if ran_out else "stopped"})
         writer.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _drain(inbox, rec)
-    analysis = analyze(rec, rules)
-    summary = build_summary(rec, analysis, directory.name)
+    summary = build_summary(rec, analyze(rec, rules), directory.name)
     text = write_summary(directory, summary)
-    elapsed = time.monotonic() - started
-    cut_short = sampler.exit_reason == "target_exited" and duration_s is not None and elapsed < duration_s
-    if sampler.exit_reason == "pyspy_failed":
-        last = rec.errors[-1].message if rec.errors else "py-spy stopped working"
-        raise CliError(f"sampling stopped: {last}; summary of what was seen written to {directory}",
-                       KIND_TO_EXIT.get(rec.errors[-1].kind if rec.errors else "pyspy_failed", 6))
+    if node.exit_reasons() == {"pyspy_failed"}:
+        last = rec.errors[-1] if rec.errors else None
+        message = last.message if last else "py-spy stopped working"
+        raise CliError(f"sampling stopped: {message}; summary of what was seen written to {directory}",
+                       KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
+    cut_short = ran_out and duration_s is not None
     return SessionResult(directory, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
 
 

@@ -16,7 +16,9 @@ from traceml_attach.cli.session import run_session
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, required=True, help="PID of the training process")
+    parser.add_argument("--pid", type=int, required=True, action="append",
+                        help="PID of the training process, or of its launcher (torchrun, accelerate, "
+                        "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--seconds", type=positive_float, default=10.0, metavar="N",
                         help="how long to sample (default 10)")
     parser.add_argument("--rate", type=rate, default=100, metavar="HZ",

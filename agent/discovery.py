@@ -1,0 +1,124 @@
+"""Find the training ranks below a launcher (torchrun, accelerate, deepspeed) or given PIDs.
+
+A rank is a process with RANK in its environment whose parent is not itself a rank: the
+DataLoader workers a rank forks inherit RANK, and belong to it. Only RANK, LOCAL_RANK,
+WORLD_SIZE and GROUP_RANK are ever read from an environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import psutil
+
+from agent.target import rank_env
+
+
+@dataclass(frozen=True)
+class RankProc:
+    pid: int
+    rank: int | None          # None for a plain process without RANK
+    local_rank: int | None
+    world_size: int | None
+    group_rank: int | None
+    create_time: float | None
+
+
+def _rank_proc(pid: int, env: dict[str, int]) -> RankProc:
+    created = None
+    with contextlib.suppress(psutil.Error):
+        created = psutil.Process(pid).create_time()
+    return RankProc(pid, env.get("RANK"), env.get("LOCAL_RANK"), env.get("WORLD_SIZE"),
+                    env.get("GROUP_RANK"), created)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def ranks_below(pid: int) -> list[RankProc]:
+    """The live ranks among ``pid``'s descendants, by rank."""
+    try:
+        descendants = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    envs = {p.pid: rank_env(p.pid) for p in descendants if _alive(p)}
+    found = []
+    for proc in descendants:
+        env = envs.get(proc.pid)
+        if not env or "RANK" not in env:
+            continue
+        try:
+            parent = proc.ppid()
+        except psutil.Error:
+            continue
+        if "RANK" in envs.get(parent, {}):
+            continue  # a DataLoader worker (or other child) of a rank
+        found.append(_rank_proc(proc.pid, env))
+    return sorted(found, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
+
+
+def launcher_of(pid: int) -> int | None:
+    """For a rank, the nearest ancestor that is not a rank (its launcher), if any."""
+    try:
+        parent = psutil.Process(pid).parent()
+    except psutil.Error:
+        return None
+    while parent is not None:
+        if "RANK" not in rank_env(parent.pid):
+            return parent.pid
+        try:
+            parent = parent.parent()
+        except psutil.Error:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to sample: the ranks, and how they were found."""
+
+    ranks: list[RankProc]
+    launcher: int | None    # re-scanned for restarted workers when set
+    note: str | None        # said to the user (e.g. "this is rank 1 of 4 ...")
+
+
+def plan(pids: list[int]) -> Plan:
+    """Turn the user's --pid values into ranks to sample."""
+    if len(pids) == 1:
+        pid = pids[0]
+        env = rank_env(pid)
+        if "RANK" not in env:
+            below = ranks_below(pid)
+            if below:
+                return Plan(below, pid, None)
+            return Plan([_rank_proc(pid, env)], None, None)
+        launcher = launcher_of(pid)
+        world = env.get("WORLD_SIZE")
+        note = f"PID {pid} is rank {env['RANK']}" + (f" of {world}" if world else "")
+        if launcher is not None and ranks_below(launcher):
+            note += f"; to attach to every rank, give the launcher's PID: --pid {launcher}"
+        return Plan([_rank_proc(pid, env)], None, note)
+    return Plan([_rank_proc(pid, rank_env(pid)) for pid in pids], None, None)
+
+
+def exit_status(pid: int) -> int | None:
+    """A process's exit status while it is a zombie (before its parent reaps it), else None.
+
+    Field 52 of /proc/<pid>/stat is the wait status (Linux ≥ 3.5).
+    """
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if len(fields) < 50 or fields[0] != "Z":
+        return None
+    status = int(fields[-1])
+    if status & 0x7F:
+        return -(status & 0x7F)   # killed by a signal, as subprocess reports it
+    return (status >> 8) & 0xFF

@@ -1,0 +1,120 @@
+"""The node agent: one Sampler per rank, re-scanning the launcher for replaced workers.
+
+One py-spy per rank, not one per node with --subprocesses: measured in README.md
+(per-rank windows attach to exactly the ranks, and --subprocesses mixes up the events
+of forked DataLoader workers, which share their parent's thread idents).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from agent.discovery import Plan, RankProc, ranks_below
+from agent.procstats import host_frame
+from agent.pyspy import PySpyError, ThreadDump
+from agent.sampler import Sampler, SamplerConfig
+from agent.target import TargetError
+from agent.wire import FrameWriter
+
+RESCAN_EVERY_S = 1.0
+
+
+@dataclass
+class _Running:
+    rank: RankProc
+    sampler: Sampler
+    thread: threading.Thread
+
+
+@dataclass
+class NodeAgent:
+    """Samples every rank of ``plan`` until ``stop`` is set or nothing is left to sample."""
+
+    plan: Plan
+    config: SamplerConfig
+    writer: FrameWriter
+    argv: list[str]
+    running: dict[int, _Running] = field(default_factory=dict)  # by pid
+    seen_ranks: dict[int, int] = field(default_factory=dict)    # rank -> latest pid
+    failures: list[str] = field(default_factory=list)
+
+    def probe(self) -> list[tuple[RankProc, Sampler, list[ThreadDump]]]:
+        """Probe every rank; raises the first error when no rank can be sampled at all."""
+        ready, first_error = [], None
+        for rank in self.plan.ranks:
+            try:
+                sampler = Sampler(rank.pid, self.config)
+                ready.append((rank, sampler, sampler.probe()))
+            except (TargetError, PySpyError) as exc:
+                first_error = first_error or exc
+                self.failures.append(f"rank {rank.rank} (pid {rank.pid}): {exc}")
+        if not ready and first_error is not None:
+            raise first_error
+        return ready
+
+    def start(self, probed: list[tuple[RankProc, Sampler, list[ThreadDump]]], stop: threading.Event) -> None:
+        if probed:
+            self.writer.write(probed[0][1].hello(self.argv))
+        for rank, sampler, threads in probed:
+            self._launch(rank, sampler, threads, stop)
+
+    def _launch(self, rank: RankProc, sampler: Sampler, threads: list[ThreadDump], stop: threading.Event) -> None:
+        previous = self.seen_ranks.get(rank.rank) if rank.rank is not None else None
+        if previous is not None and previous != rank.pid:
+            self.writer.write({"k": "restart", "t": time.time_ns(), "rank": rank.rank,
+                               "old_pid": previous, "pid": rank.pid})
+        if rank.rank is not None:
+            self.seen_ranks[rank.rank] = rank.pid
+        sampler.begin(self.writer, threads)
+        thread = threading.Thread(target=sampler.run, args=(stop,), name=f"traceml-rank-{rank.rank}",
+                                  daemon=True)
+        self.running[rank.pid] = _Running(rank, sampler, thread)
+        thread.start()
+
+    def rescan(self, stop: threading.Event) -> None:
+        """Attach to ranks that appeared under the launcher (elastic restarts)."""
+        if self.plan.launcher is None:
+            return
+        for rank in ranks_below(self.plan.launcher):
+            if rank.pid in self.running:
+                continue
+            try:
+                sampler = Sampler(rank.pid, self.config)
+                threads = sampler.probe()
+            except (TargetError, PySpyError) as exc:
+                self.writer.write({"k": "error", "t": time.time_ns(), "pid": rank.pid,
+                                   "kind": getattr(exc, "kind", "failed"), "msg": str(exc)})
+                continue
+            self._launch(rank, sampler, threads, stop)
+
+    def active(self) -> bool:
+        """Anything left to sample: a live sampler, or a launcher that may start new workers."""
+        if any(r.thread.is_alive() for r in self.running.values()):
+            return True
+        if self.plan.launcher is None:
+            return False
+        try:
+            return psutil.Process(self.plan.launcher).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def join(self) -> None:
+        for r in self.running.values():
+            r.thread.join()
+
+    def tick(self, stop: threading.Event, state: dict[str, float]) -> None:
+        """Periodic node work: host stats and launcher re-scans (call every ~0.1 s)."""
+        now = time.monotonic()
+        if now >= state.get("host", 0.0):
+            state["host"] = now + self.config.proc_every_s
+            self.writer.write(host_frame())
+        if now >= state.get("rescan", 0.0):
+            state["rescan"] = now + RESCAN_EVERY_S
+            self.rescan(stop)
+
+    def exit_reasons(self) -> set[str]:
+        return {r.sampler.exit_reason or "stopped" for r in self.running.values()}

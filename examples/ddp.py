@@ -1,0 +1,138 @@
+"""DDP on CPU (gloo), run under torchrun: balanced, or one rank made slow in one way.
+
+    torchrun --nproc-per-node 2 examples/ddp.py --straggler input --slow-rank 1
+
+--straggler input     the slow rank's Dataset preprocessing is heavier (INPUT STRAGGLER)
+--straggler compute   the slow rank does extra work in its forward (COMPUTE STRAGGLER)
+--straggler backward  the slow rank's backward is slower (a gradient hook): every rank's
+                      backward is then equally long, because the fast ranks wait in the
+                      all-reduce; only their waiting tells the culprit apart
+--hang-at-step N      the slow rank blocks forever at step N (HANG: the others wait in backward)
+--exit-at-step N      the slow rank exits with --exit-code at step N (on the first attempt only,
+                      so torchrun --max-restarts 1 restarts the workers once)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BATCH_SIZE, CLASSES, IN_FEATURES, burn_cpu, parse_args, setup
+from _groundtruth import GroundTruth
+
+WIDTH = 1536
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--straggler", choices=("none", "input", "compute", "backward"), default="none")
+    parser.add_argument("--slow-rank", type=int, default=1)
+    parser.add_argument("--extra-ms", type=float, default=60.0, help="the slow rank's extra work per step")
+    parser.add_argument("--base-input-ms", type=float, default=3.0, help="every rank's preprocessing per step")
+    parser.add_argument("--hang-at-step", type=int, default=-1)
+    parser.add_argument("--exit-at-step", type=int, default=-1)
+    parser.add_argument("--exit-code", type=int, default=3)
+
+
+def preprocess(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
+    burn_cpu(cost_s)
+    return raw
+
+
+class Samples(Dataset):
+    def __init__(self, n: int, cost_s: float) -> None:
+        self.x = torch.randn(n, IN_FEATURES)
+        self.y = torch.randint(0, CLASSES, (n,))
+        self.cost_s = cost_s
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return preprocess(self.x[i], self.cost_s), self.y[i]
+
+
+class Net(nn.Module):
+    def __init__(self, extra_s: float) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(IN_FEATURES, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH),
+                                  nn.ReLU(), nn.Linear(WIDTH, CLASSES))
+        self.extra_s = extra_s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.extra_s:
+            rank_local_extra_work(self.extra_s)
+        return self.body(x)
+
+
+def rank_local_extra_work(seconds: float) -> None:
+    burn_cpu(seconds)
+
+
+def slow_gradient_hook(seconds: float):
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        burn_cpu(seconds)
+        return grad
+    return hook
+
+
+def fetch_from_slow_store() -> None:
+    time.sleep(3600)  # a stuck read: this rank never reaches the next all-reduce
+
+
+def main() -> None:
+    args = parse_args(__doc__, add_args)
+    setup(args)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    slow = rank == args.slow_rank
+    extra = args.extra_ms / 1000
+    input_cost = (args.base_input_ms / 1000 + (extra if slow and args.straggler == "input" else 0.0)) / BATCH_SIZE
+    model = DistributedDataParallel(Net(extra if slow and args.straggler == "compute" else 0.0))
+    if slow and args.straggler == "backward":
+        model.module.body[0].weight.register_hook(slow_gradient_hook(extra))
+    loss_fn = nn.CrossEntropyLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(Samples(BATCH_SIZE * 64, input_cost), batch_size=BATCH_SIZE, drop_last=True)
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    gt = GroundTruth.from_env()
+    dist.barrier()
+    # one write(): with unbuffered output, print() writes the newline separately and the
+    # ranks' lines interleave on the launcher's shared stdout
+    sys.stdout.write(f"ready pid={os.getpid()} rank={rank}\n")
+    sys.stdout.flush()
+    gt.start()
+    step = 0
+    while step < args.steps:
+        for x, y in loader:
+            gt.phase("input")
+            out = model(x)
+            loss = loss_fn(out, y)
+            gt.phase("forward")
+            loss.backward()
+            gt.phase("backward")
+            opt.step()
+            opt.zero_grad()
+            gt.phase("optimizer")
+            step += 1
+            gt.step_done()
+            if slow and step == args.hang_at_step:
+                fetch_from_slow_store()
+            if slow and step == args.exit_at_step and first_attempt:
+                sys.exit(args.exit_code)
+            if step >= args.steps:
+                break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

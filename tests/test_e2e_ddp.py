@@ -1,0 +1,134 @@
+"""torchrun DDP jobs (gloo, CPU): attach to the launcher, find every rank, name the slow one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launch import PHASES, rank_truth, start_torchrun, stop_example
+from tests.conftest import traceml
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path) -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(nproc: int, *args: str, launcher_args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+        proc = start_torchrun(nproc, *args, truth_dir=tmp_path, launcher_args=launcher_args)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
+            child.terminate()
+        stop_example(proc)
+
+
+def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    out = traceml("snapshot", "--pid", str(pid), "--seconds", str(seconds), "--quiet",
+                  "--logs-dir", str(tmp_path / "logs"), "--run-name", name)
+    assert out.returncode in (0, 8), out.stderr
+    return json.loads((tmp_path / "logs" / name / "final_summary.json").read_text()), out
+
+
+def assert_ranks_match_truth(summary: dict, tmp_path: Path, nproc: int) -> None:
+    window = summary["sampling"]["window"]
+    ranks = summary["step_time"]["ranks"]
+    assert sorted(ranks) == [str(r) for r in range(nproc)]
+    for rank in range(nproc):
+        truth = rank_truth(tmp_path, rank, window["start"], window["end"])
+        shares = ranks[str(rank)]["shares"]
+        for phase in PHASES:
+            assert abs(shares[phase] - truth.shares[phase]) <= 0.05, (rank, phase, shares, truth.shares)
+
+
+@pytest.mark.parametrize(
+    ("straggler", "kind"),
+    [("input", "INPUT_STRAGGLER"), ("compute", "COMPUTE_STRAGGLER"), ("backward", "COMPUTE_STRAGGLER")],
+)
+def test_straggler_names_rank_and_cause(torchrun, tmp_path: Path, straggler: str, kind: str):
+    # GIVEN a 2-rank DDP job whose rank 1 is slow in one way
+    launcher = torchrun(2, "--straggler", straggler, "--slow-rank", "1")
+    time.sleep(2)
+    # WHEN traceml attaches to the launcher
+    summary, out = snapshot(launcher.pid, tmp_path, straggler)
+    # THEN it finds both ranks, blames rank 1 and says why
+    diag = summary["step_time"]["diagnosis"]
+    assert (diag["kind"], diag["worst_rank"]) == (kind, "1"), out.stdout
+    if straggler == "backward":
+        # every rank's backward is equally long: only rank 0's waiting tells them apart
+        assert "backward" in diag["summary"]
+        sync = {r: summary["step_time"]["ranks"][r]["sync_wait_ms"] for r in ("0", "1")}
+        assert sync["0"] > sync["1"] + 20
+    assert_ranks_match_truth(summary, tmp_path, 2)
+    assert "Rank " in out.stdout and "Worst (r" in out.stdout
+
+
+def test_balanced_ranks_have_no_straggler(torchrun, tmp_path: Path):
+    launcher = torchrun(2, "--straggler", "none")
+    time.sleep(2)
+    summary, out = snapshot(launcher.pid, tmp_path, "none")
+    kinds = {f["kind"] for f in summary["step_time"]["findings"]}
+    assert not kinds & {"INPUT_STRAGGLER", "COMPUTE_STRAGGLER", "STRAGGLER", "HANG"}, out.stdout
+    assert abs(summary["step_time"]["skew_pct"]) < 10
+    assert_ranks_match_truth(summary, tmp_path, 2)
+
+
+def test_four_ranks(torchrun, tmp_path: Path):
+    launcher = torchrun(4, "--straggler", "compute", "--slow-rank", "2", "--extra-ms", "150")
+    time.sleep(3)
+    summary, out = snapshot(launcher.pid, tmp_path, "four", seconds=15)
+    diag = summary["step_time"]["diagnosis"]
+    assert (diag["kind"], diag["worst_rank"]) == ("COMPUTE_STRAGGLER", "2"), out.stdout
+    assert_ranks_match_truth(summary, tmp_path, 4)
+
+
+def test_hang_names_the_stuck_rank_and_line(torchrun, tmp_path: Path):
+    launcher = torchrun(2, "--hang-at-step", "5")
+    time.sleep(4)
+    started = time.monotonic()
+    summary, out = snapshot(launcher.pid, tmp_path, "hang", seconds=12)
+    assert time.monotonic() - started < 15
+    diag = summary["step_time"]["diagnosis"]
+    assert (diag["kind"], diag["worst_rank"]) == ("HANG", "1"), out.stdout
+    assert "fetch_from_slow_store (examples/ddp.py:" in diag["why"]
+    assert "time.sleep(3600)" in diag["why"] and "rank 0 waits in backward" in diag["why"]
+    # the one-shot view of the same hang
+    stacks = traceml("stacks", "--pid", str(launcher.pid))
+    assert stacks.returncode == 0, stacks.stderr
+    assert "rank 1 [wait/sleep]" in stacks.stdout and "rank 0 [backward]" in stacks.stdout
+    assert "fetch_from_slow_store" in stacks.stdout
+
+
+def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
+    # rank 1 exits with status 3 at step 40 of the first attempt; torchrun restarts both workers
+    # (up to 3 times: under load a new attempt's gloo connect occasionally fails on its own)
+    launcher = torchrun(2, "--exit-at-step", "40", "--exit-code", "3", launcher_args=("--max-restarts", "3"))
+    summary, out = snapshot(launcher.pid, tmp_path, "restart", seconds=25)
+    ranks = summary["ranks"]
+    assert ranks["1"]["status"] == "restarted" and ranks["1"]["restarts"] >= 1, out.stdout
+    first, last = ranks["1"]["pids"][0], ranks["1"]["pids"][-1]
+    targets = {t["pid"]: t for t in summary["targets"]}
+    assert targets[first]["exited"] and targets[first]["exit_status"] == 3
+    assert not targets[last]["exited"]
+    # the restarted workers are sampled: their steps are in the summary
+    assert summary["step_time"]["ranks"]["1"]["pid"] == last
+    assert summary["step_time"]["ranks"]["1"]["steps"] >= 10
+
+
+def test_attaching_to_one_rank_says_which_and_how_to_get_all(torchrun, tmp_path: Path):
+    launcher = torchrun(2)
+    rank1 = next(p.pid for p in psutil.Process(launcher.pid).children(recursive=True)
+                 if "RANK=1" in Path(f"/proc/{p.pid}/environ").read_bytes().decode(errors="replace").split("\0"))
+    summary, out = snapshot(rank1, tmp_path, "one", seconds=4)
+    assert f"is rank 1 of 2; to attach to every rank, give the launcher's PID: --pid {launcher.pid}" in out.stderr
+    assert list(summary["step_time"]["ranks"]) == ["1"]

@@ -1,0 +1,100 @@
+"""HANG: no rank completes a step and the stacks stop changing; name the odd rank out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from agent.source import is_library
+from traceml_attach.diagnose import Finding
+from traceml_attach.model import CodeFrame
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
+from traceml_attach.timeline import SYNC_PHASES, Timeline
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: str
+    phase: str
+    label: str | None
+    where: str | None       # innermost user-code frame, "fn (file:line)"
+    src: str | None         # its source line
+    stack: tuple[str, ...]  # outermost first
+    idle_s: float           # since the last step boundary (or the window start)
+    unchanged_s: float      # since the call path last changed
+
+    @property
+    def synchronizing(self) -> bool:
+        return (self.phase, self.label if self.phase == "wait" else None) in SYNC_PHASES
+
+    @property
+    def what(self) -> str:
+        return self.phase if self.phase != "wait" else f"wait/{self.label or 'other'}"
+
+
+def _user_frame(stack: tuple[CodeFrame, ...]) -> CodeFrame | None:
+    for frame in reversed(stack):
+        if not is_library(frame.file):
+            return frame
+    return None
+
+
+def rank_state(rank: str, tl: Timeline) -> RankState | None:
+    if not tl.segments or tl.end_ns is None:
+        return None
+    last = tl.segments[-1]
+    start = tl.bounds[-1] if tl.bounds else tl.segments[0].ts_ns
+    user = _user_frame(last.span.stack)
+    return RankState(
+        rank, last.phase, last.label, user.where if user else None, user.src if user else None,
+        tuple(f.where for f in last.span.stack), (tl.end_ns - start) / 1e9,
+        (tl.end_ns - (tl.stuck_since_ns or tl.end_ns)) / 1e9,
+    )
+
+
+def _odd_ones(states: list[RankState]) -> list[RankState]:
+    waiting = [s for s in states if s.synchronizing]
+    elsewhere = [s for s in states if not s.synchronizing]
+    if waiting and elsewhere:
+        return elsewhere
+    groups = Counter((s.what, s.where) for s in states)
+    if len(groups) < 2:
+        return []
+    smallest = min(groups.values())
+    if list(groups.values()).count(smallest) > 1:
+        return []
+    return [s for s in states if groups[(s.what, s.where)] == smallest]
+
+
+def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY
+                ) -> Finding | None:
+    states = [s for rank, tl in timelines.items() if (s := rank_state(rank, tl)) is not None]
+    if not states or len(states) < len(timelines):
+        return None
+    if any(s.idle_s < policy.hang_s or s.unchanged_s < policy.hang_s / 2 for s in states):
+        return None
+    idle = min(s.idle_s for s in states)
+    odd = _odd_ones(states)
+    rest = [s for s in states if s not in odd]
+    evidence = {"idle_s": idle, "ranks": {s.rank: {"phase": s.what, "where": s.where, "src": s.src,
+                                                   "stack": list(s.stack)} for s in states}}
+    if odd:
+        o = odd[0]
+        names = ", ".join(s.rank for s in odd)
+        others = ", ".join(s.rank for s in rest)
+        common = rest[0] if rest else None
+        why = (f"no rank completed a step for {idle:.0f} s and the stacks stopped changing; "
+               f"rank {names} is in {o.what} at {o.where}" + (f" `{o.src}`" if o.src else ""))
+        if common:
+            why += (f", while rank{'s' if len(rest) > 1 else ''} {others} wait{'' if len(rest) > 1 else 's'} "
+                    f"in {common.what} at {common.where}" + (f" `{common.src}`" if common.src else ""))
+        evidence["common_stack"] = list(common.stack) if common else []
+        return Finding("HANG", "critical", f"the job is stuck: rank {names} is not where the others are",
+                       why, f"look at rank {o.rank}'s {o.where}; run `traceml stacks --pid PID` for every "
+                       "rank's current stack", o.rank, evidence)
+    s0 = states[0]
+    return Finding("HANG", "critical", "the job is stuck: every rank is at the same place",
+                   f"no rank completed a step for {idle:.0f} s and the stacks stopped changing; all ranks "
+                   f"are in {s0.what} at {s0.where}", "look for a collective that one rank never reaches, "
+                   "a dead DataLoader worker or an external dependency; `traceml stacks --pid PID`",
+                   None, evidence)
