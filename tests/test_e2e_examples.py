@@ -59,3 +59,24 @@ def test_hot_frames_name_the_slow_code(example, tmp_path: Path):
     top_input = hot["input"][0]
     assert "decode_sample" in top_input["frame"] or "burn_cpu" in top_input["frame"]
     assert top_input["share"] > 0.5
+
+
+def test_leaking_cpu_job_is_diagnosed_as_creeping_within_15_s(example, tmp_path: Path):
+    job = example("memory_creep")
+    started = time.monotonic()
+    out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "12", "--quiet",
+                  "--logs-dir", str(tmp_path), "--run-name", "creep")
+    assert time.monotonic() - started < 15
+    assert out.returncode == 0, out.stderr
+    memory = json.loads((tmp_path / "creep" / "final_summary.json").read_text())["step_memory"]
+    assert memory["diagnosis"]["kind"] in ("MEMORY_CREEP", "MEMORY_CREEP_EARLY"), out.stdout
+    assert memory["host"]["ranks"]["0"]["delta_bytes"] > 64 * 2**20
+    assert "Step Memory  [MEMORY CREEP" in out.stdout
+
+
+def test_steady_job_is_not_creeping(example, tmp_path: Path):
+    job = example("compute_bound")
+    out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "8", "--quiet",
+                  "--logs-dir", str(tmp_path), "--run-name", "steady")
+    memory = json.loads((tmp_path / "steady" / "final_summary.json").read_text())["step_memory"]
+    assert memory["diagnosis"]["kind"] == "NO_GPU", out.stdout

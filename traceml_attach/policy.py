@@ -34,3 +34,52 @@ class StepTimePolicy:
 
 
 DEFAULT_STEP_TIME_POLICY = StepTimePolicy()
+
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    # Device memory in use (NVML: the allocator's reserved memory plus the CUDA context) as
+    # a share of capacity: HIGH PRESSURE warns at this...
+    pressure_warn: float = 0.92
+    # ...and is critical at this.
+    pressure_crit: float = 0.97
+    # IMBALANCE: the worst rank's peak at least this much above the median rank's...
+    imbalance_skew: float = 0.20
+    # ...while memory matters at all (worst peak at least this share of capacity).
+    imbalance_min_pressure: float = 0.30
+    # Creep compares the medians of the head, middle and tail thirds of the window, on the
+    # worst rank and on the median rank. Each band must rise by at least this much...
+    creep_band_rise_bytes: int = 8 * MIB
+    # ...and the tail must exceed the head by this much for MEMORY CREEP (EARLY): a
+    # consistent rise that is more than allocator noise...
+    creep_early_bytes: int = 64 * MIB
+    # ...and by this much (GPU) for a confirmed MEMORY CREEP,
+    creep_confirmed_gpu_bytes: int = 1024 * MIB
+    # or by this much of host RSS (a rank with its DataLoader workers), for which there is
+    # no capacity per process: half a GiB retained within one window is a leak, not a cache.
+    creep_confirmed_host_bytes: int = 512 * MIB
+    # A window needs this many memory samples per rank (one a second) to judge a trend.
+    min_samples: int = 6
+
+
+@dataclass(frozen=True)
+class SystemPolicy:
+    low_gpu_util: float = 30.0        # median GPU utilization % below this: LOW_GPU_UTILIZATION
+    moderate_gpu_util: float = 70.0   # ...below this: MODERATE_GPU_UTILIZATION
+    high_cpu: float = 90.0            # median host CPU % at or above this: HIGH_CPU
+    high_host_memory: float = 0.92    # peak host RAM in use / total: HIGH_HOST_MEMORY
+    high_gpu_memory: float = 0.92     # peak device memory used / total: HIGH_GPU_MEMORY
+    high_gpu_temp_c: float = 85.0     # peak GPU temperature: HIGH_GPU_TEMPERATURE
+    high_gpu_power: float = 0.98      # median power draw / enforced limit: HIGH_GPU_POWER
+    # Per process:
+    high_process_gpu_memory: float = 0.90   # a rank's device memory / device capacity
+    rank_gpu_memory_skew: float = 0.20      # worst rank's GPU memory above the median rank's
+    high_process_rss: float = 0.50          # a rank's RSS with its workers / host RAM
+    high_process_cpu: float = 95.0          # a rank's main process CPU %, median (a core saturated)
+
+
+DEFAULT_MEMORY_POLICY = MemoryPolicy()
+DEFAULT_SYSTEM_POLICY = SystemPolicy()

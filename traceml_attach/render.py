@@ -96,6 +96,17 @@ def render_text(s: dict[str, Any]) -> str:
                 out.append(f"  {phase:<10}{100 * h['share']:>4.0f}%  {h['frame']}{via}")
         out.append("")
     out += _diag_block("Step Memory", s["step_memory"]["diagnosis"])
+    for source in ("gpu", "host"):
+        mem = s["step_memory"].get(source)
+        if not mem or not mem.get("ranks"):
+            continue
+        label = "GPU memory (NVML: reserved + context)" if source == "gpu" else "host RSS + workers"
+        out.append(f"  {label}: median peak {_mb(mem['median_peak_bytes'])}, worst peak "
+                   f"{_mb(mem['worst_peak_bytes'])} (rank {mem['worst_rank']}), skew {mem['skew_pct']}%")
+        for rank, r in mem["ranks"].items():
+            bands = r.get("head_mid_tail_bytes")
+            trend = " → ".join(_mb(b) for b in bands) if bands else "too few samples"
+            out.append(f"    rank {rank}: head/mid/tail {trend}")
     out += _diag_block("System", s["system"]["diagnosis"])
     host = s["system"].get("host") or {}
     out.append(f"  host CPU {host.get('cpu_percent_median', '-')}% (median), RAM peak "

@@ -7,9 +7,10 @@ from dataclasses import asdict
 from typing import Any
 
 from traceml_attach import __version__
-from traceml_attach.analysis import Analysis, rank_of
+from traceml_attach.analysis import Analysis, rank_of, rank_pids
 from traceml_attach.classify import PHASES
 from traceml_attach.diagnose import Finding
+from traceml_attach.memory import combine, diagnose_memory
 from traceml_attach.stream import Recording
 
 SCHEMA_VERSION = 1
@@ -58,6 +59,22 @@ def _step_time(an: Analysis) -> dict[str, Any]:
     else:
         out.update({"median": None, "worst": None, "skew_pct": None, "wait_share": None})
     return out
+
+
+def host_memory_series(rec: Recording, an: Analysis) -> dict[str, list[tuple[int, int]]]:
+    """Each rank's RSS plus its DataLoader workers', inside the analysis window."""
+    out = {}
+    lo, hi = an.start_ns or 0, an.end_ns or (1 << 62)
+    for rank, pid in rank_pids(rec, lo, hi).items():
+        out[rank] = [(p.ts_ns, p.rss_bytes + sum(c[2] or 0 for c in p.children))
+                     for p in rec.procs.get(pid, []) if p.rss_bytes is not None and lo <= p.ts_ns <= hi]
+    return out
+
+
+def _step_memory(rec: Recording, an: Analysis) -> dict[str, Any]:
+    host = diagnose_memory("host", host_memory_series(rec, an), {})
+    finding = combine(None, host)
+    return {"diagnosis": _finding(finding), "host": host.as_dict(), "gpu": None}
 
 
 def _process(rec: Recording) -> dict[str, Any]:
@@ -142,7 +159,7 @@ def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]
         "primary_diagnosis": {"kind": primary.kind, "status": primary.status,
                               "severity": primary.severity, "summary": primary.summary},
         "step_time": _step_time(an),
-        "step_memory": _not_collected("step memory"),
+        "step_memory": _step_memory(rec, an),
         "system": _system(rec),
         "process": _process(rec),
         "hot_frames": {rank: {phase: [asdict(h) for h in rows] for phase, rows in phases.items()}
