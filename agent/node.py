@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from agent.discovery import Plan, RankProc, ranks_below
+from agent.nvml import Nvml
 from agent.procstats import host_frame
 from agent.pyspy import PySpyError, ThreadDump
 from agent.sampler import Sampler, SamplerConfig
@@ -41,6 +42,7 @@ class NodeAgent:
     running: dict[int, _Running] = field(default_factory=dict)  # by pid
     seen_ranks: dict[int, int] = field(default_factory=dict)    # rank -> latest pid
     failures: list[str] = field(default_factory=list)
+    nvml: Nvml = field(default_factory=Nvml)
 
     def probe(self) -> list[tuple[RankProc, Sampler, list[ThreadDump]]]:
         """Probe every rank; raises the first error when no rank can be sampled at all."""
@@ -112,6 +114,11 @@ class NodeAgent:
         if now >= state.get("host", 0.0):
             state["host"] = now + self.config.proc_every_s
             self.writer.write(host_frame())
+        if now >= state.get("gpu", 0.0):
+            state["gpu"] = now + self.config.gpu_every_s
+            frame = self.nvml.poll()
+            if frame is not None:
+                self.writer.write(frame)
         if now >= state.get("rescan", 0.0):
             state["rescan"] = now + RESCAN_EVERY_S
             self.rescan(stop)

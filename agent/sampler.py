@@ -24,6 +24,7 @@ import psutil
 
 from agent import __version__, source
 from agent.discovery import exit_status
+from agent.nvml import host_pids
 from agent.procstats import ProcPoller
 from agent.pyspy import (
     PySpyError,
@@ -51,6 +52,7 @@ class SamplerConfig:
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
     cpu_every_s: float = 0.02    # main thread's on-CPU/run-queue time (tells computing from waiting)
+    gpu_every_s: float = 1.0     # NVML poll of devices and their processes
 
 
 class Sampler:
@@ -93,7 +95,8 @@ class Sampler:
         target = self.target or inspect_target(self.pid)
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
-            "cmd": list(target.cmd), **{k.lower(): v for k, v in target.rank_env.items()},
+            "cmd": list(target.cmd), "nspid": host_pids(self.pid),
+            **{k.lower(): v for k, v in target.rank_env.items()},
         })
         self._write_threads(threads)
 

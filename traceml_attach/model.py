@@ -81,6 +81,7 @@ class TargetMeta:
     local_rank: int | None
     world_size: int | None
     ts_ns: int = 0   # when sampling of it began
+    nspid: tuple[int, ...] = ()   # its PID in each PID namespace (NVML reports the host's)
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,22 @@ def _short(path: str) -> str:
             return path.split(marker, 1)[1]
     parts = path.rsplit("/", 2)
     return "/".join(parts[-2:]) if len(parts) > 2 else path
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    index: int
+    util_percent: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    temp_c: float | None
+    power_w: float | None
+    power_limit_w: float | None
+    mig: bool
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    ts_ns: int
+    devices: tuple[DeviceReading, ...]
+    procs: tuple[tuple[int, int, int | None, int | None], ...]  # (device, host pid, used bytes, SM %)

@@ -112,9 +112,17 @@ def render_text(s: dict[str, Any]) -> str:
     out.append(f"  host CPU {host.get('cpu_percent_median', '-')}% (median), RAM peak "
                f"{_mb(host.get('mem_used_peak_bytes'))} of {_mb(host.get('mem_total_bytes'))}")
     out += _diag_block("Process", s["process"]["diagnosis"])
+    for i, g in (s["system"].get("gpus") or {}).items():
+        out.append(f"  GPU {i}: util {g['util_percent_median']}% (median), memory peak "
+                   f"{None if g['mem_used_peak'] is None else round(100 * g['mem_used_peak'])}%, "
+                   f"temp peak {g['temp_c_peak']} C")
     for rank, r in (s["process"].get("ranks") or {}).items():
-        out.append(f"  rank {rank}: pid {r['pid']} CPU {r['cpu_percent_median']}% (median), RSS peak "
-                   f"{_mb(r['rss_peak_bytes'])}, {r['threads']} threads, {r['workers']} worker processes")
+        cpu = r["cpu_percent_median"]
+        gpu = f", GPU memory peak {_mb(r['gpu_mem_peak_bytes'])}" if r.get("gpu_mem_peak_bytes") else ""
+        out.append(f"  rank {rank}: pid {r['pid']} CPU {'-' if cpu is None else f'{cpu:.0f}'}% (median), RSS peak "
+                   f"{_mb(r['rss_peak_bytes'])} with {r['workers']} workers, {r['threads']} threads{gpu}")
+    for note in s["process"].get("notes") or []:
+        out.append(f"  note: {note}")
     problems = list(samp.get("problems") or [])
     if samp.get("bad_frames"):
         problems.append(f"{samp['bad_frames']} recorded frame(s) could not be decoded and were skipped")

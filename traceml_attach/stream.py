@@ -16,8 +16,10 @@ import msgpack
 from agent.wire import unpacker
 from traceml_attach.model import (
     CodeFrame,
+    DeviceReading,
     ErrorEvent,
     ExitEvent,
+    GpuSample,
     HostSample,
     ProcSample,
     Span,
@@ -45,6 +47,7 @@ class Recording:
     # main thread's (ts_ns, on-CPU ns, run-queue ns), cumulative, by pid
     cpu: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     restarts: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts_ns, rank, old, new pid)
+    gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
     bad_frames: int = 0
     _frames: dict[int, CodeFrame] = field(default_factory=dict, repr=False)
@@ -70,7 +73,7 @@ class Recording:
             self.targets[pid] = TargetMeta(
                 pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
                 rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
-                ts_ns=int(f["t"]),
+                ts_ns=int(f["t"]), nspid=tuple(int(x) for x in f.get("nspid") or (pid,)),
             )
         elif kind == "spans":
             self._add_spans(f)
@@ -96,6 +99,12 @@ class Recording:
             self.errors.append(ErrorEvent(int(f["t"]), f.get("pid"), str(f["kind"]), str(f["msg"])))
         elif kind == "exit":
             self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), f.get("status"))
+        elif kind == "gpu":
+            self.gpus.append(GpuSample(
+                int(f["t"]),
+                tuple(DeviceReading(int(d[0]), d[1], d[2], d[3], d[4], d[5], d[6], bool(d[7])) for d in f["devices"]),
+                tuple((int(p[0]), int(p[1]), p[2], p[3]) for p in f["procs"]),
+            ))
         elif kind == "tcpu":
             rows = self.cpu.setdefault(int(f["pid"]), [])
             rows.extend((int(t), int(on), int(rq)) for t, on, rq in f["samples"])

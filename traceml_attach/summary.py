@@ -10,8 +10,10 @@ from traceml_attach import __version__
 from traceml_attach.analysis import Analysis, rank_of, rank_pids
 from traceml_attach.classify import PHASES
 from traceml_attach.diagnose import Finding
+from traceml_attach.gpu import RankGpu, rank_gpu
 from traceml_attach.memory import combine, diagnose_memory
 from traceml_attach.stream import Recording
+from traceml_attach.system import diagnose_process, diagnose_system
 
 SCHEMA_VERSION = 1
 
@@ -19,12 +21,6 @@ SCHEMA_VERSION = 1
 def _finding(f: Finding) -> dict[str, Any]:
     return {"kind": f.kind, "status": f.status, "severity": f.severity, "summary": f.summary,
             "why": f.why, "action": f.action, "worst_rank": f.worst_rank}
-
-
-def _not_collected(what: str) -> dict[str, Any]:
-    return {"diagnosis": {"kind": "NO_DATA", "status": "NO DATA", "severity": "info",
-                          "summary": f"{what} is not diagnosed by this version", "why": None,
-                          "action": None, "worst_rank": None}}
 
 
 def _round(x: float | None, nd: int = 3) -> float | None:
@@ -71,39 +67,38 @@ def host_memory_series(rec: Recording, an: Analysis) -> dict[str, list[tuple[int
     return out
 
 
-def _step_memory(rec: Recording, an: Analysis) -> dict[str, Any]:
+def _window(an: Analysis) -> tuple[int, int]:
+    return an.start_ns or 0, an.end_ns or (1 << 62)
+
+
+def _step_memory(rec: Recording, an: Analysis, gpu: RankGpu) -> dict[str, Any]:
     host = diagnose_memory("host", host_memory_series(rec, an), {})
-    finding = combine(None, host)
-    return {"diagnosis": _finding(finding), "host": host.as_dict(), "gpu": None}
+    gpu_report = diagnose_memory("gpu", gpu.memory, gpu.capacity) if gpu.memory else None
+    finding = combine(gpu_report, host)
+    return {"diagnosis": _finding(finding), "host": host.as_dict(),
+            "gpu": gpu_report.as_dict() if gpu_report else None, "notes": gpu.notes}
 
 
-def _process(rec: Recording) -> dict[str, Any]:
-    out = _not_collected("process telemetry")
-    rows = {}
-    for index, (pid, samples) in enumerate(rec.procs.items()):
-        cpus = [s.cpu_percent for s in samples if s.cpu_percent is not None]
-        rss = [s.rss_bytes for s in samples if s.rss_bytes is not None]
-        rows[rank_of(rec, pid, index)] = {
-            "pid": pid,
-            "cpu_percent_median": _round(statistics.median(cpus), 1) if cpus else None,
-            "rss_peak_bytes": max(rss) if rss else None,
-            "threads": samples[-1].num_threads if samples else None,
-            "workers": len(samples[-1].children) if samples else None,
-        }
-    out["ranks"] = rows
-    return out
+def _telemetry(rec: Recording, an: Analysis) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    lo, hi = _window(an)
+    ranks = rank_pids(rec, lo, hi)
+    gpu = rank_gpu(rec, ranks, lo, hi)
+    system, sys_ev = diagnose_system(rec, lo, hi, an.findings[0].kind)
+    process, proc_ev = diagnose_process(rec, ranks, gpu, lo, hi)
+    host = _host(rec)
+    return (_step_memory(rec, an, gpu),
+            {"diagnosis": _finding(system), "host": host, **sys_ev},
+            {"diagnosis": _finding(process), **proc_ev})
 
 
-def _system(rec: Recording) -> dict[str, Any]:
-    out = _not_collected("system telemetry")
+def _host(rec: Recording) -> dict[str, Any]:
     cpus = [h.cpu_percent for h in rec.hosts if h.cpu_percent is not None]
     used = [h.mem_used_bytes for h in rec.hosts if h.mem_used_bytes is not None]
-    out["host"] = {
+    return {
         "cpu_percent_median": _round(statistics.median(cpus), 1) if cpus else None,
         "mem_used_peak_bytes": max(used) if used else None,
         "mem_total_bytes": rec.hosts[-1].mem_total_bytes if rec.hosts else None,
     }
-    return out
 
 
 def _sampling(rec: Recording, an: Analysis) -> dict[str, Any]:
@@ -147,6 +142,7 @@ def _rank_status(rec: Recording) -> dict[str, Any]:
 
 def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]:
     primary = an.findings[0]
+    step_memory, system, process = _telemetry(rec, an)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceml-attach", "version": __version__},
@@ -159,9 +155,9 @@ def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]
         "primary_diagnosis": {"kind": primary.kind, "status": primary.status,
                               "severity": primary.severity, "summary": primary.summary},
         "step_time": _step_time(an),
-        "step_memory": _step_memory(rec, an),
-        "system": _system(rec),
-        "process": _process(rec),
+        "step_memory": step_memory,
+        "system": system,
+        "process": process,
         "hot_frames": {rank: {phase: [asdict(h) for h in rows] for phase, rows in phases.items()}
                        for rank, phases in an.hot.items()},
         "sampling": _sampling(rec, an),

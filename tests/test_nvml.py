@@ -1,0 +1,119 @@
+"""The NVML wrapper and the GPU diagnoses, driven by a scripted fake NVML."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.nvml import Nvml
+from tests.fake_nvml import GIB, Device, FakeNvml, Proc
+from traceml_attach.gpu import rank_gpu
+from traceml_attach.memory import diagnose_memory
+from traceml_attach.stream import Recording
+from traceml_attach.system import diagnose_process, diagnose_system
+
+MIB = 1024**2
+
+
+def record(fake: FakeNvml, ticks: int = 12, ranks: dict[int, tuple[int, ...]] | None = None) -> Recording:
+    """Poll the fake once a 'second' into a Recording; ``ranks`` maps pid -> NSpid."""
+    rec = Recording()
+    for rank, (pid, nspid) in enumerate((ranks or {}).items()):
+        rec.add({"k": "target", "t": 0, "pid": pid, "cmd": [], "rank": rank, "local_rank": rank,
+                 "nspid": list(nspid)})
+    nvml = Nvml(fake)
+    for t in range(ticks):
+        fake.tick = t
+        frame = nvml.poll()
+        assert frame is not None
+        frame["t"] = t * 10**9
+        rec.add(frame)
+    return rec
+
+
+def memory_of(rec: Recording) -> tuple:
+    ranks = {str(m.rank): pid for pid, m in rec.targets.items()}
+    gpu = rank_gpu(rec, ranks, 0, 1 << 62)
+    return gpu, diagnose_memory("gpu", gpu.memory, gpu.capacity).finding
+
+
+def test_creep():
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 10 * GIB + t * 200 * MIB)]),
+                     Device(procs=[Proc(101, lambda t: 10 * GIB + t * 200 * MIB)])])
+    _, finding = memory_of(record(fake, ranks={100: (100,), 101: (101,)}))
+    assert finding.kind == "MEMORY_CREEP"
+    assert "reserved memory plus the CUDA context" in finding.why
+
+
+def test_imbalance():
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 30 * GIB)]), Device(procs=[Proc(101, lambda t: 50 * GIB)]),
+                     Device(procs=[Proc(102, lambda t: 30 * GIB)])])
+    _, finding = memory_of(record(fake, ranks={100: (100,), 101: (101,), 102: (102,)}))
+    assert (finding.kind, finding.worst_rank) == ("IMBALANCE", "1")
+
+
+def test_pressure():
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 78 * GIB)])])
+    _, finding = memory_of(record(fake, ranks={100: (100,)}))
+    assert (finding.kind, finding.severity) == ("HIGH_PRESSURE", "critical")
+
+
+def test_container_pids_map_through_nspid():
+    # NVML reports host PIDs 5100/5101; the ranks are 100/101 here, with NSpid (100, 5100)...
+    fake = FakeNvml([Device(procs=[Proc(5100, lambda t: 20 * GIB)]), Device(procs=[Proc(5101, lambda t: 21 * GIB)])])
+    gpu, _ = memory_of(record(fake, ranks={100: (100, 5100), 101: (101, 5101)}))
+    assert gpu.memory["0"][0][1] == 20 * GIB and gpu.memory["1"][0][1] == 21 * GIB
+    assert gpu.notes == []
+
+
+def test_hidden_host_pids_fall_back_to_the_ranks_device():
+    fake = FakeNvml([Device(procs=[Proc(9000, lambda t: 20 * GIB)]), Device(procs=[Proc(9001, lambda t: 21 * GIB)])])
+    gpu, _ = memory_of(record(fake, ranks={100: (100,), 101: (101,)}))
+    assert gpu.memory["1"][0][1] == 21 * GIB
+    assert "matched by the ranks' devices" in gpu.notes[0]
+
+
+def test_mig_has_no_per_process_utilization_and_says_so():
+    fake = FakeNvml([Device(mig=True, procs=[Proc(100, lambda t: 5 * GIB)])])
+    rec = record(fake, ranks={100: (100,)})
+    gpu = rank_gpu(rec, {"0": 100}, 0, 1 << 62)
+    assert gpu.sm_util == {}
+    assert any("MIG" in n for n in gpu.notes)
+
+
+def test_missing_functions_fall_back_or_give_none():
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 5 * GIB)])],
+                    missing=("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetPowerUsage",
+                             "nvmlDeviceGetProcessUtilization"))
+    frame = Nvml(fake).poll()
+    assert frame is not None
+    power, limit = frame["devices"][0][5:7]
+    assert power is None and limit == 700.0            # unknown stays None, never 0
+    assert frame["procs"] == [[0, 100, 5 * GIB, None]]  # v2 used; no utilization
+
+
+def test_no_driver_is_no_gpu_not_an_error():
+    nvml = Nvml(FakeNvml([], no_driver=True))
+    assert nvml.poll() is None
+    assert "no NVIDIA driver" in (nvml.unavailable or "")
+
+
+@pytest.mark.parametrize(("util", "step_kind", "kind", "words"), [
+    (20, "BALANCED", "LOW_GPU_UTILIZATION", "cause unexplained"),
+    (20, "INPUT_BOUND", "LOW_GPU_UTILIZATION", "INPUT_BOUND"),
+    (50, "BALANCED", "MODERATE_GPU_UTILIZATION", "cause unexplained"),
+    (95, "COMPUTE_BOUND", "NORMAL", ""),
+])
+def test_low_gpu_utilization_is_context_not_a_cause(util, step_kind, kind, words):
+    rec = record(FakeNvml([Device(util=util, procs=[Proc(100, lambda t: 5 * GIB)])]), ranks={100: (100,)})
+    finding, _ = diagnose_system(rec, 0, 1 << 62, step_kind)
+    assert finding.kind == kind
+    assert words in finding.summary
+
+
+def test_rank_gpu_memory_imbalance_is_a_process_finding():
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 10 * GIB)]), Device(procs=[Proc(101, lambda t: 20 * GIB)])])
+    rec = record(fake, ranks={100: (100,), 101: (101,)})
+    ranks = {"0": 100, "1": 101}
+    finding, evidence = diagnose_process(rec, ranks, rank_gpu(rec, ranks, 0, 1 << 62), 0, 1 << 62)
+    assert (finding.kind, finding.worst_rank) == ("RANK_GPU_MEMORY_IMBALANCE", "1")
+    assert evidence["ranks"]["1"]["gpu_sm_util_median"] == 50

@@ -1,0 +1,55 @@
+"""GPU readings per rank: NVML's host PIDs mapped to ranks (NSpid first, then the rank's device)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from traceml_attach.stream import Recording
+
+
+@dataclass
+class RankGpu:
+    memory: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rank -> (ts, bytes)
+    capacity: dict[str, int | None] = field(default_factory=dict)
+    sm_util: dict[str, list[int]] = field(default_factory=dict)             # rank -> SM % samples
+    notes: list[str] = field(default_factory=list)
+
+
+def rank_gpu(rec: Recording, ranks: dict[str, int], start_ns: int, end_ns: int) -> RankGpu:
+    """Per-rank GPU memory and SM utilization in the window; ``ranks`` maps rank -> pid."""
+    out = RankGpu()
+    ids = {rank: set(rec.targets[pid].nspid or (pid,)) if pid in rec.targets else {pid}
+           for rank, pid in ranks.items()}
+    device_of = {}
+    for index, (rank, pid) in enumerate(ranks.items()):
+        meta = rec.targets.get(pid)
+        local = meta.local_rank if meta is not None and meta.local_rank is not None else index
+        device_of[rank] = local
+    by_device: dict[int, list[str]] = defaultdict(list)
+    for rank, device in device_of.items():
+        by_device[device].append(rank)
+    fallback_used = False
+    for sample in rec.gpus:
+        if not start_ns <= sample.ts_ns <= end_ns:
+            continue
+        totals = {d.index: d.mem_total_bytes for d in sample.devices}
+        used: dict[str, int] = defaultdict(int)
+        for device, host_pid, mem, sm in sample.procs:
+            owner = next((rank for rank, pids in ids.items() if host_pid in pids), None)
+            if owner is None and len(by_device.get(device, [])) == 1:
+                # a container's PID namespace hides the host PID: fall back to the rank's device
+                owner, fallback_used = by_device[device][0], True
+            if owner is None:
+                continue
+            used[owner] += mem or 0
+            out.capacity[owner] = totals.get(device)
+            if sm is not None:
+                out.sm_util.setdefault(owner, []).append(sm)
+        for rank, value in used.items():
+            out.memory.setdefault(rank, []).append((sample.ts_ns, value))
+    if fallback_used:
+        out.notes.append("NVML's PIDs did not match the ranks' (another PID namespace): matched by the ranks' devices")
+    if any(d.mig for s in rec.gpus for d in s.devices):
+        out.notes.append("MIG is enabled: NVML gives no per-process utilization there")
+    return out
