@@ -28,7 +28,7 @@ def test_a_dynamo_wrapper_around_zero_grad_is_still_optimizer():
 
 def test_host_sync_in_a_print_is_wait_sync():
     verdict = classify(stack(ITEM), RULES, LOOP_DEPTH)
-    assert (verdict.phase, verdict.label) == ("wait", "sync")
+    assert (verdict.phase, verdict.label) == ("wait", "device_sync")
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from traceml_attach.classify import PHASES
-from traceml_attach.diagnose import diagnose_step_time
+from traceml_attach.diagnose import diagnose_step_time, refine_with_gpu
 from traceml_attach.steptime import COMPONENTS, RankStepStats
 from traceml_attach.timeline import TooShort
 
@@ -14,7 +14,8 @@ def stats(steps: int = 50, step_ms: float = 100.0, **shares: float) -> RankStepS
     full["forward"] = 1.0 - sum(v for k, v in full.items() if k != "forward")
     comp = {name: sum(full[p] for p in ps) for name, ps in COMPONENTS.items()}
     return RankStepStats("0", 42, steps, step_ms, {p: v * step_ms for p, v in full.items()}, full,
-                         comp, {"sync": 1.0} if full["wait"] else {}, None, "train (t.py)", "MainThread")
+                         comp, {"device_sync": 0.8, "logging": 0.2} if full["wait"] else {}, None,
+                         "train (t.py)", "MainThread")
 
 
 @pytest.mark.parametrize(
@@ -64,3 +65,20 @@ def test_too_short_names_a_rate_and_no_step_time():
 def test_status_labels_follow_the_seeds():
     assert diagnose_step_time([stats(input=0.5)])[0].status == "INPUT-BOUND"
     assert diagnose_step_time([stats(wait=0.5)])[0].status == "WAIT-HEAVY"
+
+
+@pytest.mark.parametrize(("util", "kind", "words"), [
+    (95.0, "COMPUTE_BOUND", "saturated"),
+    (10.0, "WAIT_HEAVY", "idle 90%"),
+    (50.0, "WAIT_HEAVY", "outside input and compute"),
+])
+def test_device_sync_on_cuda_is_read_with_gpu_utilization(util, kind, words):
+    ranks = [stats(wait=0.6, backward=0.2)]
+    first = refine_with_gpu(diagnose_step_time(ranks), ranks, {"0": util})[0]
+    assert first.kind == kind
+    assert words in first.summary
+
+
+def test_without_gpu_data_nothing_changes():
+    ranks = [stats(wait=0.6)]
+    assert refine_with_gpu(diagnose_step_time(ranks), ranks, {})[0].kind == "WAIT_HEAVY"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import read_truth
+from launch import read_truth, start_example, stop_example
 from tests.conftest import traceml
 
 torch = pytest.importorskip("torch")
@@ -31,3 +31,30 @@ def test_input_bound_cuda_job(example, tmp_path: Path):
     rank = summary["step_time"]["ranks"]["0"]
     assert abs(rank["step_ms"] - truth.step_ms) <= 0.10 * truth.step_ms
     assert abs(rank["shares"]["input"] - truth.shares["input"]) <= 0.05
+
+
+def test_compute_bound_cuda_job_is_compute_bound_not_wait_heavy(tmp_path: Path):
+    # no ground truth here: its per-phase synchronize would hide the asynchronous waiting
+    job = start_example("compute_bound", "--device", "cuda")
+    try:
+        time.sleep(2)
+        out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "10", "--quiet",
+                      "--logs-dir", str(tmp_path), "--run-name", "gpu-compute")
+    finally:
+        stop_example(job)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "gpu-compute" / "final_summary.json").read_text())
+    assert summary["step_time"]["diagnosis"]["kind"] == "COMPUTE_BOUND", out.stdout
+    rank = summary["process"]["ranks"]["0"]
+    assert rank["gpu_mem_peak_bytes"] > 0                 # NVML's PID matched the rank
+    assert summary["step_memory"]["gpu"] is not None
+    assert summary["system"]["gpus"]["0"]["util_percent_median"] is not None
+
+
+def test_real_nvml_reads_every_device():
+    from agent.nvml import Nvml
+
+    frame = Nvml().poll()
+    assert frame is not None and frame["devices"]
+    _index, util, used, total, *_ = frame["devices"][0]
+    assert total > 0 and used is not None and 0 <= util <= 100

@@ -76,7 +76,7 @@ def test_a_hole_in_sampling_drops_the_steps_it_touches():
 
 def test_wait_time_is_labelled():
     tl = timeline(steps([*PATTERN, (ITEM, 25)], 6))
-    assert set(tl.wait_labels_ns) == {"sync"}
+    assert set(tl.wait_labels_ns) == {"device_sync"}
     assert all(s.phases_ns["wait"] == 25_000_000 for s in tl.steps)
 
 

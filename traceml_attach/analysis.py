@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from traceml_attach.classify import Rule
-from traceml_attach.diagnose import Finding, diagnose_step_time
+from traceml_attach.diagnose import Finding, diagnose_step_time, refine_with_gpu
+from traceml_attach.gpu import rank_gpu
 from traceml_attach.hang import detect_hang
 from traceml_attach.hotframes import HotFrame, hot_frames
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
@@ -65,6 +67,9 @@ def analyze(
     ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     findings = diagnose_step_time(ranks, policy)
+    gpu = rank_gpu(rec, rank_pids(rec, start, end), start, end)
+    sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
+    findings = refine_with_gpu(findings, ranks, sm, policy)
     hang = detect_hang(timelines, policy)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]

@@ -212,3 +212,33 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
         {"score": score, "rank_score": score, "excess_ms": excess_ms, "input_excess_ms": ex_input,
          "compute_excess_ms": ex_compute, "synchronized": synced},
     )]
+
+
+def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util: dict[str, float],
+                    policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY) -> list[Finding]:
+    """CUDA kernels run asynchronously, so the Python thread waits at sync points (.item(),
+    .cpu(), synchronize) rather than in the phase whose kernels run. Per-process GPU
+    utilization tells a saturated GPU (compute-bound) from a starving one."""
+    if not findings or findings[0].kind != "WAIT_HEAVY" or not sm_util:
+        return findings
+    head = findings[0]
+    sync_share = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks)
+    util = statistics.median(sm_util.values())
+    if sync_share < policy.device_sync_share:
+        return findings
+    if util >= policy.gpu_saturated:
+        compute = Finding(
+            "COMPUTE_BOUND", "info", f"the GPU is saturated ({util:.0f}% busy); the Python thread waits for it",
+            f"{head.why}; {100 * sync_share:.0f}% of that wait is device sync while the rank's GPU is {util:.0f}% "
+            "busy: the time belongs to GPU kernels queued by forward/backward/optimizer",
+            "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
+            head.worst_rank, {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
+        return [compute, *findings[1:]]
+    if util < policy.gpu_starving:
+        starving = Finding(
+            head.kind, head.severity, head.summary + f"; the GPU is idle {100 - util:.0f}% of the time",
+            f"{head.why}; device sync is {100 * sync_share:.0f}% of the wait but the GPU is only {util:.0f}% "
+            "busy: it waits for the host, not the other way round", head.action, head.worst_rank,
+            {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
+        return [starving, *findings[1:]]
+    return findings

@@ -31,6 +31,13 @@ class StepTimePolicy:
     # HANG: no rank completed a step for this long, and every rank's call path stopped changing
     # for at least half of it.
     hang_s: float = 10.0
+    # CUDA jobs: when device sync is at least this share of the wait, the rank's per-process
+    # GPU (SM) utilization decides what the wait means...
+    device_sync_share: float = 0.5
+    # ...a GPU busy at least this much: the job is compute-bound on the GPU;
+    gpu_saturated: float = 70.0
+    # ...a GPU busy less than this: the GPU is starving and the host side is to blame.
+    gpu_starving: float = 30.0
 
 
 DEFAULT_STEP_TIME_POLICY = StepTimePolicy()
