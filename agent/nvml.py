@@ -38,7 +38,7 @@ class Nvml:
         except ImportError:
             self.unavailable = "nvidia-ml-py is not installed"
             return False
-        except Exception as exc:  # NVMLError and friends: no driver, no library, no device
+        except (self._error(), OSError) as exc:  # no driver, no library, no device
             self.unavailable = f"no NVIDIA driver or GPU ({type(exc).__name__}: {exc})"
             return False
         if not self._handles:
@@ -57,7 +57,7 @@ class Nvml:
             return None
         try:
             return fn(*args)
-        except Exception:  # NVMLError_NotSupported, NoPermission, ...: the value is unknown
+        except self._error():  # NotSupported, NoPermission, ...: the driver cannot say
             return None
 
     def poll(self) -> dict[str, Any] | None:

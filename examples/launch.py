@@ -64,13 +64,13 @@ def start_example(
         [sys.executable, str(HERE / f"{name}.py"), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
-    threading.Thread(target=lambda: proc.stderr and proc.stderr.read(), daemon=True).start()
+    errors: list[str] = []  # drained on a thread so the job never blocks on a full pipe
+    threading.Thread(target=lambda: errors.extend(proc.stderr or ()), daemon=True).start()
     if _wait_ready(proc, 1, ready_timeout_s):
         return proc
     proc.kill()
     proc.wait()
-    err = proc.stderr.read() if proc.stderr else ""
-    raise ExampleFailed(f"{name} did not become ready: {err.strip()[-500:]}")
+    raise ExampleFailed(f"{name} did not become ready: {''.join(errors).strip()[-500:]}")
 
 
 def stop_example(proc: subprocess.Popen[str]) -> None:

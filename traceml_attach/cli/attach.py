@@ -24,11 +24,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="PID of the training process, or of its launcher (torchrun, accelerate, "
                         "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
-                        help="stack samples per second (default 100; about 3%% of one core)")
+                        help="stack samples per second per process (default 100; the attacher then uses "
+                        "about 8%% of one core per process)")
     parser.add_argument("--duration", type=positive_float, metavar="S",
                         help="stop after S seconds (default: until Ctrl-C or the job exits)")
     parser.add_argument("--no-tui", action="store_true",
-                        help="print a compact text line every few seconds instead of the TUI")
+                        help="print a compact text line every few seconds (this version has no TUI yet: "
+                        "the text view is always used)")
     parser.add_argument("--logs-dir", default="logs", metavar="DIR",
                         help="where run folders are written (default ./logs)")
     parser.add_argument("--run-name", metavar="NAME",
