@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import statistics
 import subprocess
 import sys
@@ -109,16 +110,17 @@ def start_torchrun(
     nproc: int,
     *args: str,
     truth_dir: Path | None = None,
-    launcher_args: tuple[str, ...] = (),
+    launcher_args: tuple[str, ...] = ("--standalone",),
     ready_timeout_s: float = 180.0,
 ) -> subprocess.Popen[str]:
-    """``python -m torch.distributed.run --standalone`` on examples/ddp.py; returns the
+    """``python -m torch.distributed.run`` (``--standalone`` unless ``launcher_args`` say otherwise)
+    on examples/ddp.py; returns the
     launcher once every rank printed ``ready``. Ground truth goes to truth_dir/gt_<rank>.jsonl."""
     env = dict(os.environ)
     if truth_dir is not None:
         env["TRACEML_GROUND_TRUTH"] = str(truth_dir / "gt_{rank}.jsonl")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
          *launcher_args, str(HERE / "ddp.py"), *args],
         stdout=subprocess.PIPE, text=True, env=env,
         stderr=open(truth_dir / "launcher.log", "w") if truth_dir is not None else subprocess.DEVNULL,  # noqa: SIM115
@@ -131,3 +133,9 @@ def start_torchrun(
 
 def rank_truth(truth_dir: Path, rank: int, start_s: float, end_s: float) -> Truth:
     return read_truth(truth_dir / f"gt_{rank}.jsonl", start_s, end_s)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

