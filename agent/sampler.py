@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from agent import __version__, source
 from agent.discovery import exit_status
 from agent.nvml import host_pids
@@ -137,7 +135,7 @@ class Sampler:
                         return reason
                 if now >= next_proc:
                     next_proc = now + cfg.proc_every_s
-                    if not _alive(self.pid):
+                    if self._gone():
                         reason = "target_exited"
                         return reason
                     frame = poller.poll()
@@ -178,7 +176,7 @@ class Sampler:
         result = window.collect()
         index = window.index
         if result.failure is not None and not result.spans:
-            if not _alive(self.pid):
+            if self._gone():
                 return True
             self._error(result.failure.kind, str(result.failure))
             self._failures += 1
@@ -222,7 +220,7 @@ class Sampler:
         try:
             self._write_threads(dump(self.binary, self.pid))
         except PySpyError as exc:
-            if _alive(self.pid):
+            if not self._gone():
                 self._error(exc.kind, str(exc))
 
     def _write_threads(self, threads: list[ThreadDump]) -> None:
@@ -241,13 +239,6 @@ def _clip(span: RawSpan, start: int | None) -> RawSpan | None:
     if end <= start:
         return None
     return RawSpan(span.tid, start, end - start, span.frames)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class ThreadCpu:

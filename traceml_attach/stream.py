@@ -50,6 +50,7 @@ class Recording:
     gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
     bad_frames: int = 0
+    _range: tuple[int, int] | None = field(default=None, repr=False)  # (first, last) ns of any span
     _frames: dict[int, CodeFrame] = field(default_factory=dict, repr=False)
     _stacks: dict[int, tuple[CodeFrame, ...]] = field(default_factory=dict, repr=False)
 
@@ -123,13 +124,14 @@ class Recording:
         pid = int(f["pid"])
         out = self.spans.setdefault(pid, [])
         for tid, ts, dur, sid in f["spans"]:
-            out.append(Span(pid, int(tid), int(ts), int(dur), self._stacks[int(sid)]))
+            span = Span(pid, int(tid), int(ts), int(dur), self._stacks[int(sid)])
+            out.append(span)
+            lo, hi = self._range or (span.ts_ns, span.end_ns)
+            self._range = (min(lo, span.ts_ns), max(hi, span.end_ns))
 
     def time_range(self) -> tuple[int, int] | None:
-        """(first, last) ns covered by any span."""
-        starts = [s[0].ts_ns for s in self.spans.values() if s]
-        ends = [max(x.end_ns for x in s) for s in self.spans.values() if s]
-        return (min(starts), max(ends)) if starts else None
+        """(first, last) ns covered by any span; kept as frames arrive (live ticks ask often)."""
+        return self._range
 
 
 def read_recording(path: str | Path) -> tuple[Recording, str | None]:

@@ -23,7 +23,8 @@ from agent.source import is_library
 from traceml_attach.classify import PHASES, Rule, classify
 from traceml_attach.model import Span, ThreadInfo
 
-_BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_workers",
+# Functions that mark a thread as background (pin memory, queue feeders), never the loop.
+BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_workers",
                      "_handle_tasks", "_worker_loop"}
 _LOOP_PHASES = {"input", "h2d", "forward", "backward", "optimizer"}
 MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
@@ -108,7 +109,7 @@ def clip_spans(spans: Sequence[Span], start_ns: int, end_ns: int) -> list[Span]:
 def _is_background(span: Span, name: str | None) -> bool:
     if name and "pin_memory" in name:
         return True
-    return any(f.name in _BACKGROUND_FUNCS for f in span.stack)
+    return any(f.name in BACKGROUND_FUNCS for f in span.stack)
 
 
 def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: list[Rule]) -> int | None:

@@ -16,8 +16,7 @@ from traceml_attach.classify import Rule, classify
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
 from traceml_attach.model import CodeFrame
-
-_BACKGROUND = ("_pin_memory_loop", "_feed", "_handle_results", "_handle_workers", "_handle_tasks")
+from traceml_attach.timeline import BACKGROUND_FUNCS
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +29,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def _training_thread(threads: list[ThreadDump]) -> list[ThreadDump]:
     """The thread most likely to run the training loop: the main thread, else the deepest."""
-    useful = [t for t in threads if t.frames and not any(f[0] in _BACKGROUND for f in t.frames)]
+    useful = [t for t in threads if t.frames and not any(f[0] in BACKGROUND_FUNCS for f in t.frames)]
     main = [t for t in useful if t.name == "MainThread"]
     return main[:1] or sorted(useful, key=lambda t: -len(t.frames))[:1]
 
