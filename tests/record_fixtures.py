@@ -14,10 +14,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
-from launch import start_example, stop_example  # noqa: E402
+from launch import start_example, start_torchrun, stop_example  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ("input_bound", "compute_bound", "wait_heavy", "balanced")
+# The TUI's snapshot tests use a torchrun job: two gloo ranks, rank 1 an input straggler.
+TORCHRUN = {"ddp_input_straggler": ("--straggler", "input")}
+
+
+def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
+    subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid),
+                    "--seconds", str(seconds), "--quiet", "--logs-dir", tmp, "--run-name", name],
+                   check=True, cwd=ROOT, capture_output=True)
+    shutil.copy(Path(tmp) / name / "frames.msgpack", FIXTURES / f"{name}.msgpack")
+    print(f"recorded {name}")
 
 
 def main() -> None:
@@ -26,13 +36,16 @@ def main() -> None:
             job = start_example(name)
             try:
                 time.sleep(2)
-                subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(job.pid),
-                                "--seconds", "6", "--quiet", "--logs-dir", tmp, "--run-name", name],
-                               check=True, cwd=ROOT, capture_output=True)
+                snapshot(job.pid, name, tmp, 6)
             finally:
                 stop_example(job)
-            shutil.copy(Path(tmp) / name / "frames.msgpack", FIXTURES / f"{name}.msgpack")
-            print(f"recorded {name}")
+        for name, args in TORCHRUN.items():
+            job = start_torchrun(2, *args)
+            try:
+                time.sleep(2)
+                snapshot(job.pid, name, tmp, 8)
+            finally:
+                stop_example(job)
 
 
 if __name__ == "__main__":

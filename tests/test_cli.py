@@ -190,3 +190,36 @@ def test_killing_the_attacher_leaves_the_job_running(example, tmp_path: Path):
     # what was recorded before the kill is intact
     frames = next(tmp_path.glob("*/frames.msgpack"))
     assert traceml("replay", str(frames)).returncode == 0
+
+
+@pytest.mark.parametrize(("no_tui", "stdin_tty", "stdout_tty", "term", "expected"), [
+    (False, True, True, "xterm-256color", True),
+    (True, True, True, "xterm-256color", False),     # --no-tui
+    (False, False, True, "xterm-256color", False),   # input piped
+    (False, True, False, "xterm-256color", False),   # output piped or redirected
+    (False, True, True, "dumb", False),
+])
+def test_the_tui_is_used_only_in_a_capable_terminal(monkeypatch, no_tui, stdin_tty, stdout_tty, term, expected):
+    import argparse
+
+    from traceml_attach.cli import attach
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: stdin_tty)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: stdout_tty)
+    monkeypatch.setenv("TERM", term)
+    assert attach.use_tui(argparse.Namespace(no_tui=no_tui)) is expected
+
+
+def test_replay_tui_without_a_terminal_is_a_usage_error():
+    out = traceml("replay", str(ROOT / "tests" / "fixtures" / "balanced.msgpack"), "--tui")
+    assert out.returncode == EXIT_USAGE
+    assert out.stderr.strip().startswith("traceml: --tui needs a terminal") and "Traceback" not in out.stderr
+
+
+@pytest.mark.e2e
+def test_attach_without_a_terminal_prints_the_text_view(example, tmp_path: Path):
+    job = example("balanced")
+    out = traceml("attach", "--pid", str(job.pid), "--duration", "5", "--logs-dir", str(tmp_path), "--run-name", "t")
+    assert out.returncode == 0, out.stderr
+    assert " | r0: " in out.stdout and "\x1b[" not in out.stdout
+    assert (tmp_path / "t" / "final_summary.json").exists()

@@ -207,7 +207,7 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
         kind, severity,
         f"rank {culprit.rank} slows the job: {what}",
         f"{how}: {100 * score:.0f}% of the typical {victim_step:.0f} ms step (threshold "
-        f"{100 * policy.straggler_warn:.0f}%); input +{ex_input:.0f} ms, compute +{ex_compute:.0f} ms",
+        f"{100 * policy.straggler_warn:.0f}%); input {ex_input:+.0f} ms, compute {ex_compute:+.0f} ms",
         action, culprit.rank,
         {"score": score, "rank_score": score, "excess_ms": excess_ms, "input_excess_ms": ex_input,
          "compute_excess_ms": ex_compute, "synchronized": synced},

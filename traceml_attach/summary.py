@@ -57,10 +57,9 @@ def _step_time(an: Analysis) -> dict[str, Any]:
     return out
 
 
-def host_memory_series(rec: Recording, an: Analysis) -> dict[str, list[tuple[int, int]]]:
-    """Each rank's RSS plus its DataLoader workers', inside the analysis window."""
+def host_memory_series(rec: Recording, lo: int, hi: int) -> dict[str, list[tuple[int, int]]]:
+    """Each rank's RSS plus its DataLoader workers', inside [lo, hi] (ns)."""
     out = {}
-    lo, hi = an.start_ns or 0, an.end_ns or (1 << 62)
     for rank, pid in rank_pids(rec, lo, hi).items():
         out[rank] = [(p.ts_ns, p.rss_bytes + sum(c[2] or 0 for c in p.children))
                      for p in rec.procs.get(pid, []) if p.rss_bytes is not None and lo <= p.ts_ns <= hi]
@@ -71,22 +70,27 @@ def _window(an: Analysis) -> tuple[int, int]:
     return an.start_ns or 0, an.end_ns or (1 << 62)
 
 
-def _step_memory(rec: Recording, an: Analysis, gpu: RankGpu) -> dict[str, Any]:
-    host = diagnose_memory("host", host_memory_series(rec, an), {})
+def _step_memory(rec: Recording, lo: int, hi: int, gpu: RankGpu) -> dict[str, Any]:
+    host = diagnose_memory("host", host_memory_series(rec, lo, hi), {})
     gpu_report = diagnose_memory("gpu", gpu.memory, gpu.capacity) if gpu.memory else None
     finding = combine(gpu_report, host)
     return {"diagnosis": _finding(finding), "host": host.as_dict(),
             "gpu": gpu_report.as_dict() if gpu_report else None, "notes": gpu.notes}
 
 
-def _telemetry(rec: Recording, an: Analysis) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def _telemetry(rec: Recording, an: Analysis, memory_from_ns: int | None
+               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     lo, hi = _window(an)
     ranks = rank_pids(rec, lo, hi)
     gpu = rank_gpu(rec, ranks, lo, hi)
     system, sys_ev = diagnose_system(rec, lo, hi, an.findings[0].kind)
     process, proc_ev = diagnose_process(rec, ranks, gpu, lo, hi)
     host = _host(rec)
-    return (_step_memory(rec, an, gpu),
+    if memory_from_ns is None or memory_from_ns >= lo:
+        memory = _step_memory(rec, lo, hi, gpu)
+    else:
+        memory = _step_memory(rec, memory_from_ns, hi, rank_gpu(rec, ranks, memory_from_ns, hi))
+    return (memory,
             {"diagnosis": _finding(system), "host": host, **sys_ev},
             {"diagnosis": _finding(process), **proc_ev})
 
@@ -140,9 +144,11 @@ def _rank_status(rec: Recording) -> dict[str, Any]:
     return out
 
 
-def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]:
+def build_summary(rec: Recording, an: Analysis, run_name: str, memory_from_ns: int | None = None) -> dict[str, Any]:
+    """The summary document of one analysis window. Memory trends need a longer view than step
+    times: ``memory_from_ns`` lets them start earlier than the window (a live view uses it)."""
     primary = an.findings[0]
-    step_memory, system, process = _telemetry(rec, an)
+    step_memory, system, process = _telemetry(rec, an, memory_from_ns)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceml-attach", "version": __version__},

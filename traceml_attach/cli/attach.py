@@ -1,20 +1,25 @@
 """Attach to a live PyTorch training process and diagnose it until you stop.
 
-Samples the process's Python stacks with py-spy (non-blocking: the job is never
-paused) plus psutil process stats. Stop with Ctrl-C (or SIGTERM, --duration, or the
-job's exit); the summary is then written to LOGS_DIR/RUN_NAME/final_summary.json and
-final_summary.txt, next to the recorded frames (frames.msgpack).
+Samples the process's Python stacks with py-spy (non-blocking: the job is never paused)
+plus psutil and NVML readings, and shows the diagnosis live in a terminal UI (keys: q quit
+and write the summary, s write it now, p pause, tab/arrows pick the rank, f the phase, ?
+help). Without a terminal, or with --no-tui, a compact text line is printed instead.
+Stop with q, Ctrl-C, SIGTERM, --duration, or the job's exit; the summary is then written to
+LOGS_DIR/RUN_NAME/final_summary.json and final_summary.txt, next to the recorded frames
+(frames.msgpack).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, positive_float, rate, rules_from
 from traceml_attach.cli.live import print_live
-from traceml_attach.cli.session import run_session
+from traceml_attach.cli.session import Session, SessionResult, run_session, stop_on_signals
 
 LIVE_EVERY_S = 3.0
 
@@ -27,10 +32,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="stack samples per second per process (default 100; the attacher then uses "
                         "about 8%% of one core per process)")
     parser.add_argument("--duration", type=positive_float, metavar="S",
-                        help="stop after S seconds (default: until Ctrl-C or the job exits)")
+                        help="stop after S seconds (default: until q, Ctrl-C or the job exits)")
     parser.add_argument("--no-tui", action="store_true",
-                        help="print a compact text line every few seconds (this version has no TUI yet: "
-                        "the text view is always used)")
+                        help="print a compact text line every few seconds instead of the terminal UI "
+                        "(the default when stdin or stdout is not a terminal)")
     parser.add_argument("--logs-dir", default="logs", metavar="DIR",
                         help="where run folders are written (default ./logs)")
     parser.add_argument("--run-name", metavar="NAME",
@@ -38,11 +43,33 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_rules_option(parser)
 
 
+def use_tui(args: argparse.Namespace) -> bool:
+    return (not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty()
+            and os.environ.get("TERM", "dumb") != "dumb")
+
+
+def run_tui(args: argparse.Namespace, session: Session) -> SessionResult:
+    from traceml_attach.cli.livefeed import LiveFeed  # Textual loads only when it is used
+    from traceml_attach.tui.app import make_app, run_app
+
+    stop = threading.Event()
+    feed = LiveFeed(session, stop, args.duration)
+    with stop_on_signals(stop):
+        try:
+            run_app(make_app(feed))
+        finally:
+            feed.stop()
+            print("traceml: detaching and writing the summary…", file=sys.stderr, flush=True)
+        return feed.wait()
+
+
 def run(args: argparse.Namespace) -> int:
     rules = rules_from(args)
-    # The Textual TUI is not part of this version: the text view is used everywhere.
-    result = run_session(args, rules, args.duration, print_live, LIVE_EVERY_S)
-    print()
+    if use_tui(args):
+        result = run_tui(args, Session(args, rules))
+    else:
+        result = run_session(args, rules, args.duration, print_live, LIVE_EVERY_S)
+        print()
     print(result.text, end="")
     print(f"traceml: summary written to {Path(result.run_dir) / 'final_summary.json'}", file=sys.stderr)
     return result.code

@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 
 from traceml_attach.analysis import analyze
+from traceml_attach.classify import Rule
 from traceml_attach.cli.common import add_rules_option, rules_from
-from traceml_attach.cli.errors import EXIT_BAD_FILE, CliError
-from traceml_attach.cli.session import write_summary
+from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.render import render_text
-from traceml_attach.stream import RecordingError, read_recording
+from traceml_attach.report import write_summary
+from traceml_attach.stream import Recording, RecordingError, read_recording
 from traceml_attach.summary import build_summary
 
 
@@ -25,6 +26,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true",
                         help="also write final_summary.json/.txt (next to FRAMES unless --out)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="folder for --write")
+    parser.add_argument("--tui", action="store_true",
+                        help="open the terminal UI as it stood at the end of the recording (its last 30 s); "
+                        "with --write, s and q write the summary")
     add_rules_option(parser)
 
 
@@ -41,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"traceml: {problem}", file=sys.stderr)
     if not rec.hello:
         raise CliError(f"{path} holds no traceml-attach recording", EXIT_BAD_FILE)
-    summary = build_summary(rec, analyze(rec, rules), path.parent.name)
+    if args.tui:
+        return _tui(rec, rules, path, args)
+    summary = build_summary(rec, analyze(rec, rules), run_name(path))
     if args.write:
         out = args.out or path.parent
         out.mkdir(parents=True, exist_ok=True)
@@ -50,3 +56,21 @@ def run(args: argparse.Namespace) -> int:
         text = render_text(summary)
     print(text, end="")
     return EXIT_BAD_FILE if problem else 0
+
+
+def _tui(rec: Recording, rules: list[Rule], path: Path, args: argparse.Namespace) -> int:
+    from traceml_attach.tui.app import make_app, run_app  # Textual loads only when it is used
+    from traceml_attach.tui.feed import RecordedFeed
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("--tui needs a terminal; leave it out for the text summary", EXIT_USAGE)
+    out = (args.out or path.parent) if args.write else None
+    run_app(make_app(RecordedFeed(rec, rules, run_name(path), out), mode="REPLAY"))
+    if out is not None:
+        print(f"traceml: summary written to {out / 'final_summary.json'}", file=sys.stderr)
+    return 0
+
+
+def run_name(path: Path) -> str:
+    """A run folder's name for its frames.msgpack, else the file's own stem."""
+    return path.parent.name if path.name == "frames.msgpack" else path.stem

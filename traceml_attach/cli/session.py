@@ -1,15 +1,15 @@
-"""One attach session: start the sampler, show progress, write the summary at the end."""
+"""One attach session: start the sampler, feed the recording, write the summary at the end."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,12 +24,14 @@ from traceml_attach.analysis import Analysis, analyze
 from traceml_attach.classify import Rule
 from traceml_attach.cli.common import run_dir
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
-from traceml_attach.render import render_text
+from traceml_attach.report import write_summary
 from traceml_attach.stream import Recording
 from traceml_attach.summary import build_summary
 
 # A live view that covers too long a stretch reacts slowly; this is what it looks at.
 LIVE_WINDOW_S = 30.0
+
+Tick = Callable[[Recording, Analysis, float], None]
 
 
 @dataclass
@@ -49,93 +51,125 @@ def _fail(exc: TargetError | PySpyError, pid: int) -> CliError:
     return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
 
 
-def write_summary(directory: Path, summary: dict[str, Any]) -> str:
-    text = render_text(summary)
-    tmp = directory / "final_summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(directory / "final_summary.json")
-    (directory / "final_summary.txt").write_text(text, encoding="utf-8")
-    return text
+def live_window(rec: Recording) -> int | None:
+    """Start of the window a live view looks at (the last LIVE_WINDOW_S seconds of data)."""
+    end = rec.time_range()
+    return None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
+
+
+class Session:
+    """The sampler of every rank of ``args.pid``, the recording it feeds and the run folder.
+
+    Construction checks the targets and starts nothing that outlives a failure: every problem a
+    user can cause is raised as CliError before sampling begins. ``run`` samples until ``stop``
+    is set, the duration passes or the job ends; it and ``summarize`` touch the recording, so
+    both belong to one thread. ``finish`` writes the summary.
+    """
+
+    def __init__(self, args: argparse.Namespace, rules: list[Rule]) -> None:
+        self.rules = rules
+        pids: list[int] = args.pid
+        for pid in pids:
+            try:
+                inspect_target(pid)
+            except TargetError as exc:
+                raise _fail(exc, pid) from exc
+        plan = discovery.plan(pids)
+        if plan.note:
+            print(f"traceml: {plan.note}", file=sys.stderr)
+        self.node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
+        try:
+            self._probed = self.node.probe()
+        except (TargetError, PySpyError) as exc:
+            raise _fail(exc, plan.ranks[0].pid) from exc
+        for line in self.node.failures:
+            print(f"traceml: skipping {line}", file=sys.stderr)
+        first = self._probed[0][1].target
+        self.run_dir = run_dir(Path(args.logs_dir), args.run_name, first.cmd if first else (), pids[0])
+        self.node.writer = self.writer = FrameWriter(self.run_dir / "frames.msgpack")
+        self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.writer.listen(self._inbox.put)
+        self.rec = Recording()
+        self.ran_out = False
+        self.end_reason = "stopped"   # stopped | duration | target_exited
+        self.started = time.monotonic()
+
+    def run(self, stop: threading.Event, duration_s: float | None, on_tick: Tick | None, tick_s: float) -> None:
+        """Sample until ``stop``, ``duration_s`` or the job's end; call ``on_tick`` every ``tick_s``
+        with the analysis of the last LIVE_WINDOW_S seconds."""
+        self.started = time.monotonic()
+        self.node.start(self._probed, stop)
+        node_state: dict[str, float] = {}
+        try:
+            next_tick = self.started + tick_s
+            while not stop.is_set():
+                if not self.node.active():
+                    self.ran_out, self.end_reason = True, "target_exited"
+                    break
+                elapsed = time.monotonic() - self.started
+                if duration_s is not None and elapsed >= duration_s:
+                    self.end_reason = "duration"
+                    break
+                self.node.tick(stop, node_state)
+                if on_tick is not None and time.monotonic() >= next_tick:
+                    next_tick = max(next_tick + tick_s, time.monotonic())
+                    self.drain()
+                    on_tick(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), elapsed)
+                stop.wait(0.1)
+        finally:
+            stop.set()
+            self.node.join()
+            reason = "target_exited" if self.ran_out else "stopped"
+            self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
+            self.writer.close()
+            self.drain()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.rec.add(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def summarize(self) -> tuple[dict[str, Any], str]:
+        """Write the summary of everything recorded so far; the session goes on."""
+        self.drain()
+        summary = build_summary(self.rec, analyze(self.rec, self.rules), self.run_dir.name)
+        return summary, write_summary(self.run_dir, summary)
+
+    def finish(self, duration_s: float | None) -> SessionResult:
+        """Write the final summary; raise CliError when sampling itself failed."""
+        summary, text = self.summarize()
+        if self.node.exit_reasons() == {"pyspy_failed"}:
+            last = self.rec.errors[-1] if self.rec.errors else None
+            message = last.message if last else "py-spy stopped working"
+            raise CliError(f"sampling stopped: {message}; summary of what was seen written to {self.run_dir}",
+                           KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
+        cut_short = self.ran_out and duration_s is not None
+        return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C and SIGTERM end the session cleanly (the summary is still written)."""
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_session(
     args: argparse.Namespace,
     rules: list[Rule],
     duration_s: float | None,
-    on_tick: Callable[[Recording, Analysis, float], None] | None,
+    on_tick: Tick | None,
     tick_s: float,
 ) -> SessionResult:
     """Sample every rank of ``args.pid`` until duration, Ctrl-C/SIGTERM or the job's end."""
-    pids: list[int] = args.pid
-    config = SamplerConfig(rate_hz=args.rate)
-    for pid in pids:
-        try:
-            inspect_target(pid)
-        except TargetError as exc:
-            raise _fail(exc, pid) from exc
-    plan = discovery.plan(pids)
-    if plan.note:
-        print(f"traceml: {plan.note}", file=sys.stderr)
-    writer = FrameWriter(None)
-    node = NodeAgent(plan, config, writer, sys.argv)
-    try:
-        probed = node.probe()
-    except (TargetError, PySpyError) as exc:
-        raise _fail(exc, plan.ranks[0].pid) from exc
-    for line in node.failures:
-        print(f"traceml: skipping {line}", file=sys.stderr)
-    first = probed[0][1].target
-    directory = run_dir(Path(args.logs_dir), args.run_name, first.cmd if first else (), pids[0])
-    node.writer = writer = FrameWriter(directory / "frames.msgpack")
-    inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-    writer.listen(inbox.put)
-    rec = Recording()
-
+    session = Session(args, rules)
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    started = time.monotonic()
-    node.start(probed, stop)
-    node_state: dict[str, float] = {}
-    ran_out = False
-    try:
-        next_tick = started + tick_s
-        while not stop.is_set():
-            if not node.active():
-                ran_out = True
-                break
-            elapsed = time.monotonic() - started
-            if duration_s is not None and elapsed >= duration_s:
-                break
-            node.tick(stop, node_state)
-            if on_tick is not None and time.monotonic() >= next_tick:
-                next_tick += tick_s
-                _drain(inbox, rec)
-                end = rec.time_range()
-                start_ns = None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
-                on_tick(rec, analyze(rec, rules, start_ns=start_ns), elapsed)
-            stop.wait(0.1)
-    finally:
-        stop.set()
-        node.join()
-        writer.write({"k": "bye", "t": time.time_ns(), "reason": "target_exited" if ran_out else "stopped"})
-        writer.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    _drain(inbox, rec)
-    summary = build_summary(rec, analyze(rec, rules), directory.name)
-    text = write_summary(directory, summary)
-    if node.exit_reasons() == {"pyspy_failed"}:
-        last = rec.errors[-1] if rec.errors else None
-        message = last.message if last else "py-spy stopped working"
-        raise CliError(f"sampling stopped: {message}; summary of what was seen written to {directory}",
-                       KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
-    cut_short = ran_out and duration_s is not None
-    return SessionResult(directory, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
-
-
-def _drain(inbox: queue.SimpleQueue[dict[str, Any]], rec: Recording) -> None:
-    while True:
-        try:
-            rec.add(inbox.get_nowait())
-        except queue.Empty:
-            return
+    with stop_on_signals(stop):
+        session.run(stop, duration_s, on_tick, tick_s)
+    return session.finish(duration_s)

@@ -1,0 +1,169 @@
+"""The app's keys, driven through Textual's Pilot with a recorded frame stream as the feed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.tui_support import recorded_app, until
+from traceml_attach.tui.feed import Finished, Update
+from traceml_attach.tui.viewmodel import Selection
+from traceml_attach.tui.widgets import HotFramesPanel, MemoryPanel, StepTable
+from traceml_attach.tui.widgets.help import HelpScreen
+
+WIDE, SMALL = (160, 45), (80, 24)
+
+
+def run(coro) -> None:  # type: ignore[no-untyped-def]
+    asyncio.run(coro)
+
+
+def test_rank_keys_move_the_selection_everywhere():
+    async def go() -> None:
+        app = recorded_app()
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            assert app.view.selection.rank == "1"
+            await pilot.press("tab")
+            assert app.selection.rank == "0"
+            steps = app.query_one(StepTable).model
+            assert [r.label for r in steps.rows if r.selected] == ["r0"]
+            assert app.query_one(HotFramesPanel).model.rank == "0"
+            assert [r.rank for r in app.query_one(MemoryPanel).model.rows if r.selected] == ["0"]
+            await pilot.press("down")
+            assert app.selection.rank == "1"
+            await pilot.press("up", "shift+tab")
+            assert app.selection.rank == "1"
+    run(go())
+
+
+def test_the_selection_follows_the_diagnosis_until_the_user_picks_a_rank():
+    async def go() -> None:
+        app = recorded_app()
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            assert app.view.selection.rank == "1"
+            names_rank_0 = json.loads(json.dumps(app.doc))
+            names_rank_0["step_time"]["diagnosis"]["worst_rank"] = "0"
+            names_rank_1 = json.loads(json.dumps(app.doc))
+            app.post_message(Update(names_rank_0))
+            await pilot.pause()
+            assert app.view.selection.rank == "0"        # a new diagnosis moves an unpicked selection
+            await pilot.press("f")                        # picking a phase does not pin the rank
+            app.post_message(Update(names_rank_1))
+            await pilot.pause()
+            assert app.view.selection == Selection("1", "h2d")
+            await pilot.press("tab")                      # the user's pick stays
+            app.post_message(Update(names_rank_0))
+            await pilot.pause()
+            assert app.view.selection.rank == "0"
+            app.post_message(Update(names_rank_1))
+            await pilot.pause()
+            assert app.view.selection.rank == "0"
+    run(go())
+
+
+def test_phase_keys_pick_the_hot_frames_phase():
+    async def go() -> None:
+        app = recorded_app()
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            assert app.query_one(HotFramesPanel).model.phase == "input"
+            await pilot.press("f", "right")
+            assert app.query_one(HotFramesPanel).model.phase == "forward"
+            assert app.query_one(StepTable).model.phase == "forward"
+            await pilot.press("left", "left", "left")
+            assert app.query_one(HotFramesPanel).model.phase == "wait"
+    run(go())
+
+
+def test_pause_freezes_the_display_and_resumes_on_the_newest():
+    async def go() -> None:
+        app = recorded_app(mode="LIVE")
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            shown = app.doc
+            await pilot.press("p")
+            assert app.view is not None and app.view.header.mode == "PAUSED"
+            newer = json.loads(json.dumps(shown))
+            newer["run_name"] = "newer"
+            app.post_message(Update(newer))
+            await pilot.pause()
+            assert app.doc is shown and app.newest is not None and app.newest["run_name"] == "newer"
+            await pilot.press("p")
+            assert app.doc["run_name"] == "newer"
+            assert app.view.header.mode == "LIVE"
+    run(go())
+
+
+def test_s_writes_the_summary_and_keeps_watching(tmp_path: Path):
+    async def go() -> None:
+        app = recorded_app(out_dir=tmp_path)
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            await pilot.press("s")
+            await pilot.pause()
+            assert (tmp_path / "final_summary.json").exists()
+            assert (tmp_path / "final_summary.txt").exists()
+            assert app.is_running
+    run(go())
+    summary = json.loads((tmp_path / "final_summary.json").read_text())
+    assert summary["step_time"]["diagnosis"]["kind"] == "INPUT_STRAGGLER"
+
+
+def test_q_and_ctrl_c_detach_and_write_the_summary(tmp_path: Path):
+    for key in ("q", "ctrl+c"):
+        out = tmp_path / key
+        async def go(out: Path = out, key: str = key) -> None:
+            app = recorded_app(out_dir=out)
+            async with app.run_test(size=WIDE) as pilot:
+                await until(lambda: app.view is not None)
+                await pilot.press(key)
+                await pilot.pause()
+                assert not app.is_running
+        run(go())
+        assert (out / "final_summary.json").exists(), key
+
+
+def test_help_opens_and_closes():
+    async def go() -> None:
+        app = recorded_app()
+        async with app.run_test(size=SMALL) as pilot:
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            assert app.is_running
+    run(go())
+
+
+def test_small_terminals_show_one_detail_panel_at_a_time():
+    async def go() -> None:
+        app = recorded_app()
+        async with app.run_test(size=SMALL) as pilot:
+            await until(lambda: app.view is not None)
+            details = ["hot", "memory", "ranks", "process", "system"]
+            shown = [d for d in details if app.query_one(f"#{d}").display]
+            assert shown == ["hot"]
+            await pilot.press("v")
+            await pilot.pause()
+            assert [d for d in details if app.query_one(f"#{d}").display] == ["memory"]
+            await pilot.resize_terminal(*WIDE)
+            await pilot.pause()
+            assert all(app.query_one(f"#{d}").display for d in details)
+    run(go())
+
+
+def test_the_job_ending_keeps_the_screen_and_detaching_ends_it():
+    async def go() -> None:
+        app = recorded_app(mode="LIVE")
+        async with app.run_test(size=WIDE) as pilot:
+            await until(lambda: app.view is not None)
+            app.post_message(Finished("target_exited", "the job exited; summary written to x"))
+            await pilot.pause()
+            assert app.is_running and app.view is not None and app.view.header.mode == "JOB ENDED"
+            app.post_message(Finished("stopped", "detached"))
+            await pilot.pause()
+            assert not app.is_running
+    run(go())

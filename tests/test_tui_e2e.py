@@ -1,0 +1,55 @@
+"""`traceml attach` in a real terminal (tmux) against a real example job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.tui_tmux import Terminal, attach_command, wait_file
+
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
+def test_attach_shows_the_diagnosis_and_q_writes_the_summary(example, tmp_path: Path, size):
+    # GIVEN an input-bound training job and traceml attach running in an 80x24 (or wide) terminal
+    job = example("input_bound")
+    exit_file = tmp_path / "exit"
+    term = Terminal(attach_command(job.pid, tmp_path / "logs", "tui", exit_file), *size)
+    try:
+        # THEN the screen shows the diagnosis and the phase table
+        seconds = term.wait_for("INPUT-BOUND", "Step time", "Input", "Fwd", "Bwd", "Wait*", "r0", "median")
+        print(f"diagnosis on screen {seconds:.1f} s after starting traceml ({size[0]}x{size[1]})")
+        assert "Hot frames · rank 0 · input" in term.screen()
+        # WHEN q is pressed
+        term.press("q")
+        # THEN it detaches, writes the summary and exits 0; the job runs on
+        assert wait_file(exit_file) == "0"
+    finally:
+        term.close()
+    summary = json.loads((tmp_path / "logs" / "tui" / "final_summary.json").read_text())
+    assert summary["primary_diagnosis"]["kind"] == "INPUT_BOUND"
+    assert (tmp_path / "logs" / "tui" / "final_summary.txt").exists()
+    assert job.poll() is None
+
+
+def test_s_writes_the_summary_while_attached(example, tmp_path: Path):
+    job = example("balanced")
+    exit_file = tmp_path / "exit"
+    term = Terminal(attach_command(job.pid, tmp_path / "logs", "s", exit_file), 120, 40)
+    summary = tmp_path / "logs" / "s" / "final_summary.json"
+    try:
+        term.wait_for("BALANCED", "Step time")
+        assert not summary.exists()
+        term.press("s")
+        wait_file(summary, timeout_s=10)
+        term.wait_for("summary written to")
+        assert not exit_file.exists()      # still attached
+        term.press("C-c")                  # Ctrl-C detaches like q
+        assert wait_file(exit_file) == "0"
+    finally:
+        term.close()
+    assert job.poll() is None

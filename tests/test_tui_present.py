@@ -1,0 +1,141 @@
+"""The pure view-model step: a live document and a selection in, what each panel draws out."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.tui_support import recorded_feed
+from traceml_attach.analysis import analyze
+from traceml_attach.classify import load_rules
+from traceml_attach.live import live_document
+from traceml_attach.tui.feed import Notice, Update
+from traceml_attach.tui.present import SPARK, move_phase, move_rank, present, sparkline
+from traceml_attach.tui.viewmodel import PHASES, Selection
+from traceml_attach.tui.widgets._panel import window
+
+
+@pytest.fixture(scope="module")
+def ddp_doc() -> dict:
+    return recorded_feed("ddp_input_straggler").document()
+
+
+def test_default_selection_is_the_rank_the_diagnosis_names(ddp_doc):
+    vm = present(ddp_doc, Selection())
+    assert ddp_doc["step_time"]["diagnosis"]["kind"] == "INPUT_STRAGGLER"
+    assert vm.selection == Selection("1", "input")
+    assert vm.rank_ids == ("0", "1")
+    assert [r.label for r in vm.steps.rows] == ["r0", "r1", "median", f"worst r{vm.steps.worst_rank}"]
+    selected = [r.label for r in vm.steps.rows if r.selected]
+    assert selected == ["r1"]
+    assert [r.label for r in vm.steps.rows if r.flagged] == ["r1"]
+
+
+def test_rail_leads_with_the_step_time_diagnosis_and_memory(ddp_doc):
+    rail = present(ddp_doc, Selection()).rail
+    assert rail.items[0].title == "Step time"
+    assert rail.items[0].status == "INPUT STRAGGLER"
+    assert rail.items[0].severity == "critical"
+    assert rail.items[0].why and rail.items[0].action
+    assert "Memory" in [i.title for i in rail.items]
+
+
+def test_step_rows_carry_the_documents_numbers(ddp_doc):
+    vm = present(ddp_doc, Selection())
+    r1 = ddp_doc["step_time"]["ranks"]["1"]
+    row = next(r for r in vm.steps.rows if r.label == "r1")
+    assert row.step_ms == f"{r1['step_ms']:.1f}"
+    assert row.phases_ms[PHASES.index("input")] == f"{r1['phases_ms']['input']:.1f}"
+    assert row.shares is not None and sum(row.shares) == pytest.approx(1.0, abs=0.01)
+    assert vm.steps.skew == f"{ddp_doc['step_time']['skew_pct']:+.1f}%"
+
+
+def test_hot_frames_follow_the_selected_rank_and_phase(ddp_doc):
+    vm = present(ddp_doc, Selection("1", "input"))
+    assert vm.hot.rank == "1" and vm.hot.phase == "input"
+    assert "burn_cpu" in vm.hot.rows[0].frame        # ddp.py's input straggler burns CPU in preprocess
+    bwd = present(ddp_doc, Selection("0", "backward")).hot
+    assert bwd.rank == "0" and bwd.phase == "backward" and bwd.rows
+    assert bwd.rows != vm.hot.rows
+
+
+def test_moving_the_selection_wraps_around(ddp_doc):
+    ids = present(ddp_doc, Selection()).rank_ids
+    assert move_rank(ids, Selection("1", "input"), 1).rank == "0"
+    assert move_rank(ids, Selection("0", "input"), -1).rank == "1"
+    assert move_phase(Selection("0", "wait"), 1).phase == "input"
+    assert move_phase(Selection("0", "input"), -1).phase == "wait"
+    # a selection for a rank that is gone falls back to the default
+    assert present(ddp_doc, Selection("7", "forward")).selection == Selection("1", "forward")
+
+
+def test_ranks_list_shows_exited_restarted_and_stalled(ddp_doc):
+    doc = copy.deepcopy(ddp_doc)
+    doc["ranks"]["0"].update(status="exited", exit_status=1)
+    doc["ranks"]["1"].update(status="restarted", restarts=2)
+    rows = {r.rank: r for r in present(doc, Selection()).ranks.rows}
+    assert (rows["0"].status, rows["0"].detail) == ("exited", "exited with status 1")
+    assert rows["1"].status == "restarted" and "2 restarts" in rows["1"].detail
+    doc["live"]["ranks"]["1"] = {"stalled": True, "idle_s": 42.0, "what": "wait/collective", "where": "f (a.py:3)"}
+    rows = {r.rank: r for r in present(doc, Selection()).ranks.rows}
+    assert rows["1"].status == "stalled"
+    assert rows["1"].detail.startswith("no step for 42 s, in wait/collective at f (a.py:3)")
+
+
+def test_a_fresh_attach_says_it_is_warming_up():
+    feed = recorded_feed("input_bound")
+    first, _ = feed.rec.time_range() or (0, 0)
+    an = analyze(feed.rec, load_rules(), start_ns=first, end_ns=first + 200_000_000)
+    doc = live_document(feed.rec, an, "x")
+    vm = present(doc, Selection(), "LIVE")
+    steps = doc["live"]["steps_seen"]
+    assert doc["live"]["warming_up"]
+    assert vm.header.mode == f"WARMING UP ({steps} steps seen)"
+    assert vm.rail.items[0].status == "WARMING UP"
+    # the mode names what the user did; warming up only replaces LIVE
+    assert present(doc, Selection(), "PAUSED").header.mode == "PAUSED"
+
+
+def test_memory_panel_has_a_trend_per_rank(ddp_doc):
+    mem = present(ddp_doc, Selection()).memory
+    assert [r.rank for r in mem.rows] == ["0", "1"]
+    assert mem.source.startswith("host RSS")       # no GPU on the machine that recorded it
+    assert all(r.spark and set(r.spark) <= set(SPARK) for r in mem.rows)
+
+
+def test_a_final_summary_can_be_presented_too():
+    feed = recorded_feed("wait_heavy")
+    from traceml_attach.summary import build_summary
+
+    summary = build_summary(feed.rec, analyze(feed.rec, load_rules()), "x")
+    vm = present(summary, Selection(), "REPLAY")
+    assert vm.rail.items[0].status == "WAIT-HEAVY"
+    assert vm.header.mode == "REPLAY"
+
+
+def test_sparkline_scale():
+    assert sparkline([]) == ""
+    flat = sparkline([1000 * 2**20 + (i % 2) * 2**20 for i in range(20)])   # 1 MiB noise on 1 GB
+    assert set(flat) == {SPARK[0]}
+    rising = sparkline(list(range(0, 100 * 2**20, 2**20)))
+    assert rising[0] == SPARK[0] and rising[-1] == SPARK[-1]
+    assert len(sparkline(list(range(500)), width=30)) == 30
+
+
+@pytest.mark.parametrize(("count", "selected", "capacity", "expected"), [
+    (3, 1, 5, range(0, 3)),
+    (64, 0, 5, range(0, 5)),
+    (64, 63, 5, range(59, 64)),
+    (64, 30, 5, range(28, 33)),
+    (64, 30, 0, range(0)),
+])
+def test_row_window_keeps_the_selection_visible(count, selected, capacity, expected):
+    assert window(count, selected, capacity) == expected
+
+
+def test_only_updates_replace_each_other():
+    a, b = Update({"n": 1}), Update({"n": 2})
+    assert b.can_replace(a)
+    assert not Notice("x").can_replace(Notice("y"))
+    assert not Notice("x").can_replace(a)

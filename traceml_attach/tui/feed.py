@@ -1,0 +1,109 @@
+"""Where the app's data comes from, and the messages that carry it to the UI thread.
+
+A feed runs off the UI thread and talks to the app only through ``post_message``. The app
+asks it for three things: start, write the summary now, and stop (detach and write it).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+from textual.message import Message
+
+from traceml_attach.analysis import analyze
+from traceml_attach.classify import Rule
+from traceml_attach.live import live_document
+from traceml_attach.report import write_summary
+from traceml_attach.stream import Recording
+from traceml_attach.summary import build_summary
+
+
+class Update(Message):
+    """A new live document. A newer one replaces one the UI has not handled yet."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        super().__init__()
+        self.doc = doc
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, Update)
+
+
+class Notice(Message):
+    """One line for the user (a summary was written, a rank exited...)."""
+
+    def __init__(self, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.text = text
+        self.severity = severity
+
+
+class Finished(Message):
+    """Sampling has ended; ``reason`` is stopped, duration, target_exited or failed."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__()
+        self.reason = reason
+        self.text = text
+
+
+class Poster(Protocol):
+    def post_message(self, message: Message) -> bool: ...
+
+
+class Feed(Protocol):
+    def start(self, app: Poster) -> None:
+        """Begin delivering Update (about once a second), Notice and Finished messages."""
+
+    def write_summary(self) -> None:
+        """Write the summary of what was seen so far, without detaching (a Notice follows)."""
+
+    def stop(self) -> None:
+        """Detach: stop sampling and write the summary. Returns at once; ``wait`` joins."""
+
+
+class RecordedFeed:
+    """A recorded frame stream shown as if live at its last moment: for replays and tests.
+
+    ``rules`` and ``window_s`` are those of a live session, so the screen is the one a live
+    session would have shown when the recording ended.
+    """
+
+    def __init__(self, rec: Recording, rules: list[Rule], run_name: str, out_dir: Path | None = None,
+                 window_s: float | None = 30.0) -> None:
+        self.rec, self.rules, self.run_name, self.out_dir, self.window_s = rec, rules, run_name, out_dir, window_s
+        self.summaries_written = 0
+        self._thread: threading.Thread | None = None
+
+    def document(self) -> dict[str, Any]:
+        end = self.rec.time_range()
+        start = None if end is None or self.window_s is None else end[1] - int(self.window_s * 1e9)
+        return live_document(self.rec, analyze(self.rec, self.rules, start_ns=start), self.run_name)
+
+    def start(self, app: Poster) -> None:
+        self._app = app
+        self._thread = threading.Thread(target=lambda: app.post_message(Update(self.document())),
+                                        name="traceml-feed", daemon=True)
+        self._thread.start()
+
+    def _write(self) -> Path | None:
+        if self.out_dir is None:
+            return None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        write_summary(self.out_dir, build_summary(self.rec, analyze(self.rec, self.rules), self.run_name))
+        self.summaries_written += 1
+        return self.out_dir / "final_summary.json"
+
+    def write_summary(self) -> None:
+        path = self._write()
+        text = f"summary written to {path}" if path else "a replay without --out writes no summary"
+        self._app.post_message(Notice(text))
+
+    def stop(self) -> None:
+        self._write()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()

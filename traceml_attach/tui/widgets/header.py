@@ -1,0 +1,34 @@
+"""The top line: what is attached, the data's clock and the mode (live, paused, ended)."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from traceml_attach.tui.viewmodel import HeaderVM
+
+MODE_STYLE = {"LIVE": "bold black on green", "PAUSED": "bold black on yellow", "JOB ENDED": "bold white on red",
+              "REPLAY": "bold black on cyan", "DETACHING": "bold black on yellow"}
+
+
+class HeaderBar(Widget):
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $panel; }
+    """
+    model: reactive[HeaderVM | None] = reactive(None)
+
+    def render(self) -> RenderableType:
+        width = self.size.width
+        if self.model is None:
+            return Text(" traceml attach · starting…", style="bold")
+        m = self.model
+        style = MODE_STYLE.get(m.mode, "bold black on cyan")
+        right = Text.assemble((f" {m.mode} ", style), f"  {m.clock} ")
+        left = Text.assemble((f" {m.title} ", "bold"), ("│ ", "dim"), m.target)
+        if width - len(left) - len(right) > len(m.sampling) + 4:
+            left.append_text(Text.assemble(("  │ ", "dim"), (m.sampling, "dim")))
+        left.truncate(max(width - len(right), 0), overflow="ellipsis")
+        left.pad_right(max(width - len(right) - len(left), 0))
+        return Text.assemble(left, right, no_wrap=True)
