@@ -70,7 +70,7 @@ class SilentFeed:
 
 
 def stats(xs: list[float]) -> str:
-    p95 = sorted(xs)[max(int(round(0.95 * len(xs))) - 1, 0)]
+    p95 = sorted(xs)[max(round(0.95 * len(xs)) - 1, 0)]
     return f"median {statistics.median(xs):.1f}, p95 {p95:.1f}, worst {max(xs):.1f} ms"
 
 
