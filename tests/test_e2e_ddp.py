@@ -113,7 +113,10 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
     # rank 1 exits with status 3 at step 40 of the first attempt; torchrun restarts both workers.
     # torchrun's own re-rendezvous after a restart sometimes fails here (new workers dial the old
     # attempt's gloo address: "Connection refused"), whatever traceml does; then the scenario is
-    # run again, up to 3 times. The assertions are the same for the run that is judged.
+    # run again, up to 3 times. So is a run in which the exit status was missed: it can only be
+    # read while the exited worker is a zombie, and torchrun may reap it within the sampler's
+    # 20 ms poll when the machine is loaded (README, limits). The assertions are the same for the
+    # run that is judged.
     for attempt in range(3):
         rendezvous = ("--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(free_port()))
         launcher = torchrun(2, "--exit-at-step", "40", "--exit-code", "3",
@@ -122,10 +125,11 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         ranks = summary["ranks"]
         last = ranks["1"]["pids"][-1]
         targets = {t["pid"]: t for t in summary["targets"]}
-        if not targets[last]["exited"]:
+        if not targets[last]["exited"] and targets[ranks["1"]["pids"][0]]["exit_status"] is not None:
             break
     else:
-        pytest.fail("torchrun's restarted workers died on their own in 3 runs (see launcher.log)")
+        pytest.fail("in 3 runs, torchrun's restarted workers died on their own (see launcher.log) or the "
+                    "exit status was missed")
     assert ranks["1"]["status"] == "restarted" and ranks["1"]["restarts"] >= 1, out.stdout
     first = ranks["1"]["pids"][0]
     assert targets[first]["exited"] and targets[first]["exit_status"] == 3
