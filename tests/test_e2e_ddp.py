@@ -121,7 +121,7 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         rendezvous = ("--rdzv-backend", "static", "--master-addr", "127.0.0.1", "--master-port", str(free_port()))
         launcher = torchrun(2, "--exit-at-step", "40", "--exit-code", "3",
                             launcher_args=(*rendezvous, "--max-restarts", "3"))
-        summary, out = snapshot(launcher.pid, tmp_path, f"restart{attempt}", seconds=25)
+        summary, out = snapshot(launcher.pid, tmp_path, f"restart{attempt}", seconds=35)
         ranks = summary["ranks"]
         last = ranks["1"]["pids"][-1]
         targets = {t["pid"]: t for t in summary["targets"]}
