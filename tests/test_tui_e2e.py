@@ -53,3 +53,16 @@ def test_s_writes_the_summary_while_attached(example, tmp_path: Path):
     finally:
         term.close()
     assert job.poll() is None
+
+
+def test_closing_the_terminal_still_writes_the_summary(example, tmp_path: Path):
+    job = example("wait_heavy")
+    exit_file = tmp_path / "exit"
+    term = Terminal(attach_command(job.pid, tmp_path / "logs", "hup", exit_file), 100, 30)
+    try:
+        term.wait_for("WAIT-HEAVY", "Step time")
+    finally:
+        term.close()    # the terminal goes away: SIGHUP
+    summary = json.loads(wait_file(tmp_path / "logs" / "hup" / "final_summary.json"))
+    assert summary["primary_diagnosis"]["kind"] == "WAIT_HEAVY"
+    assert job.poll() is None

@@ -151,8 +151,10 @@ class Session:
 
 @contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Ctrl-C and SIGTERM end the session cleanly (the summary is still written)."""
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) end the session cleanly: the summary is
+    still written."""
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
     try:
         yield
     finally:
