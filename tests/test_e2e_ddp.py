@@ -111,13 +111,16 @@ def test_hang_names_the_stuck_rank_and_line(torchrun, tmp_path: Path):
 
 def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
     # rank 1 exits with status 3 at step 40 of the first attempt; torchrun restarts both workers.
-    # Some runs cannot be judged, whatever traceml does, and are run again (up to 3 times):
-    # - torchrun's re-rendezvous after the restart fails or hangs here (the new workers dial the
-    #   old attempt's gloo address): its restarted workers die, or never train, as the workers'
-    #   own ground truth shows (no step after the first 40);
-    # - the exit status was missed: it can only be read while the exited worker is a zombie,
-    #   polled every 20 ms, and torchrun may reap it sooner on a loaded machine (README, limits).
-    # The assertions are the same for the run that is judged.
+    # torchrun's side is not always well behaved here, whatever traceml does:
+    # - after the restart its workers may die (they dial the old attempt's gloo address), or
+    #   hang in init_process_group's gloo connect and never train, as their own ground truth
+    #   shows (no step after the first 40);
+    # - the exit status can only be read while the exited worker is a zombie, polled every
+    #   20 ms, and torchrun may reap it sooner on a loaded machine (README, limits).
+    # A run whose workers died or whose status was missed is run again (up to 3 runs). Of the
+    # others, one whose restarted workers train is preferred; if they hung in every run, what
+    # traceml must say about that run is checked instead.
+    judged = None
     for attempt in range(3):
         for truth in tmp_path.glob("gt_*.jsonl"):
             truth.unlink()
@@ -126,20 +129,28 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
                             launcher_args=(*rendezvous, "--max-restarts", "3"))
         summary, out = snapshot(launcher.pid, tmp_path, f"restart{attempt}", seconds=25)
         ranks = summary["ranks"]
-        last = ranks["1"]["pids"][-1]
         targets = {t["pid"]: t for t in summary["targets"]}
+        if targets[ranks["1"]["pids"][-1]]["exited"] or targets[ranks["1"]["pids"][0]]["exit_status"] is None:
+            continue
         retrained = len((tmp_path / "gt_1.jsonl").read_text().splitlines()) > 40
-        if retrained and not targets[last]["exited"] and targets[ranks["1"]["pids"][0]]["exit_status"] is not None:
+        judged = (summary, out, targets, retrained)
+        if retrained:
             break
-    else:
-        pytest.fail("in 3 runs, torchrun's restarted workers died or never trained (see launcher.log), or the "
-                    "exit status was missed")
+    if judged is None:
+        pytest.fail("in 3 runs, torchrun's restarted workers died (see launcher.log) or the exit status was missed")
+    summary, out, targets, retrained = judged
+    ranks = summary["ranks"]
+    first, last = ranks["1"]["pids"][0], ranks["1"]["pids"][-1]
     assert ranks["1"]["status"] == "restarted" and ranks["1"]["restarts"] >= 1, out.stdout
-    first = ranks["1"]["pids"][0]
     assert targets[first]["exited"] and targets[first]["exit_status"] == 3
-    # the restarted workers are sampled: their steps are in the summary
+    # the restarted workers are the ones sampled and analysed
     assert summary["step_time"]["ranks"]["1"]["pid"] == last
-    assert summary["step_time"]["ranks"]["1"]["steps"] >= 10
+    if retrained:
+        assert summary["step_time"]["ranks"]["1"]["steps"] >= 10
+    else:   # they hung in init_process_group: that is what traceml must report
+        diag = summary["step_time"]["diagnosis"]
+        assert diag["kind"] == "HANG", diag
+        assert "main (examples/ddp.py:95)" in diag["why"], diag   # the init_process_group line
 
 
 def test_attaching_to_one_rank_says_which_and_how_to_get_all(torchrun, tmp_path: Path):
