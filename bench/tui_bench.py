@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 from agent.wire import unpacker  # noqa: E402
 from traceml_attach.analysis import analyze  # noqa: E402
 from traceml_attach.classify import load_rules  # noqa: E402
-from traceml_attach.live import live_document  # noqa: E402
+from traceml_attach.live import LIVE_WINDOW_S, live_document  # noqa: E402
 from traceml_attach.stream import Recording  # noqa: E402
 from traceml_attach.tui.app import make_app  # noqa: E402
 from traceml_attach.tui.feed import Poster, Update  # noqa: E402
@@ -137,7 +137,7 @@ def main() -> None:
     docs, analysis_ms = [], []
     for cut_s in (1.0, 0.0, 0.5):   # three slightly different windows, so each refresh changes the screen
         t0 = time.perf_counter()
-        an = analyze(rec, rules, start_ns=end[1] - int(30e9), end_ns=end[1] - int(cut_s * 1e9))
+        an = analyze(rec, rules, start_ns=end[1] - int(LIVE_WINDOW_S * 1e9), end_ns=end[1] - int(cut_s * 1e9))
         docs.append(live_document(rec, an, "bench"))
         analysis_ms.append(1e3 * (time.perf_counter() - t0))
     print(f"{len(docs[0]['step_time']['ranks'])} simulated ranks; analysis + live document (off the UI thread): "

@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from tests.tui_support import recorded_app, until
+from tests.tui_support import loaded, recorded_app
 from traceml_attach.tui.feed import Finished, Update
 from traceml_attach.tui.viewmodel import Selection
 from traceml_attach.tui.widgets import HotFramesPanel, MemoryPanel, StepTable
@@ -22,8 +22,7 @@ def run(coro) -> None:  # type: ignore[no-untyped-def]
 def test_rank_keys_move_the_selection_everywhere():
     async def go() -> None:
         app = recorded_app()
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             assert app.view.selection.rank == "1"
             await pilot.press("tab")
             assert app.selection.rank == "0"
@@ -41,8 +40,7 @@ def test_rank_keys_move_the_selection_everywhere():
 def test_the_selection_follows_the_diagnosis_until_the_user_picks_a_rank():
     async def go() -> None:
         app = recorded_app()
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             assert app.view.selection.rank == "1"
             names_rank_0 = json.loads(json.dumps(app.doc))
             names_rank_0["step_time"]["diagnosis"]["worst_rank"] = "0"
@@ -67,8 +65,7 @@ def test_the_selection_follows_the_diagnosis_until_the_user_picks_a_rank():
 def test_phase_keys_pick_the_hot_frames_phase():
     async def go() -> None:
         app = recorded_app()
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             assert app.query_one(HotFramesPanel).model.phase == "input"
             await pilot.press("f", "right")
             assert app.query_one(HotFramesPanel).model.phase == "forward"
@@ -81,8 +78,7 @@ def test_phase_keys_pick_the_hot_frames_phase():
 def test_pause_freezes_the_display_and_resumes_on_the_newest():
     async def go() -> None:
         app = recorded_app(mode="LIVE")
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             shown = app.doc
             await pilot.press("p")
             assert app.view is not None and app.view.header.mode == "PAUSED"
@@ -100,8 +96,7 @@ def test_pause_freezes_the_display_and_resumes_on_the_newest():
 def test_s_writes_the_summary_and_keeps_watching(tmp_path: Path):
     async def go() -> None:
         app = recorded_app(out_dir=tmp_path)
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             await pilot.press("s")
             await pilot.pause()
             assert (tmp_path / "final_summary.json").exists()
@@ -117,8 +112,7 @@ def test_q_and_ctrl_c_detach_and_write_the_summary(tmp_path: Path):
         out = tmp_path / key
         async def go(out: Path = out, key: str = key) -> None:
             app = recorded_app(out_dir=out)
-            async with app.run_test(size=WIDE) as pilot:
-                await until(lambda: app.view is not None)
+            async with loaded(app, WIDE) as pilot:
                 await pilot.press(key)
                 await pilot.pause()
                 assert not app.is_running
@@ -141,8 +135,7 @@ def test_help_opens_and_closes():
 def test_small_terminals_show_one_detail_panel_at_a_time():
     async def go() -> None:
         app = recorded_app()
-        async with app.run_test(size=SMALL) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, SMALL) as pilot:
             details = ["hot", "memory", "ranks", "process", "system"]
             shown = [d for d in details if app.query_one(f"#{d}").display]
             assert shown == ["hot"]
@@ -158,8 +151,7 @@ def test_small_terminals_show_one_detail_panel_at_a_time():
 def test_the_job_ending_keeps_the_screen_and_detaching_ends_it():
     async def go() -> None:
         app = recorded_app(mode="LIVE")
-        async with app.run_test(size=WIDE) as pilot:
-            await until(lambda: app.view is not None)
+        async with loaded(app, WIDE) as pilot:
             app.post_message(Finished("target_exited", "the job exited; summary written to x"))
             await pilot.pause()
             assert app.is_running and app.view is not None and app.view.header.mode == "JOB ENDED"

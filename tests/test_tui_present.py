@@ -8,11 +8,11 @@ import pytest
 
 from tests.tui_support import recorded_feed
 from traceml_attach.analysis import analyze
-from traceml_attach.classify import load_rules
+from traceml_attach.classify import PHASES, load_rules
 from traceml_attach.live import live_document
 from traceml_attach.tui.feed import Notice, Update
 from traceml_attach.tui.present import SPARK, move_phase, move_rank, present, sparkline
-from traceml_attach.tui.viewmodel import PHASES, Selection
+from traceml_attach.tui.viewmodel import Selection
 from traceml_attach.tui.widgets._panel import window
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from textual.pilot import Pilot
 
 from traceml_attach.classify import load_rules
 from traceml_attach.stream import read_recording
@@ -24,6 +27,14 @@ def recorded_feed(name: str, out_dir: Path | None = None) -> RecordedFeed:
 
 def recorded_app(name: str = "ddp_input_straggler", out_dir: Path | None = None, mode: str = "REPLAY") -> TraceApp:
     return make_app(recorded_feed(name, out_dir), mode=mode)
+
+
+@asynccontextmanager
+async def loaded(app: TraceApp, size: tuple[int, int]) -> AsyncIterator[Pilot]:
+    """Run the app headless at ``size`` until its first document is on screen."""
+    async with app.run_test(size=size) as pilot:
+        await until(lambda: app.view is not None)
+        yield pilot
 
 
 async def until(condition: Callable[[], Any], timeout_s: float = 10.0) -> None:

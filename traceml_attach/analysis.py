@@ -31,6 +31,11 @@ def rank_of(rec: Recording, pid: int, index: int) -> str:
     return str(meta.rank) if meta is not None and meta.rank is not None else str(index)
 
 
+def rank_key(rank: str) -> tuple[bool, int, str]:
+    """Ranks in numeric order; non-numeric labels after them."""
+    return (False, int(rank), "") if rank.isdigit() else (True, 0, rank)
+
+
 def rank_pids(rec: Recording, start_ns: int, end_ns: int) -> dict[str, int]:
     """Each rank's process for the window: after an elastic restart, the one sampled last
     that has samples in the window."""
@@ -42,7 +47,7 @@ def rank_pids(rec: Recording, start_ns: int, end_ns: int) -> dict[str, int]:
         inside = bool(spans) and spans[0].ts_ns < end_ns and spans[-1].end_ns > start_ns
         if rank not in chosen or inside:
             chosen[rank] = pid
-    return dict(sorted(chosen.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0)))
+    return dict(sorted(chosen.items(), key=lambda kv: rank_key(kv[0])))
 
 
 def analyze(

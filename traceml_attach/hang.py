@@ -27,6 +27,10 @@ class RankState:
     def synchronizing(self) -> bool:
         return (self.phase, self.label if self.phase == "wait" else None) in SYNC_PHASES
 
+    def stalled(self, policy: StepTimePolicy) -> bool:
+        """No step for policy.hang_s, and the call path unchanged for half of that."""
+        return self.idle_s >= policy.hang_s and self.unchanged_s >= policy.hang_s / 2
+
     @property
     def what(self) -> str:
         return self.phase if self.phase != "wait" else f"wait/{self.label or 'other'}"
@@ -71,7 +75,7 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
     states = [s for rank, tl in timelines.items() if (s := rank_state(rank, tl)) is not None]
     if not states or len(states) < len(timelines):
         return None
-    if any(s.idle_s < policy.hang_s or s.unchanged_s < policy.hang_s / 2 for s in states):
+    if not all(s.stalled(policy) for s in states):
         return None
     idle = min(s.idle_s for s in states)
     odd = _odd_ones(states)

@@ -16,6 +16,14 @@ from traceml_attach.stream import Recording
 from traceml_attach.summary import build_summary, host_memory_series
 
 SPARK_POINTS = 60   # memory trend points kept per rank (the newest)
+# A live view that covers too long a stretch reacts slowly; this is what it looks at.
+LIVE_WINDOW_S = 30.0
+
+
+def live_window(rec: Recording) -> int | None:
+    """Start of the window a live view looks at (the last LIVE_WINDOW_S seconds of data)."""
+    end = rec.time_range()
+    return None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
 
 
 def _tail(series: list[tuple[int, int]], points: int) -> list[int]:
@@ -59,8 +67,7 @@ def live_document(rec: Recording, an: Analysis, run_name: str,
         state = rank_state(rank, tl)
         if state is None:
             continue
-        stalled = state.idle_s >= policy.hang_s and state.unchanged_s >= policy.hang_s / 2
-        stalls[rank] = {"stalled": stalled, "idle_s": round(state.idle_s, 1), "what": state.what,
+        stalls[rank] = {"stalled": state.stalled(policy), "idle_s": round(state.idle_s, 1), "what": state.what,
                         "where": state.where}
     primary = an.findings[0]
     doc["live"] = {

@@ -24,12 +24,10 @@ from traceml_attach.analysis import Analysis, analyze
 from traceml_attach.classify import Rule
 from traceml_attach.cli.common import run_dir
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
+from traceml_attach.live import live_window
 from traceml_attach.report import write_summary
 from traceml_attach.stream import Recording
 from traceml_attach.summary import build_summary
-
-# A live view that covers too long a stretch reacts slowly; this is what it looks at.
-LIVE_WINDOW_S = 30.0
 
 Tick = Callable[[Recording, Analysis, float], None]
 
@@ -49,12 +47,6 @@ def _fail(exc: TargetError | PySpyError, pid: int) -> CliError:
         if children:
             message += f"; its Python child processes are {', '.join(map(str, children[:8]))}"
     return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
-
-
-def live_window(rec: Recording) -> int | None:
-    """Start of the window a live view looks at (the last LIVE_WINDOW_S seconds of data)."""
-    end = rec.time_range()
-    return None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
 
 
 class Session:

@@ -14,7 +14,7 @@ from textual.message import Message
 
 from traceml_attach.analysis import analyze
 from traceml_attach.classify import Rule
-from traceml_attach.live import live_document
+from traceml_attach.live import live_document, live_window
 from traceml_attach.report import write_summary
 from traceml_attach.stream import Recording
 from traceml_attach.summary import build_summary
@@ -67,20 +67,17 @@ class Feed(Protocol):
 class RecordedFeed:
     """A recorded frame stream shown as if live at its last moment: for replays and tests.
 
-    ``rules`` and ``window_s`` are those of a live session, so the screen is the one a live
-    session would have shown when the recording ended.
+    Its window is a live session's, so the screen is the one a live session would have shown
+    when the recording ended.
     """
 
-    def __init__(self, rec: Recording, rules: list[Rule], run_name: str, out_dir: Path | None = None,
-                 window_s: float | None = 30.0) -> None:
-        self.rec, self.rules, self.run_name, self.out_dir, self.window_s = rec, rules, run_name, out_dir, window_s
+    def __init__(self, rec: Recording, rules: list[Rule], run_name: str, out_dir: Path | None = None) -> None:
+        self.rec, self.rules, self.run_name, self.out_dir = rec, rules, run_name, out_dir
         self.summaries_written = 0
         self._thread: threading.Thread | None = None
 
     def document(self) -> dict[str, Any]:
-        end = self.rec.time_range()
-        start = None if end is None or self.window_s is None else end[1] - int(self.window_s * 1e9)
-        return live_document(self.rec, analyze(self.rec, self.rules, start_ns=start), self.run_name)
+        return live_document(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), self.run_name)
 
     def start(self, app: Poster) -> None:
         self._app = app

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from traceml_attach.analysis import rank_key
+from traceml_attach.classify import PHASES
 from traceml_attach.tui.viewmodel import (
-    PHASES,
     DiagnosisVM,
     GpuRow,
     HeaderVM,
@@ -78,10 +79,6 @@ def sparkline(values: list[int] | list[float], width: int = SPARK_WIDTH) -> str:
     return "".join(SPARK[min(int((v - lo) / span * len(SPARK)), len(SPARK) - 1)] for v in values)
 
 
-def rank_key(rank: str) -> tuple[int, int, str]:
-    return (0, int(rank), "") if rank.isdigit() else (1, 0, rank)
-
-
 # --- selection ----------------------------------------------------------------------------
 
 def rank_ids(doc: dict[str, Any]) -> tuple[str, ...]:
@@ -99,8 +96,7 @@ def default_rank(doc: dict[str, Any], ids: tuple[str, ...]) -> str | None:
     return ids[0] if ids else None
 
 
-def resolve(doc: dict[str, Any], sel: Selection) -> Selection:
-    ids = rank_ids(doc)
+def resolve(doc: dict[str, Any], ids: tuple[str, ...], sel: Selection) -> Selection:
     rank = sel.rank if sel.rank in ids else default_rank(doc, ids)
     return Selection(rank, sel.phase if sel.phase in PHASES else PHASES[0])
 
@@ -123,13 +119,13 @@ def _diagnosis(title: str, d: dict[str, Any]) -> DiagnosisVM:
     return DiagnosisVM(title, d["status"], d["severity"], d["summary"], d.get("why") or "", d.get("action") or "")
 
 
-def present_header(doc: dict[str, Any], mode: str) -> HeaderVM:
+def present_header(doc: dict[str, Any], ids: tuple[str, ...], mode: str) -> HeaderVM:
     live = doc.get("live") or {}
     targets = doc.get("targets") or []
     cmd = targets[0]["cmd"] if targets else []
     script = next((a.rsplit("/", 1)[-1] for a in cmd[1:] if a.endswith(".py")), cmd[0] if cmd else "?")
     pids = ", ".join(str(t["pid"]) for t in targets[:4]) + (" …" if len(targets) > 4 else "")
-    n = len(rank_ids(doc))
+    n = len(ids)
     target = f"{script} · pid {pids} · {n} rank{'s' if n != 1 else ''}"
     samp = doc["sampling"]
     win = samp["window"]
@@ -221,7 +217,7 @@ def present_system(doc: dict[str, Any]) -> SystemVM:
     system = doc["system"]
     host = system.get("host") or {}
     used, total = host.get("mem_used_peak_bytes"), host.get("mem_total_bytes")
-    cpu = system.get("host_cpu_percent_median", host.get("cpu_percent_median"))
+    cpu = system["host_cpu_percent_median"]   # of the window (host's is of the whole recording)
     gpus = tuple(
         GpuRow(i, pct(g.get("util_percent_median")), pct(g.get("mem_used_peak"), 100),
                NONE if g.get("temp_c_peak") is None else f"{g['temp_c_peak']:.0f}°C",
@@ -264,12 +260,12 @@ def present_hot(doc: dict[str, Any], sel: Selection) -> HotFramesVM:
     return HotFramesVM(rank, phase, NONE if phase_ms is None else f"{phase_ms:.1f} ms/step", rows, note)
 
 
-def present_ranks(doc: dict[str, Any], sel: Selection) -> RanksVM:
+def present_ranks(doc: dict[str, Any], ids: tuple[str, ...], sel: Selection) -> RanksVM:
     status = doc.get("ranks") or {}
     live = (doc.get("live") or {}).get("ranks") or {}
     st = doc["step_time"]["ranks"]
     rows = []
-    for rank in rank_ids(doc):
+    for rank in ids:
         s = status.get(rank) or {}
         state = s.get("status", "alive")
         stall = live.get(rank) or {}
@@ -292,16 +288,17 @@ def present_ranks(doc: dict[str, Any], sel: Selection) -> RanksVM:
 
 def present(doc: dict[str, Any], sel: Selection, mode: str = "LIVE") -> ViewModel:
     """The whole screen's view-model for a live document (or a final summary) and a selection."""
-    sel = resolve(doc, sel)
+    ids = rank_ids(doc)
+    sel = resolve(doc, ids, sel)
     return ViewModel(
-        header=present_header(doc, mode),
+        header=present_header(doc, ids, mode),
         rail=present_rail(doc),
         steps=present_steps(doc, sel),
         memory=present_memory(doc, sel),
         system=present_system(doc),
         process=present_process(doc, sel),
         hot=present_hot(doc, sel),
-        ranks=present_ranks(doc, sel),
-        rank_ids=rank_ids(doc),
+        ranks=present_ranks(doc, ids, sel),
+        rank_ids=ids,
         selection=sel,
     )

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PHASES = ("input", "h2d", "forward", "backward", "optimizer", "wait")
-PHASE_HEADS = ("Input", "H2D", "Fwd", "Bwd", "Optim", "Wait*")
+PHASE_HEADS = ("Input", "H2D", "Fwd", "Bwd", "Optim", "Wait*")   # column heads, in classify.PHASES order
 
 
 @dataclass(frozen=True)

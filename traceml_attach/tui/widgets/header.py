@@ -10,7 +10,7 @@ from textual.widget import Widget
 from traceml_attach.tui.viewmodel import HeaderVM
 
 MODE_STYLE = {"LIVE": "bold black on green", "PAUSED": "bold black on yellow", "JOB ENDED": "bold white on red",
-              "REPLAY": "bold black on cyan", "DETACHING": "bold black on yellow"}
+              "REPLAY": "bold black on cyan"}
 
 
 class HeaderBar(Widget):

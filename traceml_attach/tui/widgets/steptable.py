@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from traceml_attach.tui.viewmodel import PHASE_HEADS, PHASES, StepRow, StepTableVM
+from traceml_attach.classify import PHASES
+from traceml_attach.tui.viewmodel import PHASE_HEADS, StepRow, StepTableVM
 from traceml_attach.tui.widgets._panel import PHASE_COLOUR, SELECTED, Panel, line, more, window
 
 RANK_W, STEPS_W, STEP_W, PHASE_W = 10, 6, 8, 7
