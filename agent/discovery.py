@@ -7,7 +7,6 @@ WORLD_SIZE and GROUP_RANK are ever read from an environment.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import psutil
@@ -22,15 +21,10 @@ class RankProc:
     local_rank: int | None
     world_size: int | None
     group_rank: int | None
-    create_time: float | None
 
 
 def _rank_proc(pid: int, env: dict[str, int]) -> RankProc:
-    created = None
-    with contextlib.suppress(psutil.Error):
-        created = psutil.Process(pid).create_time()
-    return RankProc(pid, env.get("RANK"), env.get("LOCAL_RANK"), env.get("WORLD_SIZE"),
-                    env.get("GROUP_RANK"), created)
+    return RankProc(pid, env.get("RANK"), env.get("LOCAL_RANK"), env.get("WORLD_SIZE"), env.get("GROUP_RANK"))
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -103,7 +97,7 @@ def plan(pids: list[int]) -> Plan:
         if launcher is not None and ranks_below(launcher):
             note += f"; to attach to every rank, give the launcher's PID: --pid {launcher}"
         return Plan([_rank_proc(pid, env)], None, note)
-    return Plan([_rank_proc(pid, rank_env(pid)) for pid in pids], None, None)
+    return Plan([_rank_proc(pid, rank_env(pid)) for pid in dict.fromkeys(pids)], None, None)
 
 
 def exit_status(pid: int) -> int | None:

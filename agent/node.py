@@ -17,11 +17,12 @@ from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
 from agent.pyspy import PySpyError, ThreadDump
-from agent.sampler import Sampler, SamplerConfig
+from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
 from agent.wire import FrameWriter
 
 RESCAN_EVERY_S = 1.0
+MAX_ATTACH_TRIES = 5   # a new worker that cannot be attached (it may still be starting) is tried this often
 
 
 @dataclass
@@ -42,6 +43,7 @@ class NodeAgent:
     running: dict[int, _Running] = field(default_factory=dict)  # by pid
     seen_ranks: dict[int, int] = field(default_factory=dict)    # rank -> latest pid
     failures: list[str] = field(default_factory=list)
+    refused: dict[int, int] = field(default_factory=dict)       # pid -> failed attempts to attach
     nvml: Nvml = field(default_factory=Nvml)
 
     def probe(self) -> list[tuple[RankProc, Sampler, list[ThreadDump]]]:
@@ -82,14 +84,20 @@ class NodeAgent:
         if self.plan.launcher is None:
             return
         for rank in ranks_below(self.plan.launcher):
-            if rank.pid in self.running:
+            if rank.pid in self.running or self.refused.get(rank.pid, 0) >= MAX_ATTACH_TRIES:
                 continue
             try:
                 sampler = Sampler(rank.pid, self.config)
                 threads = sampler.probe()
             except (TargetError, PySpyError) as exc:
-                self.writer.write({"k": "error", "t": time.time_ns(), "pid": rank.pid,
-                                   "kind": getattr(exc, "kind", "failed"), "msg": str(exc)})
+                # a worker may be caught while it starts: try again, a few times, and report once
+                kind = getattr(exc, "kind", "failed")
+                tries = self.refused[rank.pid] = self.refused.get(rank.pid, 0) + 1
+                if tries == 1 or kind in FATAL_KINDS:
+                    self.writer.write({"k": "error", "t": time.time_ns(), "pid": rank.pid, "kind": kind,
+                                       "msg": str(exc)})
+                if kind in FATAL_KINDS:
+                    self.refused[rank.pid] = MAX_ATTACH_TRIES
                 continue
             self._launch(rank, sampler, threads, stop)
 
@@ -107,13 +115,18 @@ class NodeAgent:
     def join(self) -> None:
         for r in self.running.values():
             r.thread.join()
+        self.nvml.close()
 
     def tick(self, stop: threading.Event, state: dict[str, float]) -> None:
         """Periodic node work: host stats and launcher re-scans (call every ~0.1 s)."""
         now = time.monotonic()
         if now >= state.get("host", 0.0):
+            first = "host" not in state
             state["host"] = now + self.config.proc_every_s
-            self.writer.write(host_frame())
+            if first:   # psutil keeps the host CPU baseline per thread: the first reading would be 0
+                psutil.cpu_percent(None)
+            else:
+                self.writer.write(host_frame())
         if now >= state.get("gpu", 0.0):
             state["gpu"] = now + self.config.gpu_every_s
             frame = self.nvml.poll()

@@ -16,7 +16,6 @@ class ProcPoller:
         self._proc = psutil.Process(pid)
         self._children: dict[int, psutil.Process] = {}
         self._proc.cpu_percent(None)  # prime: the first reading is always 0
-        psutil.cpu_percent(None)
 
     def poll(self) -> dict[str, Any] | None:
         """One ``proc`` frame, or None once the process is gone."""

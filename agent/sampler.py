@@ -64,7 +64,7 @@ class Sampler:
         self.backend_version = pyspy_version(self.binary)
         self.target: TargetInfo | None = None
         self.exit_reason: str | None = None
-        self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
+        self._tmp: Path | None = None   # run()'s folder for the windows, so a sampler that never runs leaves none
         self._window_index = 0
         self._covered_until: int | None = None
         self._failures = 0
@@ -110,6 +110,7 @@ class Sampler:
         next_proc = next_start
         poller = ProcPoller(self.pid)
         cpu = ThreadCpu(self.pid)
+        tmp = self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
         next_cpu = next_start
         reason = "stopped"
         try:
@@ -133,11 +134,8 @@ class Sampler:
                     if self._gone():
                         reason = "target_exited"
                         return reason
-                if now >= next_proc:
+                if now >= next_proc:   # the 20 ms branch above has just checked _gone()
                     next_proc = now + cfg.proc_every_s
-                    if self._gone():
-                        reason = "target_exited"
-                        return reason
                     frame = poller.poll()
                     if frame is None:
                         reason = "target_exited"
@@ -154,13 +152,12 @@ class Sampler:
                 window.stop()
             for window in windows:
                 self._finish(window)
+            self.writer.write(cpu.frame())   # the CPU counters up to the end, exit included
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
                                    "status": self._status})
-            else:
-                self.writer.write(cpu.frame())
             self.exit_reason = reason
-            _remove_dir(self._tmp)
+            _remove_dir(tmp)
 
     def _start_window(self) -> RecordWindow:
         self._window_index += 1
@@ -168,6 +165,7 @@ class Sampler:
         # --duration is only a safety net: the loop stops each window itself, and a
         # recorder outliving a crashed attacher ends on its own soon after.
         max_s = math.ceil(cfg.window_s + cfg.overlap_s) + 2
+        assert self._tmp is not None, "windows start only inside run()"
         out = self._tmp / f"w{self._window_index}.json"
         return RecordWindow(self.binary, self.pid, cfg.rate_hz, max_s, out, self._window_index)
 

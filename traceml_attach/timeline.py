@@ -16,7 +16,7 @@ import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.source import is_library
@@ -106,10 +106,11 @@ def clip_spans(spans: Sequence[Span], start_ns: int, end_ns: int) -> list[Span]:
     return out
 
 
-def _is_background(span: Span, name: str | None) -> bool:
-    if name and "pin_memory" in name:
+def is_background(func_names: Iterable[str], thread_name: str | None) -> bool:
+    """A DataLoader helper thread (pin-memory, queue feeder...), never the training loop."""
+    if thread_name and "pin_memory" in thread_name:
         return True
-    return any(f.name in BACKGROUND_FUNCS for f in span.stack)
+    return any(name in BACKGROUND_FUNCS for name in func_names)
 
 
 def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: list[Rule]) -> int | None:
@@ -118,7 +119,7 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: li
     presence: Counter[int] = Counter()
     for span in spans:
         name = threads[span.tid].name if span.tid in threads else None
-        if _is_background(span, name):
+        if is_background((f.name for f in span.stack), name):
             continue
         presence[span.tid] += span.dur_ns
         if classify(span.stack, rules, None).phase in _LOOP_PHASES:

@@ -7,8 +7,21 @@ import re
 import time
 from pathlib import Path
 
+from agent.pyspy import PySpyError
+from agent.target import TargetError, python_children
 from traceml_attach.classify import Rule, RulesError, load_rules
-from traceml_attach.cli.errors import EXIT_USAGE, CliError
+from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
+
+
+def target_failure(exc: TargetError | PySpyError, pid: int) -> CliError:
+    """The one-line error for a target that cannot be sampled (with its Python children when it
+    is not Python itself: the user probably gave a shell's or launcher's PID)."""
+    message = str(exc)
+    if exc.kind == "not_python":
+        children = python_children(pid)
+        if children:
+            message += f"; its Python child processes are {', '.join(map(str, children[:8]))}"
+    return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:

@@ -18,11 +18,11 @@ from agent import discovery
 from agent.node import NodeAgent
 from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
-from agent.target import TargetError, inspect_target, python_children
+from agent.target import TargetError, inspect_target
 from agent.wire import FrameWriter
 from traceml_attach.analysis import Analysis, analyze
 from traceml_attach.classify import Rule
-from traceml_attach.cli.common import run_dir
+from traceml_attach.cli.common import run_dir, target_failure
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
 from traceml_attach.live import live_window
 from traceml_attach.report import write_summary
@@ -38,15 +38,6 @@ class SessionResult:
     summary: dict[str, Any]
     text: str
     code: int
-
-
-def _fail(exc: TargetError | PySpyError, pid: int) -> CliError:
-    message = str(exc)
-    if exc.kind == "not_python":
-        children = python_children(pid)
-        if children:
-            message += f"; its Python child processes are {', '.join(map(str, children[:8]))}"
-    return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
 
 
 class Session:
@@ -65,7 +56,7 @@ class Session:
             try:
                 inspect_target(pid)
             except TargetError as exc:
-                raise _fail(exc, pid) from exc
+                raise target_failure(exc, pid) from exc
         plan = discovery.plan(pids)
         if plan.note:
             print(f"traceml: {plan.note}", file=sys.stderr)
@@ -73,7 +64,7 @@ class Session:
         try:
             self._probed = self.node.probe()
         except (TargetError, PySpyError) as exc:
-            raise _fail(exc, plan.ranks[0].pid) from exc
+            raise target_failure(exc, plan.ranks[0].pid) from exc
         for line in self.node.failures:
             print(f"traceml: skipping {line}", file=sys.stderr)
         first = self._probed[0][1].target

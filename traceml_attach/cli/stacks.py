@@ -13,10 +13,10 @@ from agent import discovery, source
 from agent.pyspy import PySpyError, ThreadDump, dump, find_pyspy
 from agent.target import TargetError, inspect_target
 from traceml_attach.classify import Rule, classify
-from traceml_attach.cli.common import add_rules_option, rules_from
+from traceml_attach.cli.common import add_rules_option, rules_from, target_failure
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
 from traceml_attach.model import CodeFrame
-from traceml_attach.timeline import BACKGROUND_FUNCS
+from traceml_attach.timeline import is_background
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def _training_thread(threads: list[ThreadDump]) -> list[ThreadDump]:
     """The thread most likely to run the training loop: the main thread, else the deepest."""
-    useful = [t for t in threads if t.frames and not any(f[0] in BACKGROUND_FUNCS for f in t.frames)]
+    useful = [t for t in threads if t.frames and not is_background((f[0] for f in t.frames), t.name)]
     main = [t for t in useful if t.name == "MainThread"]
     return main[:1] or sorted(useful, key=lambda t: -len(t.frames))[:1]
 
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             inspect_target(pid)
         except TargetError as exc:
-            raise CliError(str(exc), KIND_TO_EXIT.get(exc.kind, 1)) from exc
+            raise target_failure(exc, pid) from exc
     plan = discovery.plan(args.pid)
     try:
         binary = find_pyspy()
