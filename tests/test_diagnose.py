@@ -82,3 +82,13 @@ def test_device_sync_on_cuda_is_read_with_gpu_utilization(util, kind, words):
 def test_without_gpu_data_nothing_changes():
     ranks = [stats(wait=0.6)]
     assert refine_with_gpu(diagnose_step_time(ranks), ranks, {})[0].kind == "WAIT_HEAVY"
+
+
+def test_a_wait_read_as_gpu_compute_does_not_outrank_the_other_findings():
+    # GIVEN a window that is both input-bound and wait-heavy, the wait being device sync
+    ranks = [stats(input=0.15, wait=0.5)]
+    findings = diagnose_step_time(ranks)
+    assert [f.kind for f in findings] == ["WAIT_HEAVY", "INPUT_BOUND"]
+    # WHEN the GPU turns out saturated, the wait is GPU compute (info): the input warning leads
+    refined = refine_with_gpu(findings, ranks, {"0": 95.0})
+    assert [(f.kind, f.severity) for f in refined] == [("INPUT_BOUND", "warning"), ("COMPUTE_BOUND", "info")]

@@ -72,6 +72,14 @@ def test_hidden_host_pids_fall_back_to_the_ranks_device():
     assert "matched by the ranks' devices" in gpu.notes[0]
 
 
+def test_another_jobs_process_on_a_ranks_gpu_is_not_counted_as_the_rank():
+    # rank 0 (pid 100) is matched by its PID; pid 9000, another job on the same GPU, is not rank 0
+    fake = FakeNvml([Device(procs=[Proc(100, lambda t: 10 * GIB), Proc(9000, lambda t: 30 * GIB)])])
+    gpu, _ = memory_of(record(fake, ranks={100: (100,)}))
+    assert {v for _, v in gpu.memory["0"]} == {10 * GIB}
+    assert gpu.notes == []
+
+
 def test_mig_has_no_per_process_utilization_and_says_so():
     fake = FakeNvml([Device(mig=True, procs=[Proc(100, lambda t: 5 * GIB)])])
     rec = record(fake, ranks={100: (100,)})

@@ -25,6 +25,12 @@ STATUS = {
 SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
 
 
+def finding_order(f: Finding) -> tuple[int, bool, float]:
+    """Sort key of a window's findings: most severe first, stragglers before the rest, then
+    the larger score."""
+    return (-SEVERITY_ORDER[f.severity], "STRAGGLER" not in f.kind, -f.evidence.get("rank_score", 0.0))
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str
@@ -129,9 +135,7 @@ def diagnose_step_time(
             "checkpointing and eval inside the loop",
             worst.rank, {**base, "wait_labels": labels, "rank_score": wait}))
     if findings:
-        findings.sort(key=lambda f: (-SEVERITY_ORDER[f.severity], "STRAGGLER" not in f.kind,
-                                     -f.evidence.get("rank_score", 0.0)))
-        return findings
+        return sorted(findings, key=finding_order)
     if compute >= policy.compute_bound:
         return [Finding(
             "COMPUTE_BOUND", "info",
@@ -219,9 +223,9 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
     """CUDA kernels run asynchronously, so the Python thread waits at sync points (.item(),
     .cpu(), synchronize) rather than in the phase whose kernels run. Per-process GPU
     utilization tells a saturated GPU (compute-bound) from a starving one."""
-    if not findings or findings[0].kind != "WAIT_HEAVY" or not sm_util:
+    head = next((f for f in findings if f.kind == "WAIT_HEAVY"), None)
+    if head is None or not sm_util:
         return findings
-    head = findings[0]
     sync_share = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks)
     util = statistics.median(sm_util.values())
     if sync_share < policy.device_sync_share:
@@ -233,12 +237,12 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
             "busy: the time belongs to GPU kernels queued by forward/backward/optimizer",
             "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
             head.worst_rank, {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
-        return [compute, *findings[1:]]
+        return sorted((compute if f is head else f for f in findings), key=finding_order)
     if util < policy.gpu_starving:
         starving = Finding(
             head.kind, head.severity, head.summary + f"; the GPU is idle {100 - util:.0f}% of the time",
             f"{head.why}; device sync is {100 * sync_share:.0f}% of the wait but the GPU is only {util:.0f}% "
             "busy: it waits for the host, not the other way round", head.action, head.worst_rank,
             {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
-        return [starving, *findings[1:]]
+        return [starving if f is head else f for f in findings]
     return findings

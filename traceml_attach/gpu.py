@@ -35,15 +35,27 @@ def rank_gpu(rec: Recording, ranks: dict[str, int], start_ns: int, end_ns: int) 
             continue
         totals = {d.index: d.mem_total_bytes for d in sample.devices}
         used: dict[str, int] = defaultdict(int)
+        matched: list[tuple[str, int, int | None, int | None]] = []
+        unmatched = []
         for device, host_pid, mem, sm in sample.procs:
             owner = next((rank for rank, pids in ids.items() if host_pid in pids), None)
-            if owner is None and len(by_device.get(device, [])) == 1:
-                # a container's PID namespace hides the host PID: fall back to the rank's device
-                owner, fallback_used = by_device[device][0], True
             if owner is None:
-                continue
-            used[owner] += mem or 0
+                unmatched.append((device, mem, sm))
+            else:
+                matched.append((owner, device, mem, sm))
+        by_pid = {owner for owner, *_ in matched}
+        for device, mem, sm in unmatched:
+            # a container's PID namespace hides the host PID: the process on a rank's own device
+            # is taken for the rank, but only for a device with one rank whose PID matched nothing
+            # (another job's process on the same GPU must not be counted as the rank's)
+            candidates = by_device.get(device, [])
+            if len(candidates) == 1 and candidates[0] not in by_pid:
+                matched.append((candidates[0], device, mem, sm))
+                fallback_used = True
+        for owner, device, mem, sm in matched:
             out.capacity[owner] = totals.get(device)
+            if mem is not None:   # NVML could not say: no point, rather than a false 0
+                used[owner] += mem
             if sm is not None:
                 out.sm_util.setdefault(owner, []).append(sm)
         for rank, value in used.items():

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceml_attach.diagnose import Finding
+from traceml_attach.diagnose import SEVERITY_ORDER, Finding
 from traceml_attach.policy import DEFAULT_MEMORY_POLICY, MIB, MemoryPolicy
 
 Series = Sequence[tuple[int, int]]  # (ts_ns, bytes), in time order
@@ -143,10 +143,9 @@ def diagnose_memory(source: str, series: Mapping[str, Series], capacity: Mapping
 def combine(gpu: MemoryReport | None, host: MemoryReport) -> Finding:
     """The step-memory diagnosis: the more severe of the GPU and host findings; NO GPU when the
     job has no GPU and its host memory is fine."""
-    order = {"critical": 3, "warning": 2, "info": 1}
     if gpu is None:
         if host.finding.severity != "info":
             return host.finding
         return Finding("NO_GPU", "info", "no GPU in use; host memory: " + host.finding.summary,
                        host.finding.why, host.finding.action, host.finding.worst_rank, host.finding.evidence)
-    return max((gpu.finding, host.finding), key=lambda f: (order[f.severity], f is gpu.finding))
+    return max((gpu.finding, host.finding), key=lambda f: (SEVERITY_ORDER[f.severity], f is gpu.finding))

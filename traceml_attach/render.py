@@ -15,6 +15,10 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _n(x: int | None) -> str:
+    return "-" if x is None else str(x)
+
+
 def _clock(epoch: float | None) -> str:
     return "?" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
@@ -120,7 +124,7 @@ def render_text(s: dict[str, Any]) -> str:
         cpu = r["cpu_percent_median"]
         gpu = f", GPU memory peak {_mb(r['gpu_mem_peak_bytes'])}" if r.get("gpu_mem_peak_bytes") else ""
         out.append(f"  rank {rank}: pid {r['pid']} CPU {'-' if cpu is None else f'{cpu:.0f}'}% (median), RSS peak "
-                   f"{_mb(r['rss_peak_bytes'])} with {r['workers']} workers, {r['threads']} threads{gpu}")
+                   f"{_mb(r['rss_peak_bytes'])} with {_n(r['workers'])} workers, {_n(r['threads'])} threads{gpu}")
     for note in s["process"].get("notes") or []:
         out.append(f"  note: {note}")
     problems = list(samp.get("problems") or [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from traceml_attach.diagnose import Finding
+from traceml_attach.diagnose import SEVERITY_ORDER, Finding
 from traceml_attach.gpu import RankGpu
 from traceml_attach.policy import DEFAULT_SYSTEM_POLICY, SystemPolicy
 from traceml_attach.stream import Recording
@@ -13,6 +13,13 @@ from traceml_attach.stream import Recording
 
 def _med(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+def _pick(findings: list[Finding], evidence: dict[str, Any], normal: str) -> tuple[Finding, dict[str, Any]]:
+    """The most severe finding (NORMAL when there is none), and the evidence with every kind found."""
+    if not findings:
+        return Finding("NORMAL", "info", normal, "", "", None, evidence), {"findings": [], **evidence}
+    return max(findings, key=lambda f: SEVERITY_ORDER[f.severity]), {"findings": [f.kind for f in findings], **evidence}
 
 
 def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
@@ -64,10 +71,7 @@ def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
     if mem and max(mem) >= policy.high_host_memory:
         findings.append(Finding("HIGH_HOST_MEMORY", "warning", f"host RAM peaks at {100 * max(mem):.0f}%",
                                 "near capacity: risk of swapping or the OOM killer", "see Step Memory", None, evidence))
-    if findings:
-        order = {"critical": 3, "warning": 2, "info": 1}
-        return max(findings, key=lambda f: order[f.severity]), {"findings": [f.kind for f in findings], **evidence}
-    return Finding("NORMAL", "info", "no system-level pressure", "", "", None, evidence), {"findings": [], **evidence}
+    return _pick(findings, evidence, "no system-level pressure")
 
 
 def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_ns: int, end_ns: int,
@@ -81,7 +85,7 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
         workers = ps[-1].children if ps else ()
         gmem = [v for _, v in gpu.memory.get(rank, [])]
         rows[rank] = {"pid": pid, "cpu_percent_median": _med(cpus), "rss_peak_bytes": max(rss, default=None),
-                      "threads": ps[-1].num_threads if ps else None, "workers": len(workers),
+                      "threads": ps[-1].num_threads if ps else None, "workers": len(workers) if ps else None,
                       "workers_cpu_percent": sum(c[1] or 0 for c in workers) if workers else None,
                       "workers_rss_bytes": sum(c[2] or 0 for c in workers) if workers else None,
                       "gpu_mem_peak_bytes": max(gmem, default=None), "gpu_capacity_bytes": gpu.capacity.get(rank),
@@ -109,7 +113,4 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
             findings.append(Finding("RANK_GPU_MEMORY_IMBALANCE", "warning",
                                     f"rank {worst} uses {100 * (peaks[worst] - med) / med:.0f}% more GPU memory",
                                     "than the median rank", "see Step Memory", worst, evidence))
-    if findings:
-        order = {"critical": 3, "warning": 2, "info": 1}
-        return max(findings, key=lambda f: order[f.severity]), {"findings": [f.kind for f in findings], **evidence}
-    return Finding("NORMAL", "info", "no process-level pressure", "", "", None, evidence), {"findings": [], **evidence}
+    return _pick(findings, evidence, "no process-level pressure")

@@ -232,7 +232,7 @@ def present_process(doc: dict[str, Any], sel: Selection) -> ProcessVM:
     proc = doc["process"]
     rows = []
     for rank, r in sorted((proc.get("ranks") or {}).items(), key=lambda kv: rank_key(kv[0])):
-        workers = str(r.get("workers", 0))
+        workers = NONE if r.get("workers") is None else str(r["workers"])
         if r.get("workers_cpu_percent") is not None:
             workers += f" ({r['workers_cpu_percent']:.0f}%)"
         gpu = size(r.get("gpu_mem_peak_bytes"))
