@@ -8,7 +8,8 @@ short at any frame boundary is still a valid recording.
 Frame kinds (key ``k``)::
 
     hello    {v, t, agent, backend, backend_version, rate_hz, window_s, host, argv}
-    target   {t, pid, exe, python, cmd, rank, local_rank, world_size, group_rank}
+    target   {t, pid, exe, cmd, nspid, rank, local_rank, world_size, group_rank}
+             nspid: the target's PID in each PID namespace (NVML reports the host's)
     spans    {pid, w, fdefs: [[id, name, file, line, src, ctx]], sdefs: [[id, [fid...]]],
               spans: [[tid, ts_ns, dur_ns, sid]]}
              a span is a stack observed continuously for dur_ns; stacks list frames
@@ -17,10 +18,14 @@ Frame kinds (key ``k``)::
     window   {pid, w, start, end, samples, errors}   one py-spy recording window
     threads  {pid, t, threads: [[tid, os_tid, name, active]]}
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
+    tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
     host     {t, cpu, mem_used, mem_total}
+    gpu      {t, devices: [[index, util %, mem_used, mem_total, temp C, power W, limit W, mig]],
+              procs: [[device, host_pid, used bytes, SM %]]}
+    restart  {t, rank, old_pid, pid}              the launcher replaced a rank's process
     error    {t, pid, kind, msg}
     exit     {t, pid, status}
-    bye      {t, reason}
+    bye      {t, reason}                          written by the session when it ends
 """
 
 from __future__ import annotations

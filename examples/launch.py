@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -119,12 +120,13 @@ def start_torchrun(
     env = dict(os.environ)
     if truth_dir is not None:
         env["TRACEML_GROUND_TRUTH"] = str(truth_dir / "gt_{rank}.jsonl")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-         *launcher_args, str(HERE / "ddp.py"), *args],
-        stdout=subprocess.PIPE, text=True, env=env,
-        stderr=open(truth_dir / "launcher.log", "w") if truth_dir is not None else subprocess.DEVNULL,  # noqa: SIM115
-    )
+    with contextlib.ExitStack() as files:   # the launcher keeps its own copy of the log's descriptor
+        log = files.enter_context(open(truth_dir / "launcher.log", "w")) if truth_dir is not None else None
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+             *launcher_args, str(HERE / "ddp.py"), *args],
+            stdout=subprocess.PIPE, text=True, env=env, stderr=log if log is not None else subprocess.DEVNULL,
+        )
     if not _wait_ready(proc, nproc, ready_timeout_s):
         stop_example(proc)
         raise ExampleFailed(f"torchrun with {nproc} ranks did not become ready")

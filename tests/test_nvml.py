@@ -109,7 +109,7 @@ def test_no_driver_is_no_gpu_not_an_error():
     (20, "BALANCED", "LOW_GPU_UTILIZATION", "cause unexplained"),
     (20, "INPUT_BOUND", "LOW_GPU_UTILIZATION", "INPUT_BOUND"),
     (50, "BALANCED", "MODERATE_GPU_UTILIZATION", "cause unexplained"),
-    (95, "COMPUTE_BOUND", "NORMAL", ""),
+    (95, "COMPUTE_BOUND", "NORMAL", "no system-level pressure"),
 ])
 def test_low_gpu_utilization_is_context_not_a_cause(util, step_kind, kind, words):
     rec = record(FakeNvml([Device(util=util, procs=[Proc(100, lambda t: 5 * GIB)])]), ranks={100: (100,)})
