@@ -128,7 +128,11 @@ def main() -> None:
             if slow and step == args.hang_at_step:
                 fetch_from_slow_store()
             if slow and step == args.exit_at_step and first_attempt:
-                sys.exit(args.exit_code)
+                # at once, as a crash would: sys.exit's interpreter shutdown tears gloo down slowly,
+                # and the other rank, seeing its peer go, could fail first and have torchrun
+                # SIGTERM this rank before it exits with its own status
+                sys.stdout.flush()
+                os._exit(args.exit_code)
             if step >= args.steps:
                 break
     dist.destroy_process_group()
