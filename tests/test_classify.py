@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, OPTIM, f, loop, stack, torch_frame
-from traceml_attach.classify import RulesError, classify, load_rules
+from traceml_attach.classify import RulesError, classifier, classify, load_rules
 
 RULES = load_rules()
 LOOP_DEPTH = 2
@@ -66,6 +66,18 @@ def test_frames_above_the_loop_are_not_scanned():
     outer = f("main", line=90, src="train()", ctx="torch.no_grad()")
     st = (outer, loop(23, "loss.backward()"), torch_frame("Tensor.backward", "torch/_tensor.py"))
     assert classify(st, RULES, 1).phase == "backward"
+
+
+def test_the_memoised_classifier_agrees_with_classify_at_each_loop_depth():
+    above = (f("main", line=90, src="train()", ctx="torch.no_grad()"), loop(23, "loss.backward()"),
+             torch_frame("Tensor.backward", "torch/_tensor.py"))
+    stacks = [stack(p) for p in (FETCH, H2D, FORWARD, BACKWARD, OPTIM, ITEM)] + [above]
+    per_depth = {}
+    for depth in (None, 1, LOOP_DEPTH):
+        verdict = classifier(RULES, depth)
+        per_depth[depth] = [verdict(st) for st in stacks * 3]   # each stack seen again: from the memo
+        assert per_depth[depth] == [classify(st, RULES, depth) for st in stacks * 3]
+    assert per_depth[None][6] != per_depth[1][6]   # the loop depth is part of the verdict
 
 
 def test_user_rules_come_first(tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,17 @@ def classify(stack: Stack, rules: list[Rule], loop_depth: int | None) -> Verdict
             if rule.matches(frame, depth == leaf, depth == loop_depth):
                 return Verdict(rule.phase, rule.label if rule.phase == "wait" else None, depth)
     return Verdict("wait", "other", None)
+
+
+def classifier(rules: list[Rule], loop_depth: int | None) -> Callable[[Stack], Verdict]:
+    """``classify`` for the many spans of one window. A recording interns its stacks, so a
+    window repeats a few dozen stack objects thousands of times: each is classified once."""
+    memo: dict[int, tuple[Stack, Verdict]] = {}   # keyed by id(); holding the stack keeps the id unique
+
+    def verdict(stack: Stack) -> Verdict:
+        hit = memo.get(id(stack))
+        if hit is None:
+            hit = memo[id(stack)] = (stack, classify(stack, rules, loop_depth))
+        return hit[1]
+
+    return verdict

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agent.source import is_library
-from traceml_attach.classify import PHASES, Rule, classify
+from traceml_attach.classify import PHASES, Rule, classifier
 from traceml_attach.model import Span, ThreadInfo
 
 # Functions that mark a thread as background (pin memory, queue feeders), never the loop.
@@ -117,12 +117,13 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: li
     """The thread running the training loop."""
     score: Counter[int] = Counter()
     presence: Counter[int] = Counter()
+    verdict = classifier(rules, None)
     for span in spans:
         name = threads[span.tid].name if span.tid in threads else None
         if is_background((f.name for f in span.stack), name):
             continue
         presence[span.tid] += span.dur_ns
-        if classify(span.stack, rules, None).phase in _LOOP_PHASES:
+        if verdict(span.stack).phase in _LOOP_PHASES:
             score[span.tid] += span.dur_ns
     if score:
         return score.most_common(1)[0][0]
@@ -249,8 +250,9 @@ def build_timeline(
     loop = find_loop(mine)
     depth = loop.depth if loop else None
     segments = []
+    classify_span = classifier(rules, depth)
     for span in mine:
-        verdict = classify(span.stack, rules, depth)
+        verdict = classify_span(span.stack)
         segments.append(Segment(span.ts_ns, span.dur_ns, verdict.phase, verdict.label, span, verdict.depth))
     interval_ns = int(1e9 / max(rate_hz, 1))
     bounds = _boundaries(mine, loop) if loop else []
