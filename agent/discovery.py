@@ -94,7 +94,7 @@ def plan(pids: list[int]) -> Plan:
         launcher = launcher_of(pid)
         world = env.get("WORLD_SIZE")
         note = f"PID {pid} is rank {env['RANK']}" + (f" of {world}" if world else "")
-        if launcher is not None and ranks_below(launcher):
+        if launcher is not None and len(ranks_below(launcher)) > 1:   # other ranks than this one
             note += f"; to attach to every rank, give the launcher's PID: --pid {launcher}"
         return Plan([_rank_proc(pid, env)], None, note)
     return Plan([_rank_proc(pid, rank_env(pid)) for pid in dict.fromkeys(pids)], None, None)

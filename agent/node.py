@@ -7,19 +7,22 @@ of forked DataLoader workers, which share their parent's thread idents).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
+from agent import __version__
 from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
-from agent.pyspy import PySpyError, ThreadDump
+from agent.pyspy import PySpyError, ThreadDump, find_pyspy, pyspy_version
 from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
-from agent.wire import FrameWriter
+from agent.wire import WIRE_VERSION, FrameWriter
 
 RESCAN_EVERY_S = 1.0
 MAX_ATTACH_TRIES = 5   # a new worker that cannot be attached (it may still be starting) is tried this often
@@ -45,14 +48,18 @@ class NodeAgent:
     failures: list[str] = field(default_factory=list)
     refused: dict[int, int] = field(default_factory=dict)       # pid -> failed attempts to attach
     nvml: Nvml = field(default_factory=Nvml)
+    due: dict[str, float] = field(default_factory=dict)         # tick(): next run of each job (monotonic)
+    binary: str = ""                 # py-spy, found by probe()
+    backend_version: str = ""
 
     def probe(self) -> list[tuple[RankProc, Sampler, list[ThreadDump]]]:
         """Probe every rank; raises the first error when no rank can be sampled at all."""
+        self.binary = find_pyspy()
+        self.backend_version = pyspy_version(self.binary)
         ready, first_error = [], None
         for rank in self.plan.ranks:
             try:
-                sampler = Sampler(rank.pid, self.config)
-                ready.append((rank, sampler, sampler.probe()))
+                ready.append((rank, *self._attach(rank)))
             except (TargetError, PySpyError) as exc:
                 first_error = first_error or exc
                 self.failures.append(f"rank {rank.rank} (pid {rank.pid}): {exc}")
@@ -60,9 +67,28 @@ class NodeAgent:
             raise first_error
         return ready
 
+    def _attach(self, rank: RankProc) -> tuple[Sampler, list[ThreadDump]]:
+        """A sampler for ``rank`` and its first thread dump; a failure is counted in ``refused``."""
+        sampler = Sampler(rank.pid, self.binary, self.config)
+        try:
+            return sampler, sampler.probe()
+        except (TargetError, PySpyError) as exc:
+            fatal = exc.kind in FATAL_KINDS
+            self.refused[rank.pid] = MAX_ATTACH_TRIES if fatal else self.refused.get(rank.pid, 0) + 1
+            raise
+
+    def hello(self) -> dict[str, Any]:
+        """The stream's first frame: who sampled, with what and how fast."""
+        cfg = self.config
+        return {
+            "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
+            "backend": "py-spy", "backend_version": self.backend_version,
+            "rate_hz": cfg.rate_hz, "window_s": cfg.window_s, "host": socket.gethostname(),
+            "argv": self.argv,
+        }
+
     def start(self, probed: list[tuple[RankProc, Sampler, list[ThreadDump]]], stop: threading.Event) -> None:
-        if probed:
-            self.writer.write(probed[0][1].hello(self.argv))
+        self.writer.write(self.hello())
         for rank, sampler, threads in probed:
             self._launch(rank, sampler, threads, stop)
 
@@ -86,18 +112,14 @@ class NodeAgent:
         for rank in ranks_below(self.plan.launcher):
             if rank.pid in self.running or self.refused.get(rank.pid, 0) >= MAX_ATTACH_TRIES:
                 continue
+            first_try = rank.pid not in self.refused
             try:
-                sampler = Sampler(rank.pid, self.config)
-                threads = sampler.probe()
+                sampler, threads = self._attach(rank)
             except (TargetError, PySpyError) as exc:
-                # a worker may be caught while it starts: try again, a few times, and report once
-                kind = getattr(exc, "kind", "failed")
-                tries = self.refused[rank.pid] = self.refused.get(rank.pid, 0) + 1
-                if tries == 1 or kind in FATAL_KINDS:
-                    self.writer.write({"k": "error", "t": time.time_ns(), "pid": rank.pid, "kind": kind,
+                # a worker may be caught while it starts: it is tried again a few times, reported once
+                if first_try or exc.kind in FATAL_KINDS:
+                    self.writer.write({"k": "error", "t": time.time_ns(), "pid": rank.pid, "kind": exc.kind,
                                        "msg": str(exc)})
-                if kind in FATAL_KINDS:
-                    self.refused[rank.pid] = MAX_ATTACH_TRIES
                 continue
             self._launch(rank, sampler, threads, stop)
 
@@ -117,9 +139,9 @@ class NodeAgent:
             r.thread.join()
         self.nvml.close()
 
-    def tick(self, stop: threading.Event, state: dict[str, float]) -> None:
+    def tick(self, stop: threading.Event) -> None:
         """Periodic node work: host stats and launcher re-scans (call every ~0.1 s)."""
-        now = time.monotonic()
+        now, state = time.monotonic(), self.due
         if now >= state.get("host", 0.0):
             first = "host" not in state
             state["host"] = now + self.config.proc_every_s

@@ -85,9 +85,7 @@ class Nvml:
         return {"k": "gpu", "t": time.time_ns(), "devices": devices, "procs": procs}
 
     def _processes(self, h: Any) -> list[Any]:
-        for name in _PROCESS_FNS:   # newest API first; older drivers lack the newer calls
-            if getattr(self._lib, name, None) is None:
-                continue
+        for name in _PROCESS_FNS:   # newest API first; older drivers lack the newer calls (_get: None)
             result = self._get(name, h)
             if result is not None:
                 return list(result)

@@ -10,6 +10,7 @@ at spawn time (measured error: within one sampling interval; see README).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -258,7 +259,9 @@ class RecordWindow:
             keep = os.environ.get(KEEP_ENV)
             if keep and self.out_path.exists():
                 # debugging aid: keep py-spy's raw output, named by pid, window and spawn time
-                shutil.move(self.out_path, Path(keep) / f"{self.pid}-{self.index}-{self.spawn_ns}.json")
+                with contextlib.suppress(OSError):
+                    Path(keep).mkdir(parents=True, exist_ok=True)
+                    shutil.move(self.out_path, Path(keep) / f"{self.pid}-{self.index}-{self.spawn_ns}.json")
             self.out_path.unlink(missing_ok=True)
         spans = spans_from_chrometrace(events, self.spawn_ns)
         first = min((s.ts_ns for s in spans), default=None)

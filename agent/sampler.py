@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import __version__, source
+from agent import source
 from agent.discovery import exit_status
 from agent.nvml import host_pids
 from agent.procstats import ProcPoller
@@ -31,11 +30,9 @@ from agent.pyspy import (
     ThreadDump,
     WindowResult,
     dump,
-    find_pyspy,
-    pyspy_version,
 )
 from agent.target import TargetInfo, inspect_target
-from agent.wire import WIRE_VERSION, FrameWriter
+from agent.wire import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}
@@ -56,12 +53,11 @@ class SamplerConfig:
 class Sampler:
     """Samples one target process until stopped or until the target exits."""
 
-    def __init__(self, pid: int, config: SamplerConfig | None = None) -> None:
+    def __init__(self, pid: int, binary: str, config: SamplerConfig | None = None) -> None:
         self.pid = pid
         self.writer = FrameWriter(None)
         self.config = config or SamplerConfig()
-        self.binary = find_pyspy()
-        self.backend_version = pyspy_version(self.binary)
+        self.binary = binary   # py-spy (pyspy.find_pyspy)
         self.target: TargetInfo | None = None
         self.exit_reason: str | None = None
         self._tmp: Path | None = None   # run()'s folder for the windows, so a sampler that never runs leaves none
@@ -76,16 +72,6 @@ class Sampler:
         """Check the target and take one dump; raises TargetError or PySpyError."""
         self.target = inspect_target(self.pid)
         return dump(self.binary, self.pid)
-
-    def hello(self, argv: list[str]) -> dict[str, Any]:
-        """The stream's first frame: who sampled, with what and how fast."""
-        cfg = self.config
-        return {
-            "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
-            "backend": "py-spy", "backend_version": self.backend_version,
-            "rate_hz": cfg.rate_hz, "window_s": cfg.window_s, "host": socket.gethostname(),
-            "argv": argv,
-        }
 
     def begin(self, writer: FrameWriter, threads: list[ThreadDump]) -> None:
         """Start this target's part of the stream on ``writer``: the target and its threads."""
@@ -151,7 +137,7 @@ class Sampler:
             for window in windows:
                 window.stop()
             for window in windows:
-                self._finish(window)
+                self._finish(window, cut_short=True)
             self.writer.write(cpu.frame())   # the CPU counters up to the end, exit included
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
@@ -169,12 +155,15 @@ class Sampler:
         out = self._tmp / f"w{self._window_index}.json"
         return RecordWindow(self.binary, self.pid, cfg.rate_hz, max_s, out, self._window_index)
 
-    def _finish(self, window: RecordWindow) -> bool:
-        """Read a finished window and emit its frames; False when sampling must stop."""
+    def _finish(self, window: RecordWindow, cut_short: bool = False) -> bool:
+        """Read a finished window and emit its frames; False when sampling must stop.
+
+        A window ``cut_short`` by the end of sampling may have been stopped before py-spy had
+        attached: no output then is no failure."""
         result = window.collect()
         index = window.index
         if result.failure is not None and not result.spans:
-            if self._gone():
+            if cut_short or self._gone():
                 return True
             self._error(result.failure.kind, str(result.failure))
             self._failures += 1
@@ -204,15 +193,7 @@ class Sampler:
         if status is not None:
             self._status = status
             return True
-        if os.path.exists(f"/proc/{self.pid}"):
-            return False
-        try:  # our own child (tests, the demo): reap it for its status
-            waited, raw = os.waitpid(self.pid, os.WNOHANG)
-            if waited == self.pid:
-                self._status = os.waitstatus_to_exitcode(raw)
-        except ChildProcessError:
-            pass
-        return True
+        return not os.path.exists(f"/proc/{self.pid}")
 
     def _poll_threads(self) -> None:
         try:

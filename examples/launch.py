@@ -67,11 +67,13 @@ def start_example(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
     errors: list[str] = []  # drained on a thread so the job never blocks on a full pipe
-    threading.Thread(target=lambda: errors.extend(proc.stderr or ()), daemon=True).start()
+    drain = threading.Thread(target=lambda: errors.extend(proc.stderr or ()), daemon=True)
+    drain.start()
     if _wait_ready(proc, 1, ready_timeout_s):
         return proc
     proc.kill()
     proc.wait()
+    drain.join(timeout=5)   # the rest of its stderr (the traceback) is read up to EOF
     raise ExampleFailed(f"{name} did not become ready: {''.join(errors).strip()[-500:]}")
 
 

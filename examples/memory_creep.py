@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BATCH_SIZE, announce_ready, make_mlp, parse_args, random_data, setup
+from _common import BATCH_SIZE, announce_ready, device_sync, make_mlp, parse_args, random_data, setup
 from _groundtruth import GroundTruth
 
 WIDTH = 1024
@@ -27,7 +27,7 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     x_all, y_all = random_data(BATCH_SIZE * 16)
     history = []  # the bug: graph-backed losses kept forever
-    gt = GroundTruth.from_env()
+    gt = GroundTruth.from_env(sync=device_sync(device))
     announce_ready()
     gt.start()
     step = 0

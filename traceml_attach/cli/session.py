@@ -82,7 +82,6 @@ class Session:
         with the analysis of the last LIVE_WINDOW_S seconds."""
         self.started = time.monotonic()
         self.node.start(self._probed, stop)
-        node_state: dict[str, float] = {}
         try:
             next_tick = self.started + tick_s
             while not stop.is_set():
@@ -93,7 +92,7 @@ class Session:
                 if duration_s is not None and elapsed >= duration_s:
                     self.end_reason = "duration"
                     break
-                self.node.tick(stop, node_state)
+                self.node.tick(stop)
                 if on_tick is not None and time.monotonic() >= next_tick:
                     next_tick = max(next_tick + tick_s, time.monotonic())
                     self.drain()

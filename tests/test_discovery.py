@@ -1,0 +1,89 @@
+"""Finding ranks from the PID a user gives, and attaching to them: real processes with rank
+variables under a shell as their launcher (no torch)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from agent import discovery
+from agent.node import MAX_ATTACH_TRIES, NodeAgent
+from agent.sampler import SamplerConfig
+from agent.wire import FrameWriter
+
+SLEEPER = f"{sys.executable} -c 'import time; time.sleep(60)'"
+
+
+@pytest.fixture
+def launcher() -> Iterator:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(world: int, commands: tuple[str, ...] = ()) -> tuple[int, list[int]]:
+        """A shell (the launcher) running ``world`` ranks (Python sleepers unless ``commands`` say
+        otherwise); returns its PID and theirs by rank."""
+        commands = commands or (SLEEPER,) * world
+        ranks = " & ".join(f"RANK={r} WORLD_SIZE={world} {cmd}" for r, cmd in enumerate(commands))
+        proc = subprocess.Popen(["sh", "-c", f"{ranks}; wait"])
+        started.append(proc)
+        for _ in range(100):
+            children = psutil.Process(proc.pid).children()
+            if len(children) == world and all(discovery.rank_env(c.pid) for c in children):
+                by_rank = sorted(children, key=lambda c: discovery.rank_env(c.pid)["RANK"])
+                return proc.pid, [c.pid for c in by_rank]
+            time.sleep(0.05)
+        raise AssertionError("the ranks did not start")
+
+    yield start
+    for proc in started:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_one_rank_of_several_points_at_the_launcher(launcher):
+    shell, ranks = launcher(2)
+    plan = discovery.plan([ranks[1]])
+    assert [r.pid for r in plan.ranks] == [ranks[1]]
+    assert plan.note == (f"PID {ranks[1]} is rank 1 of 2; "
+                         f"to attach to every rank, give the launcher's PID: --pid {shell}")
+
+
+def test_the_only_rank_is_not_told_to_attach_to_its_launcher(launcher):
+    _, ranks = launcher(1)
+    assert discovery.plan([ranks[0]]).note == f"PID {ranks[0]} is rank 0 of 1"
+
+
+def test_the_launcher_gives_every_rank_in_order(launcher):
+    shell, ranks = launcher(3)
+    plan = discovery.plan([shell])
+    assert ([r.pid for r in plan.ranks], [r.rank for r in plan.ranks], plan.launcher) == (ranks, [0, 1, 2], shell)
+
+
+def test_a_rank_refused_at_start_is_reported_once(launcher):
+    # rank 1 is not Python: the start-up probe skips it (the user is told there), and the
+    # launcher re-scans that look for restarted workers must not try and report it again
+    shell, ranks = launcher(2, (SLEEPER, "sleep 60"))
+    node = NodeAgent(discovery.plan([shell]), SamplerConfig(), FrameWriter(None), [])
+    frames: list[dict] = []
+    node.writer.listen(frames.append)
+    probed = node.probe()
+    assert [rank.pid for rank, _, _ in probed] == [ranks[0]]
+    assert len(node.failures) == 1 and f"pid {ranks[1]}" in node.failures[0]
+    assert node.refused == {ranks[1]: MAX_ATTACH_TRIES}
+    stop = threading.Event()
+    node.start(probed, stop)   # and stopped at once: rank 0's first window, cut short, is no error either
+    try:
+        node.rescan(stop)
+        node.rescan(stop)
+    finally:
+        stop.set()
+        node.join()
+    assert [f["pid"] for f in frames if f["k"] == "target"] == [ranks[0]]
+    assert not [f for f in frames if f["k"] == "error"], frames
