@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from traceml_attach.classify import PHASES
@@ -92,3 +94,20 @@ def test_a_wait_read_as_gpu_compute_does_not_outrank_the_other_findings():
     # WHEN the GPU turns out saturated, the wait is GPU compute (info): the input warning leads
     refined = refine_with_gpu(findings, ranks, {"0": 95.0})
     assert [(f.kind, f.severity) for f in refined] == [("INPUT_BOUND", "warning"), ("COMPUTE_BOUND", "info")]
+
+
+def test_a_rank_without_cpu_counters_is_not_blamed_for_its_blocked_time():
+    # three identical DDP ranks; 30 of each one's 60 ms of backward is blocked in the all-reduce.
+    # Rank 2 has no CPU counters (its training thread is not the main thread, say), so its blocked
+    # time cannot be taken out: the ranks must then be compared on their sampled time alone.
+    ranks = []
+    for rank in ("0", "1", "2"):
+        r = stats(backward=0.6)
+        counters = {"sync_wait_ms": 30.0, "active_ms": {**(r.phases_ms or {}), "backward": 30.0}}
+        ranks.append(replace(r, rank=rank, pid=40 + int(rank), **(counters if rank != "2" else {})))
+    kinds = {f.kind for f in diagnose_step_time(ranks)}
+    assert not {k for k in kinds if "STRAGGLER" in k}, kinds
+    # the same job with rank 2's sampled backward 30 ms longer is still told apart
+    ranks[2] = replace(ranks[2], phases_ms={**(ranks[2].phases_ms or {}), "backward": 90.0})
+    top = diagnose_step_time(ranks)[0]
+    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", "2")

@@ -5,7 +5,7 @@ import pytest
 from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.classify import load_rules
 from traceml_attach.model import Span, ThreadInfo
-from traceml_attach.timeline import build_timeline, find_loop
+from traceml_attach.timeline import CpuCounter, _around, build_timeline, find_loop
 
 RULES = load_rules()
 PATTERN = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 30), (OPTIM, 10)]  # 100 ms steps
@@ -97,3 +97,12 @@ def test_the_window_clips_steps(cut):
     tl = timeline(spans, start=start)
     assert all(s.start_ns >= start for s in tl.steps)
     assert 0 < len(tl.steps) < 19
+
+
+def test_cpu_counters_are_read_from_the_window_and_its_edges_only():
+    rows = [(t, 3 * t, t // 2) for t in range(0, 101, 10)]
+    kept = _around(rows, 35, 62)
+    assert [r[0] for r in kept] == [30, 40, 50, 60, 70]
+    full, clipped = CpuCounter(rows), CpuCounter(kept)
+    assert [clipped.at(t) for t in range(35, 63)] == [full.at(t) for t in range(35, 63)]
+    assert _around(rows, 0, 5)[0] == rows[0] and _around(rows, 95, 200)[-1] == rows[-1]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from traceml_attach.classify import Rule
 from traceml_attach.diagnose import Finding, diagnose_step_time, refine_with_gpu
-from traceml_attach.gpu import rank_gpu
+from traceml_attach.gpu import RankGpu, rank_gpu
 from traceml_attach.hang import detect_hang
 from traceml_attach.hotframes import HotFrame, hot_frames
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
@@ -24,6 +24,8 @@ class Analysis:
     ranks: list[RankStepStats]
     findings: list[Finding]
     hot: dict[str, dict[str, list[HotFrame]]]
+    pids: dict[str, int]   # each rank's process in the window (rank_pids)
+    gpu: RankGpu           # the ranks' GPU readings in the window
 
 
 def rank_of(rec: Recording, pid: int, index: int) -> str:
@@ -60,11 +62,14 @@ def analyze(
     """Diagnose the recording's spans inside [start_ns, end_ns) (default: all of it)."""
     span_range = rec.time_range()
     if span_range is None:
-        return Analysis(start_ns, end_ns, {}, [], diagnose_step_time([], policy), {})
+        lo, hi = start_ns or 0, end_ns or (1 << 62)
+        pids = rank_pids(rec, lo, hi)
+        return Analysis(start_ns, end_ns, {}, [], diagnose_step_time([], policy), {}, pids, rank_gpu(rec, pids, lo, hi))
     start = span_range[0] if start_ns is None else start_ns
     end = span_range[1] if end_ns is None else end_ns
+    pids = rank_pids(rec, start, end)
     timelines: dict[str, Timeline] = {}
-    for rank, pid in rank_pids(rec, start, end).items():
+    for rank, pid in pids.items():
         timelines[rank] = build_timeline(
             pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end,
             rec.cpu.get(pid, ()),
@@ -72,10 +77,10 @@ def analyze(
     ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     findings = diagnose_step_time(ranks, policy)
-    gpu = rank_gpu(rec, rank_pids(rec, start, end), start, end)
+    gpu = rank_gpu(rec, pids, start, end)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
     findings = refine_with_gpu(findings, ranks, sm, policy)
     hang = detect_hang(timelines, policy)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
-    return Analysis(start, end, timelines, ranks, findings, hot)
+    return Analysis(start, end, timelines, ranks, findings, hot, pids, gpu)

@@ -59,10 +59,11 @@ def _median_component(ranks: list[RankStepStats], name: str) -> float:
     return statistics.median((r.component_median_shares or {}).get(name, 0.0) for r in ranks)
 
 
-def _severity(share: float, steps: int, policy: StepTimePolicy) -> str | None:
-    if share >= policy.share_crit and steps >= policy.min_steps_crit:
+def _severity(score: float, steps: int, policy: StepTimePolicy, warn: float, crit: float) -> str | None:
+    """Critical from ``crit`` with enough steps to be sure, warning from ``warn``, else None."""
+    if score >= crit and steps >= policy.min_steps_crit:
         return "critical"
-    if share >= policy.share_warn:
+    if score >= warn:
         return "warning"
     return None
 
@@ -109,8 +110,8 @@ def diagnose_step_time(
     step_ms = statistics.median(r.step_ms or 0.0 for r in ranks)
     base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
             "compute_share": compute}
-    findings = list(_stragglers(ranks, steps, policy))
-    sev = _severity(inp, steps, policy)
+    findings = _stragglers(ranks, steps, policy)
+    sev = _severity(inp, steps, policy, policy.share_warn, policy.share_crit)
     if sev:
         h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
         detail = f" (host-to-device copies {_pct(h2d)})" if h2d >= 0.02 else ""
@@ -122,7 +123,7 @@ def diagnose_step_time(
             "increase DataLoader num_workers, cut per-sample preprocessing, "
             "use pin_memory with non_blocking copies; see the hot input frames",
             worst.rank, {**base, "rank_score": inp}))
-    sev = _severity(wait, steps, policy)
+    sev = _severity(wait, steps, policy, policy.share_warn, policy.share_crit)
     if sev:
         labels = worst.wait_labels
         top = ", ".join(f"{k} {_pct(v)}" for k, v in list(labels.items())[:3])
@@ -154,11 +155,16 @@ def diagnose_step_time(
         worst.rank, base)]
 
 
-def _burden(r: RankStepStats) -> tuple[float, float]:
-    """(input, compute) work of a rank per median step, without time blocked in syncs."""
-    active = r.active_ms or r.phases_ms or {}
-    return (active.get("input", 0.0) + active.get("h2d", 0.0),
-            active.get("forward", 0.0) + active.get("backward", 0.0) + active.get("optimizer", 0.0))
+def _work(r: RankStepStats, synced: bool) -> dict[str, float]:
+    """A rank's milliseconds per median step by phase, on one yardstick for every rank: without
+    the time blocked in syncs when every rank has CPU counters, else as sampled."""
+    return (r.active_ms if synced else r.phases_ms) or {}
+
+
+def _burden(work: dict[str, float]) -> tuple[float, float]:
+    """(input, compute) of a rank's ``_work``."""
+    return (work.get("input", 0.0) + work.get("h2d", 0.0),
+            work.get("forward", 0.0) + work.get("backward", 0.0) + work.get("optimizer", 0.0))
 
 
 def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) -> list[Finding]:
@@ -170,18 +176,19 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     """
     if len(ranks) < 2:
         return []
-    synced = all(r.sync_wait_ms is not None for r in ranks)
+    synced = all(r.sync_wait_ms is not None and r.active_ms is not None for r in ranks)
+    work = {r.rank: _work(r, synced) for r in ranks}
     if synced:
-        culprit = min(ranks, key=lambda r: (r.sync_wait_ms or 0.0, -sum(_burden(r))))
+        culprit = min(ranks, key=lambda r: (r.sync_wait_ms or 0.0, -sum(_burden(work[r.rank]))))
     else:
-        culprit = max(ranks, key=lambda r: sum(_burden(r)))
+        culprit = max(ranks, key=lambda r: sum(_burden(work[r.rank])))
     others = [r for r in ranks if r is not culprit]
     victim_step = statistics.median(r.step_ms or 0.0 for r in others)
     if not victim_step:
         return []
-    v_input = statistics.median(_burden(r)[0] for r in others)
-    v_compute = statistics.median(_burden(r)[1] for r in others)
-    c_input, c_compute = _burden(culprit)
+    v_input = statistics.median(_burden(work[r.rank])[0] for r in others)
+    v_compute = statistics.median(_burden(work[r.rank])[1] for r in others)
+    c_input, c_compute = _burden(work[culprit.rank])
     if synced:
         v_wait = statistics.median(r.sync_wait_ms or 0.0 for r in others)
         excess_ms = v_wait - (culprit.sync_wait_ms or 0.0)
@@ -190,15 +197,15 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     score = excess_ms / victim_step
     if score < policy.straggler_warn:
         return []
-    severity = "critical" if score >= policy.straggler_crit and steps >= policy.min_steps_crit else "warning"
+    severity = _severity(score, steps, policy, policy.straggler_warn, policy.straggler_crit) or "warning"
     ex_input, ex_compute = c_input - v_input, c_compute - v_compute
     if ex_input >= policy.straggler_cause * excess_ms:
         kind, what = "INPUT_STRAGGLER", f"its input takes {ex_input:.0f} ms more per step"
         action = f"inspect the input path on rank {culprit.rank}: its DataLoader, preprocessing, storage"
     elif ex_compute >= policy.straggler_cause * excess_ms:
-        phase = max(("forward", "backward", "optimizer"),
-                    key=lambda p: (culprit.active_ms or culprit.phases_ms or {}).get(p, 0.0)
-                    - statistics.median((r.active_ms or r.phases_ms or {}).get(p, 0.0) for r in others))
+        def excess(phase: str) -> float:
+            return work[culprit.rank].get(phase, 0.0) - statistics.median(work[r.rank].get(phase, 0.0) for r in others)
+        phase = max(("forward", "backward", "optimizer"), key=excess)
         kind, what = "COMPUTE_STRAGGLER", f"its compute takes {ex_compute:.0f} ms more per step (mostly {phase})"
         action = f"inspect {phase} on rank {culprit.rank}: rank-local extra work, uneven shapes or data"
     else:

@@ -19,8 +19,11 @@ class RankGpu:
 def rank_gpu(rec: Recording, ranks: dict[str, int], start_ns: int, end_ns: int) -> RankGpu:
     """Per-rank GPU memory and SM utilization in the window; ``ranks`` maps rank -> pid."""
     out = RankGpu()
-    ids = {rank: set(rec.targets[pid].nspid or (pid,)) if pid in rec.targets else {pid}
-           for rank, pid in ranks.items()}
+    owner_of: dict[int, str] = {}   # every PID a rank's process has (host and container namespaces) -> rank
+    for rank, pid in ranks.items():
+        meta = rec.targets.get(pid)
+        for ns_pid in meta.nspid if meta is not None and meta.nspid else (pid,):
+            owner_of.setdefault(ns_pid, rank)   # the first rank if two namespaces share a PID
     device_of = {}
     for index, (rank, pid) in enumerate(ranks.items()):
         meta = rec.targets.get(pid)
@@ -38,7 +41,7 @@ def rank_gpu(rec: Recording, ranks: dict[str, int], start_ns: int, end_ns: int) 
         matched: list[tuple[str, int, int | None, int | None]] = []
         unmatched = []
         for device, host_pid, mem, sm in sample.procs:
-            owner = next((rank for rank, pids in ids.items() if host_pid in pids), None)
+            owner = owner_of.get(host_pid)
             if owner is None:
                 unmatched.append((device, mem, sm))
             else:

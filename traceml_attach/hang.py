@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from agent.source import is_library
 from traceml_attach.diagnose import Finding
-from traceml_attach.model import CodeFrame
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.timeline import SYNC_PHASES, Timeline
+from traceml_attach.timeline import SYNC_PHASES, Timeline, user_frame
 
 
 @dataclass(frozen=True)
@@ -25,7 +23,7 @@ class RankState:
 
     @property
     def synchronizing(self) -> bool:
-        return (self.phase, self.label if self.phase == "wait" else None) in SYNC_PHASES
+        return (self.phase, self.label) in SYNC_PHASES   # classify labels waits only
 
     def stalled(self, policy: StepTimePolicy) -> bool:
         """No step for policy.hang_s, and the call path unchanged for half of that."""
@@ -36,19 +34,12 @@ class RankState:
         return self.phase if self.phase != "wait" else f"wait/{self.label or 'other'}"
 
 
-def _user_frame(stack: tuple[CodeFrame, ...]) -> CodeFrame | None:
-    for frame in reversed(stack):
-        if not is_library(frame.file):
-            return frame
-    return None
-
-
 def rank_state(rank: str, tl: Timeline) -> RankState | None:
     if not tl.segments or tl.end_ns is None:
         return None
     last = tl.segments[-1]
     start = tl.bounds[-1] if tl.bounds else tl.segments[0].ts_ns
-    user = _user_frame(last.span.stack)
+    user = user_frame(last.span.stack)
     return RankState(
         rank, last.phase, last.label, user.where if user else None, user.src if user else None,
         tuple(f.where for f in last.span.stack), (tl.end_ns - start) / 1e9,

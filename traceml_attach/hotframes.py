@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from agent.source import is_library
 from traceml_attach.model import CodeFrame
-from traceml_attach.timeline import Timeline
+from traceml_attach.timeline import Timeline, user_frame
 
 
 @dataclass(frozen=True)
@@ -18,23 +17,21 @@ class HotFrame:
     ms: float           # total milliseconds in the window
 
 
-def _via(stack: tuple[CodeFrame, ...]) -> str | None:
-    for frame in reversed(stack[:-1]):
-        if not is_library(frame.file):
-            return frame.where
-    return None
-
-
 def hot_frames(tl: Timeline, top: int = 5) -> dict[str, list[HotFrame]]:
     """Per phase, the innermost functions with the most time, best first."""
     per_phase: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     lines: dict[tuple[str, str, str], Counter[tuple[int, str | None]]] = defaultdict(Counter)
     totals: Counter[str] = Counter()
+    vias: dict[int, str | None] = {}   # by id() of a stack the segments hold: a window repeats few
     for seg in tl.segments:
-        leaf = seg.span.stack[-1]
+        stack = seg.span.stack
+        if id(stack) not in vias:
+            caller = user_frame(stack[:-1])
+            vias[id(stack)] = caller.where if caller else None
+        leaf = stack[-1]
         key = (leaf.name, leaf.file)
         per_phase[seg.phase][key] += seg.dur_ns
-        lines[(seg.phase, *key)][(leaf.line, _via(seg.span.stack))] += seg.dur_ns
+        lines[(seg.phase, *key)][(leaf.line, vias[id(stack)])] += seg.dur_ns
         totals[seg.phase] += seg.dur_ns
     out: dict[str, list[HotFrame]] = {}
     for phase, counter in per_phase.items():

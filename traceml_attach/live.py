@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceml_attach.analysis import Analysis, rank_pids
-from traceml_attach.gpu import rank_gpu
+from traceml_attach.analysis import Analysis
 from traceml_attach.hang import rank_state
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.stream import Recording
-from traceml_attach.summary import build_summary, host_memory_series
+from traceml_attach.summary import summary_and_memory
 
-SPARK_POINTS = 60   # memory trend points kept per rank (the newest)
+SPARK_POINTS = 60   # memory trend points kept per rank, spread over the session
 # A live view that covers too long a stretch reacts slowly; this is what it looks at.
 LIVE_WINDOW_S = 30.0
 
@@ -27,7 +26,7 @@ def live_window(rec: Recording) -> int | None:
 
 
 def _tail(series: list[tuple[int, int]], points: int) -> list[int]:
-    """The newest values of a series, thinned evenly to at most ``points``."""
+    """A series' values thinned evenly to at most ``points``, its first and last kept."""
     values = [v for _, v in series]
     if len(values) <= points:
         return values
@@ -56,12 +55,8 @@ def live_document(rec: Recording, an: Analysis, run_name: str,
     """``build_summary`` of the window ``an`` covers (memory over the whole recording), with a
     ``live`` section: clock, steps seen, memory trends and each rank's stall state."""
     first = _first_ns(rec)
-    doc = build_summary(rec, an, run_name, memory_from_ns=first)
+    doc, source, series = summary_and_memory(rec, an, run_name, memory_from_ns=first)
     clock = _clock_ns(rec, an)
-    lo, hi = first or 0, clock or (1 << 62)
-    ranks = rank_pids(rec, lo, hi)
-    gpu = rank_gpu(rec, ranks, lo, hi)
-    source, series = ("gpu", gpu.memory) if gpu.memory else ("host", host_memory_series(rec, lo, hi))
     stalls = {}
     for rank, tl in an.timelines.items():
         state = rank_state(rank, tl)

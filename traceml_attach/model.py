@@ -53,6 +53,11 @@ class ProcSample:
     num_threads: int | None
     children: tuple[tuple[int, float | None, int | None], ...]  # (pid, cpu %, rss bytes)
 
+    @property
+    def workers_rss_bytes(self) -> int:
+        """The DataLoader workers' (children's) RSS; a worker that could not be read counts 0."""
+        return sum(c[2] or 0 for c in self.children)
+
 
 @dataclass(frozen=True)
 class HostSample:

@@ -61,7 +61,7 @@ def host_memory_series(rec: Recording, lo: int, hi: int) -> dict[str, list[tuple
     """Each rank's RSS plus its DataLoader workers', inside [lo, hi] (ns)."""
     out = {}
     for rank, pid in rank_pids(rec, lo, hi).items():
-        out[rank] = [(p.ts_ns, p.rss_bytes + sum(c[2] or 0 for c in p.children))
+        out[rank] = [(p.ts_ns, p.rss_bytes + p.workers_rss_bytes)
                      for p in rec.procs.get(pid, []) if p.rss_bytes is not None and lo <= p.ts_ns <= hi]
     return out
 
@@ -70,28 +70,31 @@ def _window(an: Analysis) -> tuple[int, int]:
     return an.start_ns or 0, an.end_ns or (1 << 62)
 
 
-def _step_memory(rec: Recording, lo: int, hi: int, gpu: RankGpu) -> dict[str, Any]:
-    host = diagnose_memory("host", host_memory_series(rec, lo, hi), {})
+MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
+
+
+def _step_memory(rec: Recording, lo: int, hi: int, gpu: RankGpu) -> tuple[dict[str, Any], str, MemorySeries]:
+    """The step-memory section, and which series it judged ("gpu" when there are GPU readings)."""
+    host_series = host_memory_series(rec, lo, hi)
+    host = diagnose_memory("host", host_series, {})
     gpu_report = diagnose_memory("gpu", gpu.memory, gpu.capacity) if gpu.memory else None
     finding = combine(gpu_report, host)
-    return {"diagnosis": _finding(finding), "host": host.as_dict(),
-            "gpu": gpu_report.as_dict() if gpu_report else None, "notes": gpu.notes}
+    section = {"diagnosis": _finding(finding), "host": host.as_dict(),
+               "gpu": gpu_report.as_dict() if gpu_report else None, "notes": gpu.notes}
+    return (section, "gpu", gpu.memory) if gpu.memory else (section, "host", host_series)
 
 
 def _telemetry(rec: Recording, an: Analysis, memory_from_ns: int | None
-               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+               ) -> tuple[tuple[dict[str, Any], str, MemorySeries], dict[str, Any], dict[str, Any]]:
     lo, hi = _window(an)
-    ranks = rank_pids(rec, lo, hi)
-    gpu = rank_gpu(rec, ranks, lo, hi)
     system, sys_ev = diagnose_system(rec, lo, hi, an.findings[0].kind)
-    process, proc_ev = diagnose_process(rec, ranks, gpu, lo, hi)
-    host = _host(rec)
+    process, proc_ev = diagnose_process(rec, an.pids, an.gpu, lo, hi)
     if memory_from_ns is None or memory_from_ns >= lo:
-        memory = _step_memory(rec, lo, hi, gpu)
+        memory = _step_memory(rec, lo, hi, an.gpu)
     else:
-        memory = _step_memory(rec, memory_from_ns, hi, rank_gpu(rec, ranks, memory_from_ns, hi))
+        memory = _step_memory(rec, memory_from_ns, hi, rank_gpu(rec, an.pids, memory_from_ns, hi))
     return (memory,
-            {"diagnosis": _finding(system), "host": host, **sys_ev},
+            {"diagnosis": _finding(system), "host": _host(rec), **sys_ev},
             {"diagnosis": _finding(process), **proc_ev})
 
 
@@ -144,12 +147,19 @@ def _rank_status(rec: Recording) -> dict[str, Any]:
     return out
 
 
-def build_summary(rec: Recording, an: Analysis, run_name: str, memory_from_ns: int | None = None) -> dict[str, Any]:
-    """The summary document of one analysis window. Memory trends need a longer view than step
-    times: ``memory_from_ns`` lets them start earlier than the window (a live view uses it)."""
+def build_summary(rec: Recording, an: Analysis, run_name: str) -> dict[str, Any]:
+    """The summary document of one analysis window."""
+    return summary_and_memory(rec, an, run_name)[0]
+
+
+def summary_and_memory(rec: Recording, an: Analysis, run_name: str, memory_from_ns: int | None = None
+                       ) -> tuple[dict[str, Any], str, MemorySeries]:
+    """``build_summary``, with the memory series its step-memory diagnosis judged and their
+    source ("gpu" or "host"). Memory trends need a longer view than step times:
+    ``memory_from_ns`` lets them start earlier than the window (a live view uses it)."""
     primary = an.findings[0]
-    step_memory, system, process = _telemetry(rec, an, memory_from_ns)
-    return {
+    (step_memory, source, series), system, process = _telemetry(rec, an, memory_from_ns)
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "traceml-attach", "version": __version__},
         "run_name": run_name,
@@ -168,3 +178,4 @@ def build_summary(rec: Recording, an: Analysis, run_name: str, memory_from_ns: i
                        for rank, phases in an.hot.items()},
         "sampling": _sampling(rec, an),
     }
+    return doc, source, series

@@ -81,13 +81,13 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
     for rank, pid in ranks.items():
         ps = [p for p in rec.procs.get(pid, []) if start_ns <= p.ts_ns <= end_ns]
         cpus = [p.cpu_percent for p in ps if p.cpu_percent is not None]
-        rss = [p.rss_bytes + sum(c[2] or 0 for c in p.children) for p in ps if p.rss_bytes is not None]
+        rss = [p.rss_bytes + p.workers_rss_bytes for p in ps if p.rss_bytes is not None]
         workers = ps[-1].children if ps else ()
         gmem = [v for _, v in gpu.memory.get(rank, [])]
         rows[rank] = {"pid": pid, "cpu_percent_median": _med(cpus), "rss_peak_bytes": max(rss, default=None),
                       "threads": ps[-1].num_threads if ps else None, "workers": len(workers) if ps else None,
                       "workers_cpu_percent": sum(c[1] or 0 for c in workers) if workers else None,
-                      "workers_rss_bytes": sum(c[2] or 0 for c in workers) if workers else None,
+                      "workers_rss_bytes": ps[-1].workers_rss_bytes if workers else None,
                       "gpu_mem_peak_bytes": max(gmem, default=None), "gpu_capacity_bytes": gpu.capacity.get(rank),
                       "gpu_sm_util_median": _med([float(x) for x in gpu.sm_util.get(rank, [])])}
     evidence = {"ranks": rows, "notes": gpu.notes}

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from agent.source import is_library
 from traceml_attach.classify import PHASES, Rule, classifier
-from traceml_attach.model import Span, ThreadInfo
+from traceml_attach.model import CodeFrame, Span, Stack, ThreadInfo
 
 # Functions that mark a thread as background (pin memory, queue feeders), never the loop.
 BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_workers",
@@ -104,6 +104,14 @@ def clip_spans(spans: Sequence[Span], start_ns: int, end_ns: int) -> list[Span]:
         if hi > lo:
             out.append(s if (lo, hi) == (s.ts_ns, s.end_ns) else Span(s.pid, s.tid, lo, hi - lo, s.stack))
     return out
+
+
+def user_frame(stack: Stack) -> CodeFrame | None:
+    """The innermost frame of the user's own code (not the standard library or a package)."""
+    for frame in reversed(stack):
+        if not is_library(frame.file):
+            return frame
+    return None
 
 
 def is_background(func_names: Iterable[str], thread_name: str | None) -> bool:
@@ -212,6 +220,14 @@ class CpuCounter:
         return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
 
 
+def _around(rows: Sequence[tuple[int, int, int]], start_ns: int, end_ns: int) -> Sequence[tuple[int, int, int]]:
+    """The counter rows (in time order) inside [start_ns, end_ns] and one on each side, to
+    interpolate at the edges: a live tick reads 30 s of a session's 50 rows a second."""
+    lo = max(bisect.bisect_left(rows, start_ns, key=lambda r: r[0]) - 1, 0)
+    hi = bisect.bisect_right(rows, end_ns, key=lambda r: r[0]) + 1
+    return rows[lo:hi]
+
+
 def _coverage(mine: Sequence[Span]) -> float | None:
     if not mine:
         return None
@@ -258,7 +274,7 @@ def build_timeline(
     bounds = _boundaries(mine, loop) if loop else []
     info = threads.get(tid) if tid is not None else None
     # The agent reads the main thread's counters: use them only for the main thread.
-    counter = CpuCounter(cpu) if cpu and info is not None and info.os_tid == pid else None
+    counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and info is not None and info.os_tid == pid else None
     steps = _steps(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter)
     labels: Counter[str] = Counter()
     for seg in segments:
