@@ -6,7 +6,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from tests.tui_support import loaded, recorded_app
+from textual.containers import VerticalScroll
+
+from tests.tui_support import loaded, recorded_app, until
 from traceml_attach.tui.feed import Finished, Update
 from traceml_attach.tui.viewmodel import Selection
 from traceml_attach.tui.widgets import HotFramesPanel, MemoryPanel, StepTable
@@ -32,7 +34,9 @@ def test_rank_keys_move_the_selection_everywhere():
             assert [r.rank for r in app.query_one(MemoryPanel).model.rows if r.selected] == ["0"]
             await pilot.press("down")
             assert app.selection.rank == "1"
-            await pilot.press("up", "shift+tab")
+            await pilot.press("up")
+            assert app.selection.rank == "0"
+            await pilot.press("shift+tab")
             assert app.selection.rank == "1"
     run(go())
 
@@ -98,9 +102,8 @@ def test_s_writes_the_summary_and_keeps_watching(tmp_path: Path):
         app = recorded_app(out_dir=tmp_path)
         async with loaded(app, WIDE) as pilot:
             await pilot.press("s")
-            await pilot.pause()
+            await until(lambda: (tmp_path / "final_summary.txt").exists())   # written off the UI thread
             assert (tmp_path / "final_summary.json").exists()
-            assert (tmp_path / "final_summary.txt").exists()
             assert app.is_running
     run(go())
     summary = json.loads((tmp_path / "final_summary.json").read_text())
@@ -116,6 +119,7 @@ def test_q_and_ctrl_c_detach_and_write_the_summary(tmp_path: Path):
                 await pilot.press(key)
                 await pilot.pause()
                 assert not app.is_running
+            app.feed.wait()   # as the CLI does once the app has exited
         run(go())
         assert (out / "final_summary.json").exists(), key
 
@@ -126,6 +130,11 @@ def test_help_opens_and_closes():
         async with app.run_test(size=SMALL) as pilot:
             await pilot.press("question_mark")
             assert isinstance(app.screen, HelpScreen)
+            before = app.selection
+            scroller = app.screen.query_one(VerticalScroll)
+            assert scroller.max_scroll_y > 0   # at 80x24 the help is longer than the screen
+            await pilot.press("down", "down", "right")
+            assert app.selection == before and scroller.scroll_y > 0   # the keys scroll the help
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)
             assert app.is_running

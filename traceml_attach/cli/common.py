@@ -7,8 +7,9 @@ import re
 import time
 from pathlib import Path
 
+from agent import discovery
 from agent.pyspy import PySpyError
-from agent.target import TargetError, python_children
+from agent.target import TargetError, inspect_target, python_children
 from traceml_attach.classify import Rule, RulesError, load_rules
 from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
 
@@ -22,6 +23,17 @@ def target_failure(exc: TargetError | PySpyError, pid: int) -> CliError:
         if children:
             message += f"; its Python child processes are {', '.join(map(str, children[:8]))}"
     return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
+
+
+def plan_targets(pids: list[int]) -> discovery.Plan:
+    """Check every ``--pid`` (one clear CliError for the first that cannot be sampled), then
+    turn them into the ranks to sample."""
+    for pid in pids:
+        try:
+            inspect_target(pid)
+        except TargetError as exc:
+            raise target_failure(exc, pid) from exc
+    return discovery.plan(pids)
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:

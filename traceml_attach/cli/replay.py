@@ -65,7 +65,9 @@ def _tui(rec: Recording, rules: list[Rule], path: Path, args: argparse.Namespace
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("--tui needs a terminal; leave it out for the text summary", EXIT_USAGE)
     out = (args.out or path.parent) if args.write else None
-    run_app(make_app(RecordedFeed(rec, rules, run_name(path), out), mode="REPLAY"))
+    feed = RecordedFeed(rec, rules, run_name(path), out)
+    run_app(make_app(feed, mode="REPLAY"))
+    feed.wait()
     if out is not None:
         print(f"traceml: summary written to {out / 'final_summary.json'}", file=sys.stderr)
     return 0

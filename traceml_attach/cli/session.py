@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import discovery
 from agent.node import NodeAgent
 from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
-from agent.target import TargetError, inspect_target
+from agent.target import TargetError
 from agent.wire import FrameWriter
 from traceml_attach.analysis import Analysis, analyze
 from traceml_attach.classify import Rule
-from traceml_attach.cli.common import run_dir, target_failure
+from traceml_attach.cli.common import plan_targets, run_dir, target_failure
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
 from traceml_attach.live import live_window
 from traceml_attach.report import write_summary
@@ -52,12 +51,7 @@ class Session:
     def __init__(self, args: argparse.Namespace, rules: list[Rule]) -> None:
         self.rules = rules
         pids: list[int] = args.pid
-        for pid in pids:
-            try:
-                inspect_target(pid)
-            except TargetError as exc:
-                raise target_failure(exc, pid) from exc
-        plan = discovery.plan(pids)
+        plan = plan_targets(pids)
         if plan.note:
             print(f"traceml: {plan.note}", file=sys.stderr)
         self.node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
@@ -75,20 +69,19 @@ class Session:
         self.rec = Recording()
         self.ran_out = False
         self.end_reason = "stopped"   # stopped | duration | target_exited
-        self.started = time.monotonic()
 
     def run(self, stop: threading.Event, duration_s: float | None, on_tick: Tick | None, tick_s: float) -> None:
         """Sample until ``stop``, ``duration_s`` or the job's end; call ``on_tick`` every ``tick_s``
         with the analysis of the last LIVE_WINDOW_S seconds."""
-        self.started = time.monotonic()
+        started = time.monotonic()
         self.node.start(self._probed, stop)
         try:
-            next_tick = self.started + tick_s
+            next_tick = started + tick_s
             while not stop.is_set():
                 if not self.node.active():
                     self.ran_out, self.end_reason = True, "target_exited"
                     break
-                elapsed = time.monotonic() - self.started
+                elapsed = time.monotonic() - started
                 if duration_s is not None and elapsed >= duration_s:
                     self.end_reason = "duration"
                     break

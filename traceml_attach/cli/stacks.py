@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from agent import discovery, source
+from agent import source
 from agent.pyspy import PySpyError, ThreadDump, dump, find_pyspy
-from agent.target import TargetError, inspect_target
 from traceml_attach.classify import Rule, classify
-from traceml_attach.cli.common import add_rules_option, rules_from, target_failure
+from traceml_attach.cli.common import add_rules_option, plan_targets, rules_from
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
 from traceml_attach.model import CodeFrame
 from traceml_attach.timeline import is_background
@@ -41,12 +40,7 @@ def _frames(pid: int, thread: ThreadDump) -> tuple[CodeFrame, ...]:
 
 def run(args: argparse.Namespace) -> int:
     rules: list[Rule] = rules_from(args)
-    for pid in args.pid:
-        try:
-            inspect_target(pid)
-        except TargetError as exc:
-            raise target_failure(exc, pid) from exc
-    plan = discovery.plan(args.pid)
+    plan = plan_targets(args.pid)
     try:
         binary = find_pyspy()
     except PySpyError as exc:

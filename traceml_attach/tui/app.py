@@ -89,6 +89,8 @@ class TraceApp(App[None]):
             self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("rank", "phase", "detail") and isinstance(self.screen, HelpScreen):
+            return False   # the arrow keys scroll the help instead (their bindings take priority)
         # v only means something where the detail panels take turns
         return action != "detail" or self.screen.has_class("narrow")
 
@@ -153,7 +155,7 @@ class TraceApp(App[None]):
             self.show()
 
     def action_phase(self, by: int) -> None:
-        self.selection = Selection(self.selection.rank, move_phase(self.selection, by).phase)
+        self.selection = move_phase(self.selection, by)
         self.show()
 
     def action_detail(self) -> None:

@@ -7,6 +7,7 @@ asks it for three things: start, write the summary now, and stop (detach and wri
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -63,6 +64,9 @@ class Feed(Protocol):
     def stop(self) -> None:
         """Detach: stop sampling and write the summary. Returns at once; ``wait`` joins."""
 
+    def wait(self) -> object:
+        """Until the feed is done: sampling stopped and the summary written."""
+
 
 class RecordedFeed:
     """A recorded frame stream shown as if live at its last moment: for replays and tests.
@@ -73,34 +77,41 @@ class RecordedFeed:
 
     def __init__(self, rec: Recording, rules: list[Rule], run_name: str, out_dir: Path | None = None) -> None:
         self.rec, self.rules, self.run_name, self.out_dir = rec, rules, run_name, out_dir
-        self.summaries_written = 0
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._writing = threading.Lock()   # s then q: one summary at a time into the same files
 
     def document(self) -> dict[str, Any]:
         return live_document(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), self.run_name)
 
     def start(self, app: Poster) -> None:
         self._app = app
-        self._thread = threading.Thread(target=lambda: app.post_message(Update(self.document())),
-                                        name="traceml-feed", daemon=True)
-        self._thread.start()
+        self._off_ui(lambda: app.post_message(Update(self.document())), "traceml-feed")
+
+    def _off_ui(self, work: Callable[[], object], name: str) -> None:
+        """Analysing a whole recording can take seconds: never on the UI thread."""
+        thread = threading.Thread(target=work, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _write(self) -> Path | None:
         if self.out_dir is None:
             return None
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        write_summary(self.out_dir, build_summary(self.rec, analyze(self.rec, self.rules), self.run_name))
-        self.summaries_written += 1
+        with self._writing:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            write_summary(self.out_dir, build_summary(self.rec, analyze(self.rec, self.rules), self.run_name))
         return self.out_dir / "final_summary.json"
 
     def write_summary(self) -> None:
-        path = self._write()
-        text = f"summary written to {path}" if path else "a replay without --out writes no summary"
-        self._app.post_message(Notice(text))
+        def work() -> None:
+            path = self._write()
+            text = f"summary written to {path}" if path else "a replay without --out writes no summary"
+            self._app.post_message(Notice(text))
+        self._off_ui(work, "traceml-summary")
 
     def stop(self) -> None:
-        self._write()
+        self._off_ui(self._write, "traceml-summary")
 
     def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
+        """Until the document and every summary asked for are done."""
+        for thread in self._threads:
+            thread.join()

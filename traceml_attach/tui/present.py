@@ -29,9 +29,7 @@ from traceml_attach.tui.viewmodel import (
 )
 
 SPARK = "▁▂▃▄▅▆▇█"
-SPARK_WIDTH = 60
 NONE = "-"
-PENDING = ("NO_DATA", "WARMUP")
 
 
 # --- formatting ---------------------------------------------------------------------------
@@ -68,12 +66,12 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
-def sparkline(values: list[int] | list[float], width: int = SPARK_WIDTH) -> str:
-    """Block characters, oldest first. The scale starts at the series' minimum and spans at
-    least 2% of its peak, so sampling noise on a flat series stays flat."""
+def sparkline(values: list[int] | list[float]) -> str:
+    """Block characters, oldest first (live.SPARK_POINTS of them at most; the panel keeps what
+    fits). The scale starts at the series' minimum and spans at least 2% of its peak, so
+    sampling noise on a flat series stays flat."""
     if not values:
         return ""
-    values = list(values)[-width:]
     lo, hi = min(values), max(values)
     span = max(hi - lo, 0.02 * abs(hi), 1.0)
     return "".join(SPARK[min(int((v - lo) / span * len(SPARK)), len(SPARK) - 1)] for v in values)
@@ -273,7 +271,7 @@ def present_ranks(doc: dict[str, Any], ids: tuple[str, ...], sel: Selection) -> 
         if state == "exited":
             code = s.get("exit_status")
             detail = "exited" + (f" with status {code}" if code is not None else "")
-        elif state != "exited" and stall.get("stalled"):
+        elif stall.get("stalled"):
             state = "stalled"
             detail = f"no step for {stall['idle_s']:.0f} s, in {stall['what']}" + (
                 f" at {stall['where']}" if stall.get("where") else "")
