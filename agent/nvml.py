@@ -105,19 +105,3 @@ class Nvml:
             with contextlib.suppress(self._error()):
                 self._lib.nvmlShutdown()
             self._handles = None
-
-
-def host_pids(pid: int) -> list[int]:
-    """The PIDs a process has in each PID namespace it belongs to (NSpid), ours first.
-
-    NVML reports PIDs of the host namespace; when the attacher sees the host's /proc they
-    appear here next to the container-local PID.
-    """
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("NSpid:"):
-                    return [int(x) for x in line.split()[1:]]
-    except OSError:
-        pass
-    return [pid]

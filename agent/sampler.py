@@ -21,7 +21,6 @@ from typing import Any
 
 from agent import source
 from agent.discovery import exit_status
-from agent.nvml import host_pids
 from agent.procstats import ProcPoller
 from agent.pyspy import (
     PySpyError,
@@ -79,7 +78,7 @@ class Sampler:
         target = self.target or inspect_target(self.pid)
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
-            "cmd": list(target.cmd), "nspid": host_pids(self.pid),
+            "cmd": list(target.cmd), "nspid": list(target.nspid),
             **{k.lower(): v for k, v in target.rank_env.items()},
         })
         self._write_threads(threads)

@@ -27,6 +27,23 @@ class TargetInfo:
     exe: str | None
     cmd: tuple[str, ...]
     rank_env: dict[str, int]
+    nspid: tuple[int, ...]   # its PID in each PID namespace, ours first (ns_pids)
+
+
+def ns_pids(pid: int) -> tuple[int, ...]:
+    """The PIDs a process has in each PID namespace it belongs to (NSpid), ours first.
+
+    NVML reports PIDs of the host namespace; when the attacher sees the host's /proc they
+    appear here next to the container-local PID.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    return tuple(int(x) for x in line.split()[1:])
+    except OSError:
+        pass
+    return (pid,)
 
 
 def rank_env(pid: int) -> dict[str, int]:
@@ -86,4 +103,4 @@ def inspect_target(pid: int) -> TargetInfo:
             f"process {pid} runs a free-threaded CPython ({os.path.basename(exe)}), "
             "which py-spy cannot read: attach to a standard build",
         )
-    return TargetInfo(pid=pid, exe=exe, cmd=cmd[:8], rank_env=rank_env(pid))
+    return TargetInfo(pid=pid, exe=exe, cmd=cmd[:8], rank_env=rank_env(pid), nspid=ns_pids(pid))
