@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from traceml_attach.classify import PHASES
-from traceml_attach.diagnose import diagnose_step_time, refine_with_gpu
+from traceml_attach.diagnose import diagnose_step_time, refine_with_gpu, unknown_step_note
 from traceml_attach.steptime import COMPONENTS, RankStepStats
-from traceml_attach.timeline import TooShort
+from traceml_attach.timeline import StepClock
 
 
 def stats(steps: int = 50, step_ms: float = 100.0, **shares: float) -> RankStepStats:
@@ -56,12 +56,20 @@ def test_no_ranks_is_no_data():
     assert diagnose_step_time([])[0].kind == "NO_DATA"
 
 
-def test_too_short_names_a_rate_and_no_step_time():
-    r = RankStepStats("0", 42, 30, None, None, None, None, {}, TooShort(1.8, 18.0, 600), "train", "MainThread")
+UNKNOWN = StepClock("unknown", None, reason="steps shorter than 5 samples (50 ms at 100 Hz) cannot be told apart",
+                    suggested_rate_hz=600)
+
+
+def test_an_unknown_step_time_keeps_the_diagnosis_and_gives_no_milliseconds():
+    # GIVEN a rank whose shares are known but whose step time is not
+    r = replace(stats(input=0.6), step_ms=None, phases_ms=None, clock=UNKNOWN)
+    # THEN the diagnosis stands on the shares, names no step time, and the note says why and what to do
     f = diagnose_step_time([r])[0]
-    assert f.kind == "NO_DATA"
-    assert "--rate 600" in f.action
-    assert "too short" in f.summary
+    assert f.kind == "INPUT_BOUND"
+    assert "step time unknown" in f.why and " ms over " not in f.why
+    note = unknown_step_note([r])
+    assert note is not None and "--rate 600" in note and "5 samples" in note
+    assert unknown_step_note([stats(input=0.6)]) is None
 
 
 def test_status_labels_follow_the_seeds():
@@ -103,7 +111,7 @@ def test_a_rank_without_cpu_counters_is_not_blamed_for_its_blocked_time():
     ranks = []
     for rank in ("0", "1", "2"):
         r = stats(backward=0.6)
-        counters = {"sync_wait_ms": 30.0, "active_ms": {**(r.phases_ms or {}), "backward": 30.0}}
+        counters = {"sync_wait_share": 0.3, "active_shares": {**(r.shares or {}), "backward": 0.3}}
         ranks.append(replace(r, rank=rank, pid=40 + int(rank), **(counters if rank != "2" else {})))
     kinds = {f.kind for f in diagnose_step_time(ranks)}
     assert not {k for k in kinds if "STRAGGLER" in k}, kinds
@@ -111,3 +119,37 @@ def test_a_rank_without_cpu_counters_is_not_blamed_for_its_blocked_time():
     ranks[2] = replace(ranks[2], phases_ms={**(ranks[2].phases_ms or {}), "backward": 90.0})
     top = diagnose_step_time(ranks)[0]
     assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", "2")
+
+
+def ddp_rank(rank: str, blocked: float, step_ms: float | None, **shares: float) -> RankStepStats:
+    """A DDP rank (CPU counters read) blocked ``blocked`` of its step in backward's all-reduce."""
+    r = replace(stats(**shares), rank=rank)
+    active = {**(r.shares or {}), "backward": (r.shares or {})["backward"] - blocked}
+    known = {} if step_ms is not None else {"step_ms": None, "phases_ms": None, "clock": UNKNOWN}
+    return replace(r, sync_wait_share=blocked, active_shares=active, **known)
+
+
+@pytest.mark.parametrize("step_ms", [100.0, None])
+def test_ddp_straggler_kinds_come_from_shares_with_or_without_a_step_time(step_ms):
+    # rank 0 does 60% of extra forward work; rank 1 waits for it, blocked 60% of the step in backward
+    compute = [ddp_rank("0", 0.0, step_ms, input=0.03, backward=0.2, forward=0.7),
+               ddp_rank("1", 0.6, step_ms, input=0.03, backward=0.8)]
+    top = diagnose_step_time(compute)[0]
+    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", "0")
+    assert "forward" in top.summary
+    # rank 1's input is 60% of its step; rank 0 waits for it in backward
+    inp = [ddp_rank("0", 0.55, step_ms, input=0.03, backward=0.8),
+           ddp_rank("1", 0.0, step_ms, input=0.6, backward=0.25)]
+    top = diagnose_step_time(inp)[0]
+    assert (top.kind, top.worst_rank) == ("INPUT_STRAGGLER", "1")
+    assert ("ms" in top.why) == (step_ms is not None)
+
+
+def test_signed_numbers_print_one_sign():
+    # a mixed straggler: more input, less compute than the others
+    ranks = [ddp_rank("0", 0.45, 100.0, input=0.03, backward=0.8),
+             ddp_rank("1", 0.0, 100.0, input=0.3, backward=0.15, wait=0.3)]
+    top = diagnose_step_time(ranks)[0]
+    assert top.kind == "STRAGGLER", top
+    assert "+-" not in top.why and "+-" not in top.summary
+    assert "-" in top.why

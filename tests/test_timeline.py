@@ -84,10 +84,29 @@ def test_steps_too_short_for_the_rate_are_reported_not_measured():
     # 8 ms steps sampled at 100 Hz: every sample lands in a different step
     short = [(FETCH, 2), (FORWARD, 3), (BACKWARD, 3)]
     tl = timeline(steps(short, 40), rate=100)
-    assert tl.too_short is not None
-    assert tl.too_short.suggested_rate_hz >= 1000
+    assert not tl.clock.known and tl.clock.reason and "5 samples" in tl.clock.reason
+    assert tl.clock.suggested_rate_hz is not None and tl.clock.suggested_rate_hz >= 1000
     ok = timeline(steps(short, 40), rate=1000)
-    assert ok.too_short is None
+    assert ok.clock.known and ok.clock.typical_ns == 8_000_000
+
+
+def test_an_interval_of_several_steps_is_counted_as_several():
+    # GIVEN 100 ms steps of 90 ms input and 10 ms forward, where no sample fell in every other
+    # step's forward: that step's fetch span runs on into the next step's fetch (one 190 ms span
+    # with the same stack), so the loop line does not wrap there
+    spans, t = [], 1_000_000_000
+    for k in range(60):
+        pattern = [(FETCH, 90), (FORWARD, 10)] if k % 2 else [(FETCH, 190), (FORWARD, 10)]
+        spans += steps(pattern, 1, t0_ns=t)
+        t = spans[-1].end_ns
+    tl = timeline(spans)
+    # THEN the period is the step, and each 200 ms interval counts as two 100 ms steps
+    assert tl.clock.known and tl.clock.period_ns is not None
+    assert abs(tl.clock.period_ns - 100_000_000) <= 1_000_000
+    assert len(tl.steps) == 2 * len(tl.intervals) - (len(tl.intervals) // 2)
+    assert all(abs(s.dur_ns - 100_000_000) <= 1_000_000 for s in tl.steps)
+    # the merged interval's phase time is shared by its steps: 95 ms input each, not 190
+    assert max(s.phases_ns["input"] for s in tl.steps) == 95_000_000
 
 
 @pytest.mark.parametrize("cut", [0.25, 0.5])

@@ -13,6 +13,7 @@ from traceml_attach.hotframes import HotFrame, hot_frames
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steptime import RankStepStats, rank_stats
 from traceml_attach.stream import Recording
+from traceml_attach.sync import share_period
 from traceml_attach.timeline import Timeline, build_timeline
 
 
@@ -52,6 +53,13 @@ def rank_pids(rec: Recording, start_ns: int, end_ns: int) -> dict[str, int]:
     return dict(sorted(chosen.items(), key=lambda kv: rank_key(kv[0])))
 
 
+def synchronized(rec: Recording, pids: dict[str, int]) -> bool:
+    """Ranks of one distributed job (torchrun's RANK/WORLD_SIZE): they meet in a collective
+    every step (DDP's all-reduce in backward, FSDP's gathers), so they share one step period."""
+    metas = [rec.targets.get(pid) for pid in pids.values()]
+    return len(metas) > 1 and all(m is not None and m.rank is not None and (m.world_size or 0) > 1 for m in metas)
+
+
 def analyze(
     rec: Recording,
     rules: list[Rule],
@@ -74,6 +82,8 @@ def analyze(
             pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end,
             rec.cpu.get(pid, ()),
         )
+    if synchronized(rec, pids):
+        timelines = share_period(timelines, rec.rate_hz)
     ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     findings = diagnose_step_time(ranks, policy)

@@ -51,7 +51,29 @@ def _pct(x: float) -> str:
 
 
 def _worst(ranks: list[RankStepStats]) -> RankStepStats:
-    return max(ranks, key=lambda r: r.step_ms or 0.0)
+    """The slowest rank: the longest step, or with no step time, the most input + compute."""
+    if all(r.step_ms is not None for r in ranks):
+        return max(ranks, key=lambda r: r.step_ms or 0.0)
+    return max(ranks, key=lambda r: sum(_burden(r.shares or {})))
+
+
+def unknown_step_note(ranks: list[RankStepStats]) -> str | None:
+    """The sentence that says the step time is unknown, why, and what would tell it; None when known."""
+    unknown = [r for r in ranks if r.shares is not None and r.step_ms is None and r.clock is not None]
+    if not unknown:
+        return None
+    clock = unknown[0].clock
+    assert clock is not None
+    rate = f"; sample faster: --rate {clock.suggested_rate_hz} or more" if clock.suggested_rate_hz else ""
+    return (f"step time unknown (rank {unknown[0].rank}): {clock.reason}{rate}. The phase shares and the "
+            "diagnosis stand; no step time or per-step milliseconds are given")
+
+
+def _over(step_ms: float | None, steps: int) -> str:
+    """"83 ms over 120 steps", or what is known when the step time is not."""
+    if step_ms is None:
+        return f"step time unknown, at least {steps} steps seen"
+    return f"{step_ms:.0f} ms over {steps} steps"
 
 
 def _median_component(ranks: list[RankStepStats], name: str) -> float:
@@ -69,18 +91,6 @@ def _severity(score: float, steps: int, policy: StepTimePolicy, warn: float, cri
 
 
 def _no_data(all_ranks: list[RankStepStats]) -> Finding | None:
-    short = [r for r in all_ranks if r.too_short]
-    if short:
-        t = short[0].too_short
-        assert t is not None
-        return Finding(
-            "NO_DATA", "info",
-            f"steps are too short to separate at this sampling rate (rank {short[0].rank})",
-            f"the loop wraps every {t.apparent_step_ms:.1f} ms, only {t.samples_per_step:.1f} "
-            "samples per step; steps may be shorter still, so no step time is reported",
-            f"sample faster: --rate {t.suggested_rate_hz} or more",
-            evidence={"samples_per_step": t.samples_per_step},
-        )
     if not any(r.steps for r in all_ranks):
         loops = [r for r in all_ranks if r.loop]
         why = ("no training loop was found in the sampled threads"
@@ -97,7 +107,7 @@ def diagnose_step_time(
     none = _no_data(all_ranks)
     if none:
         return [none]
-    ranks = [r for r in all_ranks if r.step_ms is not None]
+    ranks = [r for r in all_ranks if r.shares is not None]
     steps = min(r.steps for r in ranks)
     worst = _worst(ranks)
     if steps < policy.min_steps_warn:
@@ -107,7 +117,9 @@ def diagnose_step_time(
     inp = _median_component(ranks, "input")
     wait = _median_component(ranks, "wait")
     compute = _median_component(ranks, "compute")
-    step_ms = statistics.median(r.step_ms or 0.0 for r in ranks)
+    known = [r.step_ms for r in ranks if r.step_ms is not None]
+    step_ms = statistics.median(known) if len(known) == len(ranks) else None
+    over = _over(step_ms, steps)
     base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
             "compute_share": compute}
     findings = _stragglers(ranks, steps, policy)
@@ -118,8 +130,8 @@ def diagnose_step_time(
         findings.append(Finding(
             "INPUT_BOUND", sev,
             f"input takes {_pct(inp)} of the typical step",
-            f"DataLoader fetch and input copies are {_pct(inp)} of the median step "
-            f"({step_ms:.0f} ms over {steps} steps){detail}; threshold {_pct(policy.share_warn)}",
+            f"DataLoader fetch and input copies are {_pct(inp)} of the typical step "
+            f"({over}){detail}; threshold {_pct(policy.share_warn)}",
             "increase DataLoader num_workers, cut per-sample preprocessing, "
             "use pin_memory with non_blocking copies; see the hot input frames",
             worst.rank, {**base, "rank_score": inp}))
@@ -130,7 +142,7 @@ def diagnose_step_time(
         findings.append(Finding(
             "WAIT_HEAVY", sev,
             f"{_pct(wait)} of the typical step is outside input and compute",
-            f"wait is {_pct(wait)} of the median step ({step_ms:.0f} ms over {steps} steps)"
+            f"wait is {_pct(wait)} of the typical step ({over})"
             + (f"; of it: {top}" if top else ""),
             "inspect the hot wait frames: logging, host syncs such as .item(), "
             "checkpointing and eval inside the loop",
@@ -141,28 +153,22 @@ def diagnose_step_time(
         return [Finding(
             "COMPUTE_BOUND", "info",
             f"model compute is {_pct(compute)} of the typical step",
-            f"forward+backward+optimizer are {_pct(compute)} of the median step "
-            f"({step_ms:.0f} ms over {steps} steps); input {_pct(inp)}, wait {_pct(wait)}",
+            f"forward+backward+optimizer are {_pct(compute)} of the typical step "
+            f"({over}); input {_pct(inp)}, wait {_pct(wait)}",
             "optimize the largest compute phase: batch size, precision (AMP), torch.compile, "
             "then an operator profiler on the hot frames",
             worst.rank, base)]
     return [Finding(
         "BALANCED", "info",
         "no single bottleneck dominates the typical step",
-        f"input {_pct(inp)}, wait {_pct(wait)}, compute {_pct(compute)} of the median step "
-        f"({step_ms:.0f} ms over {steps} steps); none crosses its threshold",
+        f"input {_pct(inp)}, wait {_pct(wait)}, compute {_pct(compute)} of the typical step "
+        f"({over}); none crosses its threshold",
         "optimize further only if throughput is still too low; compare against a known good run",
         worst.rank, base)]
 
 
-def _work(r: RankStepStats, synced: bool) -> dict[str, float]:
-    """A rank's milliseconds per median step by phase, on one yardstick for every rank: without
-    the time blocked in syncs when every rank has CPU counters, else as sampled."""
-    return (r.active_ms if synced else r.phases_ms) or {}
-
-
 def _burden(work: dict[str, float]) -> tuple[float, float]:
-    """(input, compute) of a rank's ``_work``."""
+    """(input, compute) of a rank's phase amounts (ms or shares)."""
     return (work.get("input", 0.0) + work.get("h2d", 0.0),
             work.get("forward", 0.0) + work.get("backward", 0.0) + work.get("optimizer", 0.0))
 
@@ -172,56 +178,75 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
 
     Under DDP every rank's step is as long as the slowest one's, because fast ranks wait
     in backward's all-reduce; comparing phase lengths would miss a rank whose backward
-    itself is slow. The blocked time (from CPU counters) does not.
+    itself is slow. The blocked time (from CPU counters) does not. Everything is compared as
+    a share of the step, which synchronized ranks have in common: the shares are totals over
+    the window, right even where single steps were miscounted or the step time is unknown.
     """
     if len(ranks) < 2:
         return []
-    synced = all(r.sync_wait_ms is not None and r.active_ms is not None for r in ranks)
-    work = {r.rank: _work(r, synced) for r in ranks}
+    synced = all(r.sync_wait_share is not None and r.active_shares is not None for r in ranks)
     if synced:
-        culprit = min(ranks, key=lambda r: (r.sync_wait_ms or 0.0, -sum(_burden(work[r.rank]))))
-    else:
+        work = {r.rank: r.active_shares or {} for r in ranks}
+        culprit = min(ranks, key=lambda r: (r.sync_wait_share or 0.0, -sum(_burden(work[r.rank]))))
+    elif all(r.phases_ms is not None and r.step_ms for r in ranks):
+        # independent ranks: each one's work per step, in shares of the median rank's step
+        unit = statistics.median(r.step_ms or 0.0 for r in ranks)
+        work = {r.rank: {p: v / unit for p, v in (r.phases_ms or {}).items()} for r in ranks}
         culprit = max(ranks, key=lambda r: sum(_burden(work[r.rank])))
-    others = [r for r in ranks if r is not culprit]
-    victim_step = statistics.median(r.step_ms or 0.0 for r in others)
-    if not victim_step:
+    else:
         return []
+    others = [r for r in ranks if r is not culprit]
     v_input = statistics.median(_burden(work[r.rank])[0] for r in others)
     v_compute = statistics.median(_burden(work[r.rank])[1] for r in others)
     c_input, c_compute = _burden(work[culprit.rank])
     if synced:
-        v_wait = statistics.median(r.sync_wait_ms or 0.0 for r in others)
-        excess_ms = v_wait - (culprit.sync_wait_ms or 0.0)
+        excess = statistics.median(r.sync_wait_share or 0.0 for r in others) - (culprit.sync_wait_share or 0.0)
     else:
-        excess_ms = (c_input + c_compute) - (v_input + v_compute)
-    score = excess_ms / victim_step
+        excess = (c_input + c_compute) - (v_input + v_compute)
+    score = excess
     if score < policy.straggler_warn:
         return []
+    known = [r.step_ms for r in ranks if r.step_ms is not None]
+    step_ms = statistics.median(known) if len(known) == len(ranks) else None
+
+    def amount(share: float, signed: bool = False) -> str:
+        """A share of the step in ms when the step time is known, else in % of the step."""
+        sign = "+" if signed else ""
+        if step_ms is None:
+            return f"{100 * share:{sign}.0f}% of a step"
+        return f"{share * step_ms:{sign}.0f} ms"
+
     severity = _severity(score, steps, policy, policy.straggler_warn, policy.straggler_crit) or "warning"
     ex_input, ex_compute = c_input - v_input, c_compute - v_compute
-    if ex_input >= policy.straggler_cause * excess_ms:
-        kind, what = "INPUT_STRAGGLER", f"its input takes {ex_input:.0f} ms more per step"
+    if ex_input >= policy.straggler_cause * excess:
+        kind, what = "INPUT_STRAGGLER", f"its input takes {amount(ex_input)} more per step"
         action = f"inspect the input path on rank {culprit.rank}: its DataLoader, preprocessing, storage"
-    elif ex_compute >= policy.straggler_cause * excess_ms:
-        def excess(phase: str) -> float:
+    elif ex_compute >= policy.straggler_cause * excess:
+        def extra(phase: str) -> float:
             return work[culprit.rank].get(phase, 0.0) - statistics.median(work[r.rank].get(phase, 0.0) for r in others)
-        phase = max(("forward", "backward", "optimizer"), key=excess)
-        kind, what = "COMPUTE_STRAGGLER", f"its compute takes {ex_compute:.0f} ms more per step (mostly {phase})"
+        phase = max(("forward", "backward", "optimizer"), key=extra)
+        kind, what = "COMPUTE_STRAGGLER", f"its compute takes {amount(ex_compute)} more per step (mostly {phase})"
         action = f"inspect {phase} on rank {culprit.rank}: rank-local extra work, uneven shapes or data"
     else:
-        kind, what = "STRAGGLER", (f"its extra time is spread over input (+{ex_input:.0f} ms) "
-                                   f"and compute (+{ex_compute:.0f} ms)")
+        kind, what = "STRAGGLER", (f"its extra time is spread over input ({amount(ex_input, True)}) "
+                                   f"and compute ({amount(ex_compute, True)})")
         action = f"inspect both input and compute on rank {culprit.rank}; isolate one issue at a time"
-    how = (f"the other ranks wait {excess_ms:.0f} ms per step for it in the synchronizing phase"
-           if synced else f"it carries {excess_ms:.0f} ms more work per step than the median rank")
+    how = (f"the other ranks wait {amount(excess)} per step for it in the synchronizing phase"
+           if synced else f"it carries {amount(excess)} more work per step than the median rank")
+    step = f"the typical {step_ms:.0f} ms step" if step_ms is not None else "the typical step"
+    evidence: dict[str, Any] = {
+        "score": score, "rank_score": score, "excess_share": excess, "input_excess_share": ex_input,
+        "compute_excess_share": ex_compute, "synchronized": synced,
+        "excess_ms": None if step_ms is None else excess * step_ms,
+        "input_excess_ms": None if step_ms is None else ex_input * step_ms,
+        "compute_excess_ms": None if step_ms is None else ex_compute * step_ms,
+    }
     return [Finding(
         kind, severity,
         f"rank {culprit.rank} slows the job: {what}",
-        f"{how}: {100 * score:.0f}% of the typical {victim_step:.0f} ms step (threshold "
-        f"{100 * policy.straggler_warn:.0f}%); input {ex_input:+.0f} ms, compute {ex_compute:+.0f} ms",
-        action, culprit.rank,
-        {"score": score, "rank_score": score, "excess_ms": excess_ms, "input_excess_ms": ex_input,
-         "compute_excess_ms": ex_compute, "synchronized": synced},
+        f"{how}: {100 * score:.0f}% of {step} (threshold {100 * policy.straggler_warn:.0f}%); "
+        f"input {amount(ex_input, True)}, compute {amount(ex_compute, True)}",
+        action, culprit.rank, evidence,
     )]
 
 

@@ -12,7 +12,7 @@ _HEAD = {"input": "Input", "h2d": "H2D", "forward": "Forward", "backward": "Back
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
+    return "?" if x is None else f"{x:.1f}"
 
 
 def _n(x: int | None) -> str:
@@ -41,7 +41,8 @@ def _table(st: dict[str, Any]) -> list[str]:
     rows = [head]
     for rank, r in st["ranks"].items():
         phases = r.get("phases_ms") or {}
-        rows.append(f"  {rank:<12}{r['steps']:>6}{_ms(r['step_ms']):>9}"
+        steps = f"{r['steps']}+" if r["step_ms"] is None else str(r["steps"])
+        rows.append(f"  {rank:<12}{steps:>6}{_ms(r['step_ms']):>9}"
                     + "".join(f"{_ms(phases.get(p)):>10}" for p in PHASES))
     if st.get("median"):
         m, w = st["median"], st["worst"]
@@ -50,6 +51,8 @@ def _table(st: dict[str, Any]) -> list[str]:
         rows.append(f"  {'Worst (r' + str(w['rank']) + ')':<12}{'':>6}{_ms(w['step_ms']):>9}"
                     + "".join(f"{_ms(w['phases_ms'].get(p)):>10}" for p in PHASES))
         rows.append(f"  Skew {st['skew_pct']:.1f}%   WAIT share {100 * st['wait_share']:.1f}%")
+    if st.get("step_time_note"):
+        rows.append(f"  {st['step_time_note']}")
     for rank, r in st["ranks"].items():
         shares = r.get("shares")
         if shares:

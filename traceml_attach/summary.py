@@ -9,7 +9,7 @@ from typing import Any
 from traceml_attach import __version__
 from traceml_attach.analysis import Analysis, rank_of, rank_pids
 from traceml_attach.classify import PHASES
-from traceml_attach.diagnose import Finding
+from traceml_attach.diagnose import Finding, unknown_step_note
 from traceml_attach.gpu import RankGpu, rank_gpu
 from traceml_attach.memory import combine, diagnose_memory
 from traceml_attach.stream import Recording
@@ -38,10 +38,15 @@ def _step_time(an: Analysis) -> dict[str, Any]:
             "loop": r.loop, "thread": r.thread,
             "coverage": _round(r.coverage, 3),
             "sync_wait_ms": _round(r.sync_wait_ms),
+            "sync_wait_share": _round(r.sync_wait_share, 4),
+            "clock": _clock(r),
         }
     measured = [r for r in an.ranks if r.step_ms is not None and r.phases_ms]
+    seen = [r for r in an.ranks if r.shares]
     out: dict[str, Any] = {"diagnosis": _finding(an.findings[0]),
-                           "findings": [_finding(f) for f in an.findings], "ranks": ranks}
+                           "findings": [_finding(f) for f in an.findings], "ranks": ranks,
+                           "step_time_known": bool(measured) and len(measured) == len(seen),
+                           "step_time_note": unknown_step_note(an.ranks)}
     if measured:
         med_step = statistics.median(r.step_ms or 0.0 for r in measured)
         med_phases = {p: statistics.median((r.phases_ms or {})[p] for r in measured) for p in PHASES}
@@ -55,6 +60,16 @@ def _step_time(an: Analysis) -> dict[str, Any]:
     else:
         out.update({"median": None, "worst": None, "skew_pct": None, "wait_share": None})
     return out
+
+
+def _clock(r: Any) -> dict[str, Any] | None:
+    """How the rank's steps were counted (see timeline.StepClock)."""
+    c = r.clock
+    if c is None:
+        return None
+    return {"method": c.method, "visible": _round(c.visible, 3), "concentration": _round(c.concentration, 3),
+            "reason": c.reason, "suggested_rate_hz": c.suggested_rate_hz,
+            "step_upper_ms": _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1)}
 
 
 def host_memory_series(rec: Recording, lo: int, hi: int) -> dict[str, list[tuple[int, int]]]:

@@ -5,8 +5,12 @@
 2. The loop frame is the user-code frame on that thread's dominant call path whose
    line keeps wrapping backwards (``for`` back to its header): the outermost one when
    nested frames wrap about as often (a ``train_step`` inside ``train``).
-3. A step begins where the loop frame's line wraps; its phase times are the summed
-   durations of the classified spans between two wraps.
+3. A wrap (the loop frame's line going backwards) marks a step boundary, but sampling
+   misses the wraps of steps whose non-dominant part fell between two samples. The
+   intervals between the wraps that were seen are counted in steps of the period fitted
+   to them (``period.fit_period``); an interval of n steps gives n steps, each with 1/n of
+   its phase times. When no period can be established the step time is unknown, and says
+   why (``StepClock``).
 """
 
 from __future__ import annotations
@@ -17,11 +21,23 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agent.source import is_library
 from traceml_attach.classify import PHASES, Rule, classifier
 from traceml_attach.model import CodeFrame, Span, Stack, ThreadInfo
+from traceml_attach.period import (
+    MAX_STEP_ERROR,
+    MIN_INTERVALS,
+    MIN_SAMPLES_PER_STEP,
+    PeriodFit,
+    fit_period,
+    map_counts,
+    pinned,
+    refine_map,
+    suggested_rate_hz,
+    visit_samples,
+)
 
 # Functions that mark a thread as background (pin memory, queue feeders), never the loop.
 BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_workers",
@@ -29,9 +45,15 @@ BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_wor
 _LOOP_PHASES = {"input", "h2d", "forward", "backward", "optimizer"}
 MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
 OUTER_TIE = 0.8             # an outer candidate wins with ≥ this fraction of the most wraps
-MIN_SAMPLES_PER_STEP = 5.0  # below this, steps cannot be separated reliably
-TARGET_SAMPLES_PER_STEP = 10.0
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step
+# Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
+# unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
+MAX_UNSEEN = 0.01
+# A boundary that Poisson sampling hides with less than this probability (e^-8: eight sampling
+# intervals outside the dominant line went unsampled) was hidden by a drop-out of the sampler...
+DROPOUT_UNSEEN = math.exp(-8.0)
+# ...which shows as a span this many times its stack's median span, and at least 8 intervals long.
+SWALLOW_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +82,12 @@ class Step:
     # Time the thread was blocked (not on a CPU or waiting for one) inside synchronizing
     # phases (backward, collectives), by phase; None without CPU counters for the step.
     blocked_sync_ns: dict[str, int] | None = None
+    # False: one of several steps in an interval whose boundaries sampling cannot have missed by
+    # chance (a py-spy drop-out); it counts as a step, its time is not attributed to phases.
+    covered: bool = True
+    # (observed intervals) it holds a span far longer than its stack's usual span: the sampler
+    # saw nothing change for that long where the thread usually moves on (see ``expand``)
+    swallowing: bool = False
 
     @property
     def dur_ns(self) -> int:
@@ -67,10 +95,28 @@ class Step:
 
 
 @dataclass(frozen=True)
-class TooShort:
-    samples_per_step: float
-    apparent_step_ms: float
-    suggested_rate_hz: int
+class StepClock:
+    """How the steps were counted, and whether their length is known.
+
+    method: "comb" (a period fitted to this thread's wraps), "joint" (a period shared by
+    synchronized ranks), "wraps" (every boundary was seen), or "unknown".
+    """
+
+    method: str
+    period_ns: float | None          # the fitted step period; None when unknown
+    visible: float | None = None     # share of the step boundaries seen as wraps
+    concentration: float | None = None   # how tightly the wraps sit on the period's comb (0..1)
+    reason: str | None = None        # why unknown
+    suggested_rate_hz: int | None = None
+    step_upper_ns: float | None = None   # no step is longer than about this (unknown clocks)
+    typical_ns: float | None = None  # the median step once the intervals are counted in periods
+    unseen: float | None = None      # chance that sampling misses a boundary (e^-λ), when measurable
+    # whole periods before the first and after the last wrap seen: steps too, without phase times
+    edge_steps: int = 0
+
+    @property
+    def known(self) -> bool:
+        return self.period_ns is not None
 
 
 @dataclass(frozen=True)
@@ -80,13 +126,20 @@ class Timeline:
     thread_name: str | None
     loop: LoopFrame | None
     segments: tuple[Segment, ...]
-    steps: tuple[Step, ...]
-    too_short: TooShort | None
+    steps: tuple[Step, ...]             # intervals expanded by their step counts
+    clock: StepClock
     wait_labels_ns: dict[str, int]
     bounds: tuple[int, ...] = ()
     stuck_since_ns: int | None = None   # start of the final run of one unchanging call path
     end_ns: int | None = None           # end of the sampled window for this thread
     coverage: float | None = None       # share of [start, end) with a stack seen on this thread
+    intervals: tuple[Step, ...] = ()    # between consecutive observed wraps (none across a hole)
+    rate_hz: int = 100
+    start_seen_ns: int | None = None    # start of the sampled window for this thread
+
+    @property
+    def step_count(self) -> int:
+        return len(self.steps) + self.clock.edge_steps
 
 
 # A span never outlasts the py-spy window that saw it (a few seconds); this bounds how far
@@ -275,25 +328,49 @@ def build_timeline(
     info = threads.get(tid) if tid is not None else None
     # The agent reads the main thread's counters: use them only for the main thread.
     counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and info is not None and info.os_tid == pid else None
-    steps = _steps(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter)
+    intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz)
+    clock, counts = _clock(intervals, segments, loop, rate_hz)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
             labels[seg.label or "other"] += seg.dur_ns
     name = threads[tid].name if tid is not None and tid in threads else None
-    return Timeline(pid, tid, name, loop, tuple(segments), tuple(steps),
-                    _too_short(steps, rate_hz), dict(labels), tuple(bounds), _stuck_since(mine),
-                    mine[-1].end_ns if mine else None, _coverage(mine))
+    steps = expand(intervals, counts, clock.unseen)
+    first, last = (mine[0].ts_ns, mine[-1].end_ns) if mine else (None, None)
+    if clock.known:
+        clock = replace(clock, typical_ns=statistics.median(s.dur_ns for s in steps),
+                        edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz))
+    return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
+                    dict(labels), tuple(bounds), _stuck_since(mine), last,
+                    _coverage(mine), tuple(intervals), rate_hz, first)
 
 
-def _steps(
+def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
+                rate_hz: int) -> int:
+    """Whole steps between the window's edges and the first and last wrap seen. Each edge ends
+    or starts at a boundary, so it holds floor(length / period) of them; a wrap is seen on
+    average one sampling interval after its boundary, which moves that boundary back."""
+    if not bounds or first_ns is None or last_ns is None or not period_ns:
+        return 0
+    lag = 1e9 / max(rate_hz, 1)
+    return (int(max(bounds[0] - lag - first_ns, 0) // period_ns)
+            + int(max(last_ns - bounds[-1] + lag, 0) // period_ns))
+
+
+def _intervals(
     segments: Sequence[Segment],
     bounds: list[int],
     holes: list[tuple[int, int]],
     counter: CpuCounter | None,
+    rate_hz: int,
 ) -> list[Step]:
     steps = []
     i = 0
+    by_stack: dict[int, list[int]] = {}
+    for seg in segments:
+        by_stack.setdefault(id(seg.span.stack), []).append(seg.dur_ns)
+    usual = {k: statistics.median(v) for k, v in by_stack.items()}
+    gap_ns = 8 * 1e9 / max(rate_hz, 1)
     for start, end in itertools.pairwise(bounds):
         if any(h0 < end and h1 > start for h0, h1 in holes):
             continue
@@ -302,9 +379,12 @@ def _steps(
         while i < len(segments) and segments[i].ts_ns + segments[i].dur_ns <= start:
             i += 1
         j = i
+        swallowing = False
         while j < len(segments) and segments[j].ts_ns < end:
             seg = segments[j]
             lo, hi = max(seg.ts_ns, start), min(seg.ts_ns + seg.dur_ns, end)
+            if seg.dur_ns >= gap_ns and seg.dur_ns >= SWALLOW_RATIO * usual[id(seg.span.stack)]:
+                swallowing = True
             if hi > lo:
                 phases[seg.phase] += hi - lo
                 if blocked is not None and counter is not None and (seg.phase, seg.label) in SYNC_PHASES:
@@ -315,18 +395,112 @@ def _steps(
                         idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
                         blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
-        steps.append(Step(start, end, phases, blocked))
+        steps.append(Step(start, end, phases, blocked, swallowing=swallowing))
     return steps
 
 
-def _too_short(steps: Sequence[Step], rate_hz: int) -> TooShort | None:
-    if len(steps) < 3:
+def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None) -> tuple[Step, ...]:
+    """Each interval as its ``count`` steps: equal parts of its time and of each phase.
+
+    When sampling cannot have missed a boundary by chance (``unseen`` below DROPOUT_UNSEEN), an
+    interval as long as several steps is either a sampler drop-out, which shows as a span that
+    swallowed the stacks in between (its steps count, their time is not covered), or one slow
+    step (a checkpoint, an eval): with every boundary visible, no boundary is invented in it."""
+    certain = unseen is not None and unseen < DROPOUT_UNSEEN
+    out: list[Step] = []
+    for step, n in zip(intervals, counts, strict=True):
+        if n == 1 or (certain and not step.swallowing):
+            out.append(step)
+            continue
+        dropout = certain
+        blocked = {k: v // n for k, v in step.blocked_sync_ns.items()} if step.blocked_sync_ns is not None else None
+        phases = {k: v // n for k, v in step.phases_ns.items()}
+        for k in range(n):
+            out.append(Step(step.start_ns + step.dur_ns * k // n, step.start_ns + step.dur_ns * (k + 1) // n,
+                            phases, blocked, covered=not dropout))
+    return tuple(out)
+
+
+def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -> float | None:
+    """Probability that a step's boundary goes unseen: e^-λ, with λ the samples per step
+    outside the loop's dominant line, from the visits outside it that were seen."""
+    if loop is None:
         return None
-    median_ns = statistics.median(s.dur_ns for s in steps)
-    per_step = median_ns * rate_hz / 1e9
-    if per_step >= MIN_SAMPLES_PER_STEP:
+    def line(seg: Segment) -> int | None:
+        st = seg.span.stack
+        return st[loop.depth].line if len(st) > loop.depth else None
+    per_line: Counter[int | None] = Counter()
+    for seg in segments:
+        per_line[line(seg)] += seg.dur_ns
+    dominant = per_line.most_common(1)[0][0] if per_line else None
+    visits: list[int] = []
+    inside = False
+    for seg in segments:
+        if line(seg) == dominant:
+            inside = False
+        elif inside:
+            visits[-1] += seg.dur_ns
+        else:
+            visits.append(seg.dur_ns)
+            inside = True
+    if len(visits) < 2:
         return None
-    # Steps may be shorter than they appear when the sampler aliases them, so this
-    # rate is a lower bound; rounded up to a multiple of 100 Hz.
-    needed = TARGET_SAMPLES_PER_STEP * 1e9 / median_ns
-    return TooShort(per_step, median_ns / 1e6, int(math.ceil(needed / 100.0) * 100))
+    mean_samples = statistics.fmean(visits) * rate_hz / 1e9
+    return math.exp(-visit_samples(mean_samples))
+
+
+def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFrame | None,
+           rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
+    durations = [s.dur_ns for s in intervals]
+    ones = tuple(1 for _ in intervals)
+    unseen = _unseen(segments, loop, rate_hz)
+    if len(durations) >= 2 and unseen is not None and unseen <= MAX_UNSEEN:
+        # every boundary is visible: the intervals are the steps (but for clear multiples), and
+        # they may drift (a job that slows down) without a fixed period to fit
+        floats = [float(d) for d in durations]
+        period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
+        if pinned(floats, counts, period, rate_hz):
+            return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
+        fit = PeriodFit(None, ones, None, None, min(floats), jittery=True)
+        return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
+    fit = fit_period(durations, rate_hz, unseen)
+    if fit.known:
+        return replace(clock_of(fit, "comb"), unseen=unseen), fit.counts
+    return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
+
+
+def clock_of(fit: PeriodFit, method: str) -> StepClock:
+    return StepClock(method, fit.period_ns, fit.visible, fit.concentration)
+
+
+def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | None = None) -> StepClock:
+    """Why no step time can be given, and the rate that would give one."""
+    if reason is None:
+        if fit.jittery:
+            reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
+                      f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+        elif observed < MIN_INTERVALS:
+            reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
+                      f"(a period needs {MIN_INTERVALS})")
+        else:
+            shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
+            reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
+                      "cannot be told apart, and the wraps seen fit no longer period")
+    rate = None if fit.jittery else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
+    return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
+
+
+def with_period(tl: Timeline, period_ns: float, method: str = "joint") -> Timeline:
+    """``tl`` with its intervals counted in steps of a period found elsewhere (the job's)."""
+    durations = [float(s.dur_ns) for s in tl.intervals]
+    counts = map_counts(durations, period_ns, tl.clock.unseen, tl.rate_hz)
+    visible = len(counts) / sum(counts) if counts else None
+    steps = expand(tl.intervals, counts, tl.clock.unseen)
+    typical = statistics.median(s.dur_ns for s in steps) if steps else None
+    edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
+    return replace(tl, steps=steps, clock=StepClock(method, period_ns, visible, None, typical_ns=typical,
+                                                    edge_steps=edges, unseen=tl.clock.unseen))
+
+
+def without_period(tl: Timeline, clock: StepClock) -> Timeline:
+    return replace(tl, steps=expand(tl.intervals, [1] * len(tl.intervals)), clock=clock)

@@ -16,9 +16,10 @@ def live_line(rec: Recording, an: Analysis, elapsed_s: float) -> str:
     f = an.findings[0]
     parts = [time.strftime("%H:%M:%S"), f"{elapsed_s:5.0f}s", f"[{f.status}] {f.summary}"]
     for r in an.ranks:
-        if r.step_ms is not None and r.shares:
+        if r.shares:
             shares = " ".join(f"{_SHORT[p]} {100 * v:.0f}%" for p, v in r.shares.items())
-            parts.append(f"r{r.rank}: {r.steps} steps, {r.step_ms:.1f} ms/step, {shares}")
+            step = f"{r.step_ms:.1f} ms/step" if r.step_ms is not None else "step time unknown"
+            parts.append(f"r{r.rank}: {r.steps}{'' if r.step_ms is not None else '+'} steps, {step}, {shares}")
         else:
             parts.append(f"r{r.rank}: {r.steps} steps")
     return " | ".join(parts)

@@ -34,8 +34,8 @@ NONE = "-"
 
 # --- formatting ---------------------------------------------------------------------------
 
-def ms(x: float | None) -> str:
-    return NONE if x is None else f"{x:.1f}"
+def ms(x: float | None, unknown: str = NONE) -> str:
+    return unknown if x is None else f"{x:.1f}"
 
 
 def pct(x: float | None, scale: float = 1.0) -> str:
@@ -167,9 +167,9 @@ def present_steps(doc: dict[str, Any], sel: Selection) -> StepTableVM:
     for rank, r in sorted(st["ranks"].items(), key=lambda kv: rank_key(kv[0])):
         phases = r.get("phases_ms") or {}
         shares = r.get("shares")
-        rows.append(StepRow(f"r{rank}", "rank", str(r["steps"]), ms(r.get("step_ms")),
-                            tuple(ms(phases.get(p)) for p in PHASES),
-                            tuple(shares[p] for p in PHASES) if shares else None,
+        steps = str(r["steps"]) + ("+" if r.get("step_ms") is None else "")
+        rows.append(StepRow(f"r{rank}", "rank", steps, ms(r.get("step_ms"), unknown="?"),
+                            _cells(phases, shares), tuple(shares[p] for p in PHASES) if shares else None,
                             selected=rank == sel.rank, flagged=rank == flagged))
     if st.get("median"):
         med = st["median"]
@@ -179,8 +179,15 @@ def present_steps(doc: dict[str, Any], sel: Selection) -> StepTableVM:
                             tuple(ms(worst["phases_ms"].get(p)) for p in PHASES), _shares(worst)))
     skew = NONE if st.get("skew_pct") is None else f"{st['skew_pct']:+.1f}%"
     wait = NONE if st.get("wait_share") is None else f"{100 * st['wait_share']:.1f}%"
-    note = "" if rows else st["diagnosis"]["summary"]
+    note = (st.get("step_time_note") or "") if rows else st["diagnosis"]["summary"]
     return StepTableVM(tuple(rows), sel.phase, skew, wait, None if not worst else str(worst["rank"]), note)
+
+
+def _cells(phases_ms: dict[str, float], shares: dict[str, float] | None) -> tuple[str, ...]:
+    """Milliseconds per step; shares of the step (%) when the step time is unknown."""
+    if not phases_ms and shares:
+        return tuple(pct(shares[p]) for p in PHASES)
+    return tuple(ms(phases_ms.get(p)) for p in PHASES)
 
 
 def _shares(row: dict[str, Any]) -> tuple[float, ...] | None:

@@ -56,7 +56,7 @@ class StepTableVM:
     skew: str                               # "+12.3%" or "-"
     wait_share: str                         # "8.0%" or "-"
     worst_rank: str | None
-    note: str                               # shown when there is nothing to tabulate
+    note: str                               # what there is instead of rows, or what is unknown about them
 
 
 @dataclass(frozen=True)

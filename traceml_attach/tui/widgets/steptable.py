@@ -51,6 +51,9 @@ class StepTable(Panel):
         if skew_line:
             out.append(line(("Worst rank ", "dim"), (f"r{model.worst_rank}", "bold"), ("  Skew ", "dim"),
                             (model.skew, "bold"), ("  WAIT share ", "dim"), (model.wait_share, "bold"), width=width))
+        elif model.note and len(out) < height:
+            # the step time is unknown: the cells are shares of the step, and this says why
+            out.append(line((model.note, "yellow"), width=width))
         return out
 
     def _head(self, phase: str, bar_w: int, width: int) -> Text:

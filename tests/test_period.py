@@ -1,0 +1,80 @@
+"""The comb fit of wrap intervals (period.py), on intervals whose truth is known."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from traceml_attach.period import MIN_INTERVALS, fit_period, suggested_rate_hz, visit_samples
+
+MS = 1_000_000
+
+
+def merged(period_ms: float, visible: float, n: int, rate_hz: float, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Intervals between the boundaries that were seen: each boundary is seen with probability
+    ``visible`` and one exponential sampling gap late; steps jitter 2%."""
+    rng = random.Random(seed)
+    intervals, counts = [], []
+    t, last_seen, k = 0.0, None, 0
+    while len(intervals) < n:
+        t += rng.gauss(period_ms, 0.02 * period_ms)
+        k += 1
+        if rng.random() < visible:
+            # seen at the first sample after it, within the step's first part
+            seen = t + min(rng.expovariate(rate_hz / 1000), 0.5 * period_ms)
+            if last_seen is not None:
+                intervals.append(int((seen - last_seen[0]) * MS))
+                counts.append(k - last_seen[1])
+            last_seen = (seen, k)
+    return intervals, counts
+
+
+@pytest.mark.parametrize(("period_ms", "visible"), [(83, 0.35), (120, 0.9), (300, 0.15), (60, 0.6)])
+def test_the_period_is_found_when_most_boundaries_are_missed(period_ms, visible):
+    intervals, counts = merged(period_ms, visible, 60, rate_hz=100)
+    fit = fit_period(intervals, 100)
+    assert fit.period_ns is not None
+    assert abs(fit.period_ns / MS / period_ms - 1) < 0.03
+    # nearly every interval is counted right, and the total is
+    right = sum(a == b for a, b in zip(fit.counts, counts, strict=True))
+    assert right >= 0.9 * len(counts)
+    assert abs(sum(fit.counts) - sum(counts)) <= 0.05 * sum(counts)
+
+
+def test_the_fundamental_wins_over_its_divisors():
+    # every boundary seen, hardly any blur: T/2, T/3 fit these intervals too, but T is the step
+    intervals, _ = merged(100, 1.0, 40, rate_hz=1000)
+    fit = fit_period(intervals, 1000)
+    assert fit.period_ns is not None and abs(fit.period_ns / MS - 100) < 2
+    assert set(fit.counts) == {1}
+
+
+def test_intervals_that_fit_no_comb_give_no_period():
+    rng = random.Random(3)
+    intervals = [int(rng.uniform(40, 400) * MS) for _ in range(80)]
+    fit = fit_period(intervals, 100)
+    assert fit.period_ns is None
+    assert fit.counts == tuple(1 for _ in intervals)
+
+
+def test_steps_shorter_than_a_few_samples_give_no_period():
+    # 20 ms steps at 100 Hz: a boundary's blur (10 ms) is half a step
+    intervals, _ = merged(20, 0.5, 100, rate_hz=100, seed=1)
+    fit = fit_period(intervals, 100)
+    assert fit.period_ns is None
+    # the rate that would give 10 samples to a step as long as the shortest intervals, or more
+    assert suggested_rate_hz(fit.upper_bound_ns, 100) >= 250
+
+
+def test_too_few_intervals_give_no_period():
+    intervals, _ = merged(100, 1.0, MIN_INTERVALS - 1, rate_hz=100)
+    assert fit_period(intervals, 100).period_ns is None
+
+
+@pytest.mark.parametrize("lam", [0.05, 0.5, 2.0, 6.0])
+def test_visit_samples_inverts_the_poisson_mean_of_visits_seen(lam):
+    mean_seen = lam / (1 - math.exp(-lam))
+    assert visit_samples(mean_seen) == pytest.approx(lam, rel=1e-6)
+    assert visit_samples(1.0) == 0.0

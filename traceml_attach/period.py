@@ -1,0 +1,266 @@
+"""The step period from the loop's observed wraps, robust to the wraps that sampling misses.
+
+py-spy samples at exponentially distributed gaps (to avoid aliasing), and a step boundary is
+seen only when a sample lands outside the loop's dominant line before the next step's
+samples: when everything but the dominant phase is shorter than a sampling interval, most
+boundaries go unseen. The intervals between the wraps that are seen are then near-integer
+multiples n·T of the step period T, each blurred by about one sampling interval per end
+(where the samples fell) and by the steps' own jitter.
+
+The period is the longest one whose comb the intervals fit: their phases 2π·I/P concentrate
+(the mean resultant length R̄ of the Rayleigh test; 1 is a perfect fit, about 1/√m is no
+fit at all). A period's divisors (T/2, T/3...) fit too, but less tightly, and its multiples
+do not fit the odd multiples of T; so the longest period that fits about as well as the
+best is the fundamental. The period is reported only when the fit is significant, tight, and
+long enough against the sampling interval to resolve one step from two; otherwise it is
+unknown, and nothing is made up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+MIN_INTERVALS = 10            # fewer observed intervals: a comb fit is not significant
+MIN_CONCENTRATION = 0.2       # R̄ at the period: below it, the comb is lost in the blur
+MIN_RAYLEIGH_Z = 9.0         # m·R̄²: a chance fit among ~100 candidate periods stays below this
+MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
+HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental
+INLIER = 0.3                  # |I - n·P| ≤ this·P: an interval counts in refining the period
+MAX_SCORED = 96               # intervals (evenly spaced) used to screen candidates
+MAX_CANDIDATES_PER_SEED = 48
+TARGET_SAMPLES_PER_STEP = 10.0
+SURE = 0.8                    # an interval's step count is sure when its posterior is at least this...
+MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this share of them is not
+MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
+MAX_RATE_HZ = 1000
+
+
+@dataclass(frozen=True)
+class PeriodFit:
+    """A comb fit of the intervals between observed wraps (all times in ns)."""
+
+    period_ns: float | None        # None: no period could be established
+    counts: tuple[int, ...]        # steps in each interval (1 each when period_ns is None)
+    concentration: float | None    # R̄ at the period
+    samples_per_step: float | None
+    # the shortest interval cluster: every step is at most about this long
+    upper_bound_ns: float | None = None
+    jittery: bool = False          # a period fits, but the steps vary too much for the intervals seen
+
+    @property
+    def known(self) -> bool:
+        return self.period_ns is not None
+
+    @property
+    def visible(self) -> float | None:
+        """Share of the step boundaries that were seen as wraps."""
+        steps = sum(self.counts)
+        return len(self.counts) / steps if self.known and steps else None
+
+
+def concentration(intervals: Sequence[float], period: float) -> float:
+    """Mean resultant length of the intervals' phases on a comb of ``period``."""
+    if not intervals or period <= 0:
+        return 0.0
+    w = 2 * math.pi / period
+    c = s = 0.0
+    for i in intervals:
+        c += math.cos(w * i)
+        s += math.sin(w * i)
+    return math.hypot(c, s) / len(intervals)
+
+
+def step_counts(intervals: Sequence[float], period: float) -> tuple[int, ...]:
+    """How many steps each interval holds at ``period``."""
+    return tuple(max(1, round(i / period)) for i in intervals)
+
+
+def refine(intervals: Sequence[float], period: float, rounds: int = 3) -> float:
+    """Total time over total steps of the intervals that sit on the comb (a ratio estimator:
+    a boundary's blur cancels between consecutive intervals)."""
+    for _ in range(rounds):
+        num = den = 0.0
+        for i in intervals:
+            n = max(1, round(i / period))
+            if abs(i - n * period) <= INLIER * period:
+                num += i
+                den += n
+        if not den:
+            return period
+        new = num / den
+        if abs(new - period) <= 1e-4 * period:
+            return new
+        period = new
+    return period
+
+
+def _candidates(ordered: Sequence[float], lo: float, hi: float) -> list[float]:
+    """Divisors of the shortest intervals' clusters that lie in [lo, hi]."""
+    m = len(ordered)
+    seeds = []
+    for q in (0.0, 0.1, 0.25):
+        head = ordered[int(q * m)]
+        cluster = [i for i in ordered if head * 0.9 <= i <= head * 1.1] or [head]
+        seeds.append(cluster[len(cluster) // 2])
+    keys: dict[int, float] = {}
+    for seed in seeds:
+        for n in range(1, MAX_CANDIDATES_PER_SEED + 1):
+            c = seed / n
+            if c < lo:
+                break
+            if c <= hi:
+                keys.setdefault(round(math.log(c) / math.log(1.01)), c)
+    return list(keys.values())
+
+
+def map_counts(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> tuple[int, ...]:
+    """Each interval's most probable step count (see ``count_posteriors``)."""
+    return tuple(n for n, _ in count_posteriors(intervals, period, unseen, rate_hz))
+
+
+def ambiguous_share(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> float:
+    """Share of the intervals whose step count is less than AMBIGUOUS sure."""
+    posts = count_posteriors(intervals, period, unseen, rate_hz)
+    return sum(1 for _, p in posts if p < SURE) / len(posts) if posts else 0.0
+
+
+def jitter(intervals: Sequence[float], period: float, rate_hz: float) -> float:
+    """The steps' own spread (ns, one standard deviation per step): the robust spread of every
+    interval about its nearest multiple of ``period``, per √n (n steps' jitter adds up), less the
+    blur of where the samples fell (a Laplace of scale 1/rate: variance 2/rate²)."""
+    residuals = sorted(abs(i - n * period) / math.sqrt(n)
+                       for i, n in zip(intervals, step_counts(intervals, period), strict=True))
+    if not residuals:
+        return 0.01 * period
+    total = 1.4826 * residuals[len(residuals) // 2]
+    blur = 1e9 / max(rate_hz, 1.0)
+    return max(math.sqrt(max(total * total - 2 * blur * blur, 0.0)), 0.01 * period)
+
+
+def pinned(intervals: Sequence[float], counts: Sequence[int], period: float, rate_hz: float) -> bool:
+    """Whether the intervals pin the window's median step down to within MAX_STEP_ERROR.
+
+    The single-step intervals are the steps seen whole; the others stand for steps by their
+    average. When m of the window's N steps were seen whole, their median misses the median of
+    all N by a standard error of about 1.25 σ √(1/m - 1/N) (σ the steps' jitter): at most
+    MAX_STEP_ERROR / 3 of the period (three standard errors). The blur of the intervals'
+    ends is symmetric and shrinks in the intervals of several steps; it does not count here."""
+    whole = sum(1 for n in counts if n == 1)
+    total = sum(counts)
+    if not whole:
+        return False
+    se = 1.2533 * jitter(intervals, period, rate_hz) * math.sqrt(max(1 / whole - 1 / total, 0.0))
+    return se <= MAX_STEP_ERROR / 3 * period
+
+
+def count_posteriors(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float
+                     ) -> list[tuple[int, float]]:
+    """Each interval's most probable step count and how sure it is. n steps mean n - 1
+    boundaries went unseen, each with probability ``unseen`` (the thread's e^-λ; None: no
+    prior), and an interval of n steps is blurred by the sampling (one interval at each end)
+    and by n steps' jitter (measured on the intervals near one period)."""
+    if not intervals:
+        return []
+    spread = math.hypot(jitter(intervals, period, rate_hz), 1e9 / max(rate_hz, 1.0))
+    blur = 1e9 / max(rate_hz, 1.0)
+    log_miss = 0.0 if unseen is None else math.log(min(max(unseen, 1e-12), 0.999))
+    out = []
+    for i in intervals:
+        guess = max(1, round(i / period))
+        scores = {}
+        for n in range(max(1, guess - 1), guess + 2):
+            var = blur * blur + n * spread * spread
+            scores[n] = (n - 1) * log_miss - (i - n * period) ** 2 / (2 * var) - 0.5 * math.log(var)
+        top = max(scores.values())
+        best = max(scores, key=lambda n: scores[n])
+        out.append((best, 1.0 / sum(math.exp(v - top) for v in scores.values())))
+    return out
+
+
+def refine_map(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float,
+               rounds: int = 4) -> tuple[float, tuple[int, ...]]:
+    """The period as total time over total steps under ``map_counts``, to a fixed point."""
+    counts = map_counts(intervals, period, unseen, rate_hz)
+    for _ in range(rounds):
+        inl = [(i, n) for i, n in zip(intervals, counts, strict=True) if abs(i - n * period) <= INLIER * n * period]
+        if not inl:
+            break
+        new = sum(i for i, _ in inl) / sum(n for _, n in inl)
+        new_counts = map_counts(intervals, new, unseen, rate_hz)
+        if new_counts == counts and abs(new - period) <= 1e-4 * period:
+            return new, counts
+        period, counts = new, new_counts
+    return period, counts
+
+
+def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None = None) -> PeriodFit:
+    """The step period behind the observed wrap intervals, or an honest None. ``unseen`` is the
+    chance that sampling misses a boundary, when it could be measured (see ``map_counts``)."""
+    m = len(intervals_ns)
+    ones = tuple(1 for _ in intervals_ns)
+    if m == 0 or min(intervals_ns) <= 0:
+        return PeriodFit(None, ones, None, None)
+    interval_ns = 1e9 / max(rate_hz, 1.0)
+    ordered = sorted(float(i) for i in intervals_ns)
+    # every step is at most about as long as the shortest intervals
+    upper = ordered[m // 10]
+    if m < MIN_INTERVALS:
+        return PeriodFit(None, ones, None, None, upper)
+    lo = interval_ns
+    hi = ordered[m // 10] * 1.2 + 2 * interval_ns
+    stride = max(1, m // MAX_SCORED)
+    screen = [float(i) for i in intervals_ns[::stride]]
+    scored = []
+    for c in _candidates(ordered, lo, hi):
+        p = refine(screen, c, rounds=1)
+        scored.append((concentration(screen, p), p))
+    if not scored:
+        return PeriodFit(None, ones, None, None, upper)
+    scored.sort(reverse=True)
+    full = [float(i) for i in intervals_ns]
+    finals = []
+    for _, p in scored[:6]:
+        p = refine(full, p)
+        if lo <= p <= hi:
+            finals.append((concentration(full, p), p))
+    if not finals:
+        return PeriodFit(None, ones, None, None, upper)
+    best = max(r for r, _ in finals)
+    _, period = max(((r, p) for r, p in finals if r >= HARMONIC_KEEP * best), key=lambda rp: rp[1])
+    period, counts = refine_map(full, period, unseen, rate_hz)
+    r_bar = concentration(full, period)
+    per_step = period / interval_ns
+    if (r_bar < MIN_CONCENTRATION or m * r_bar * r_bar < MIN_RAYLEIGH_Z or per_step < MIN_SAMPLES_PER_STEP
+            or ambiguous_share(full, period, unseen, rate_hz) > MAX_AMBIGUOUS):
+        return PeriodFit(None, ones, r_bar, None, upper)
+    if not pinned(full, counts, period, rate_hz):
+        return PeriodFit(None, ones, r_bar, None, upper, jittery=True)
+    return PeriodFit(period, counts, r_bar, per_step, upper)
+
+
+def suggested_rate_hz(step_upper_ns: float | None, rate_hz: float) -> int:
+    """A rate that gives TARGET_SAMPLES_PER_STEP samples to a step of at most ``step_upper_ns``:
+    a lower bound when steps are shorter still. Rounded up to 50 Hz, at most MAX_RATE_HZ."""
+    if not step_upper_ns:
+        return min(MAX_RATE_HZ, int(2 * rate_hz))
+    need = TARGET_SAMPLES_PER_STEP * 1e9 / step_upper_ns
+    return int(min(MAX_RATE_HZ, max(math.ceil(need / 50) * 50, rate_hz + 50)))
+
+
+def visit_samples(mean_visit_samples: float) -> float:
+    """λ, the mean number of samples that land outside the dominant line per step, from the
+    mean number of samples in the visits that were seen (each had at least one): solves
+    λ / (1 - e^-λ) = mean for a Poisson count. A step's boundary goes unseen with
+    probability e^-λ."""
+    if mean_visit_samples <= 1.0:
+        return 0.0
+    lo, hi = 0.0, max(2.0 * mean_visit_samples, 1.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if mid / (1 - math.exp(-mid)) < mean_visit_samples:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

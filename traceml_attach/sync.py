@@ -1,0 +1,88 @@
+"""One step clock for ranks that synchronize every step.
+
+Under DDP every rank's step is as long as the slowest one's: the fast ranks wait in the
+all-reduce, and all of them leave it together. Their loops are not equally visible, though: a
+rank that waits 90% of every step in backward shows few wraps, and on its own its step would be
+unknown or merged. The rank that shows its loop best (the fewest boundaries unseen) sets the
+clock: its step boundaries, aligned in time with each other rank's wraps (they are a fixed
+offset apart, whatever the step time does), say how many steps each of that rank's intervals
+holds. Every rank then reports the reference rank's step time. Two ranks that each saw every
+boundary and still measured different periods are a measurement problem, reported as such,
+never a skew between them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import statistics
+from dataclasses import replace
+
+from traceml_attach.period import map_counts
+from traceml_attach.timeline import StepClock, Timeline, edge_steps, expand, without_period
+
+AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
+
+
+def _quality(tl: Timeline) -> tuple[float, float]:
+    clock = tl.clock
+    unseen = clock.unseen if clock.unseen is not None else 1.0
+    return (-unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
+
+
+def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
+    """How many of the reference's steps each of ``tl``'s intervals holds: the steps whose middle
+    falls inside it (half a step from any boundary, so the blur of either rank's boundaries does
+    not move them), after shifting by the median offset between this rank's wraps and the
+    reference's boundaries."""
+    offsets = []
+    for w in tl.bounds:
+        k = bisect.bisect_left(ref_bounds, w)
+        near = [ref_bounds[j] for j in (k - 1, k) if 0 <= j < len(ref_bounds)]
+        if near:
+            offsets.append(w - min(near, key=lambda b: abs(w - b)))
+    shift = statistics.median(offsets) if offsets else 0
+    middles = [(a + b) / 2 for a, b in itertools.pairwise(ref_bounds)]
+    counts = []
+    for step in tl.intervals:
+        lo = bisect.bisect_right(middles, step.start_ns - shift)
+        hi = bisect.bisect_right(middles, step.end_ns - shift)
+        counts.append(max(1, hi - lo))
+    return tuple(counts)
+
+
+def share_period(timelines: dict[str, Timeline], rate_hz: int) -> dict[str, Timeline]:
+    """The timelines of synchronized ranks, counted on one clock (or all unknown, and why)."""
+    own = {rank: tl for rank, tl in timelines.items() if tl.clock.known}
+    if not own:
+        return timelines
+    ref = max(own, key=lambda r: _quality(own[r]))
+    period = own[ref].clock.period_ns
+    assert period is not None
+    for rank, tl in own.items():
+        assert tl.clock.period_ns is not None
+        # only two ranks that each saw every boundary can contradict each other
+        both_saw_all = tl.clock.method == "wraps" and own[ref].clock.method == "wraps"
+        if both_saw_all and abs(tl.clock.period_ns - period) > AGREE * period:
+            reason = (f"ranks that synchronize every step measured different step periods "
+                      f"({period / 1e6:.1f} ms on rank {ref}, {tl.clock.period_ns / 1e6:.1f} ms on rank {rank})")
+            unknown = StepClock("unknown", None, None, None, reason)
+            return {r: without_period(t, unknown) for r, t in timelines.items()}
+    reference = own[ref]
+    ref_bounds = [s.start_ns for s in reference.steps] + ([reference.steps[-1].end_ns] if reference.steps else [])
+    out = {}
+    for rank, tl in timelines.items():
+        if rank == ref or not tl.intervals:
+            out[rank] = tl
+            continue
+        # the reference's own boundaries when it saw them all (they follow a drifting step time);
+        # else its period, each interval counted as its most probable number of steps
+        if reference.clock.method == "wraps":
+            counts = _aligned_counts(tl, ref_bounds)
+        else:
+            counts = map_counts([float(s.dur_ns) for s in tl.intervals], period, tl.clock.unseen, rate_hz)
+        edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz)
+        clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
+                        concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
+        out[rank] = replace(tl, steps=expand(tl.intervals, counts, tl.clock.unseen), clock=clock)
+    return out
