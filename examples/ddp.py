@@ -38,6 +38,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow-rank", type=int, default=1)
     parser.add_argument("--extra-ms", type=float, default=60.0, help="the slow rank's extra work per step")
     parser.add_argument("--base-input-ms", type=float, default=3.0, help="every rank's preprocessing per step")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH}; 64: a 2-3 ms step)")
     parser.add_argument("--hang-at-step", type=int, default=-1)
     parser.add_argument("--exit-at-step", type=int, default=-1)
     parser.add_argument("--exit-code", type=int, default=3)
@@ -62,10 +63,10 @@ class Samples(Dataset):
 
 
 class Net(nn.Module):
-    def __init__(self, extra_s: float) -> None:
+    def __init__(self, extra_s: float, width: int = WIDTH) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Linear(IN_FEATURES, WIDTH), nn.ReLU(), nn.Linear(WIDTH, WIDTH),
-                                  nn.ReLU(), nn.Linear(WIDTH, CLASSES))
+        self.body = nn.Sequential(nn.Linear(IN_FEATURES, width), nn.ReLU(), nn.Linear(width, width),
+                                  nn.ReLU(), nn.Linear(width, CLASSES))
         self.extra_s = extra_s
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,7 +98,7 @@ def main() -> None:
     slow = rank == args.slow_rank
     extra = args.extra_ms / 1000
     input_cost = (args.base_input_ms / 1000 + (extra if slow and args.straggler == "input" else 0.0)) / BATCH_SIZE
-    model = DistributedDataParallel(Net(extra if slow and args.straggler == "compute" else 0.0))
+    model = DistributedDataParallel(Net(extra if slow and args.straggler == "compute" else 0.0, args.width))
     if slow and args.straggler == "backward":
         model.module.body[0].weight.register_hook(slow_gradient_hook(extra))
     loss_fn = nn.CrossEntropyLoss()

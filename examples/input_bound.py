@@ -53,19 +53,22 @@ class EncodedSamples(Dataset):
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader num_workers (default 0)")
+    parser.add_argument("--input-share", type=float, default=0.5,
+                        help="input's share of the step (default 0.5; 0.9 with a small --width: a few ms of compute)")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
 
 
 def main() -> None:
     args = parse_args(__doc__, add_args)
     device = setup(args)
-    model = make_mlp(WIDTH).to(device)
+    model = make_mlp(args.width).to(device)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     dataset = EncodedSamples(BATCH_SIZE * 100)
 
-    # Calibrate: batch decoding should cost as much as one training step's compute.
+    # Calibrate: batch decoding is sized so that input is --input-share of the step.
     fetch_s, compute_s = calibrate(model, loss_fn, opt, device, dataset)
-    input_s, _ = plan_work(compute_s, 0.5, 0.0, input_base_s=fetch_s)
+    input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
     dataset.decode_cost_s = input_s / BATCH_SIZE
 
     loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, drop_last=True,

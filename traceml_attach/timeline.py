@@ -461,7 +461,7 @@ def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFra
         period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
         if pinned(floats, counts, period, rate_hz):
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
-        fit = PeriodFit(None, ones, None, None, min(floats), jittery=True)
+        fit = PeriodFit(None, ones, None, None, min(floats), jittery=True, why="jittery")
         return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)
     if fit.known:
@@ -476,16 +476,22 @@ def clock_of(fit: PeriodFit, method: str) -> StepClock:
 def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | None = None) -> StepClock:
     """Why no step time can be given, and the rate that would give one."""
     if reason is None:
+        shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
         if fit.jittery:
             reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                       f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
         elif observed < MIN_INTERVALS:
             reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
                       f"(a period needs {MIN_INTERVALS})")
-        else:
-            shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
+        elif fit.why == "ambiguous":
+            reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
+                      f"two at {rate_hz} Hz")
+        elif fit.why == "short":
             reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
-                      "cannot be told apart, and the wraps seen fit no longer period")
+                      "cannot be told apart, and the boundaries seen fit no longer period")
+        else:
+            reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
+                      f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
     rate = None if fit.jittery else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
     return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
 
