@@ -167,6 +167,17 @@ def user_frame(stack: Stack) -> CodeFrame | None:
     return None
 
 
+def thread_label(info: ThreadInfo | None, pid: int) -> str | None:
+    """The thread's Python name; for the process's main thread (OS thread id = PID) whose name
+    py-spy could not read (0.4.x reads none on Python 3.12+), "main thread", which is a fact;
+    else None."""
+    if info is None:
+        return None
+    if info.name:
+        return info.name
+    return "main thread" if info.os_tid == pid else None
+
+
 def is_background(func_names: Iterable[str], thread_name: str | None) -> bool:
     """A DataLoader helper thread (pin-memory, queue feeder...), never the training loop."""
     if thread_name and "pin_memory" in thread_name:
@@ -334,7 +345,7 @@ def build_timeline(
     for seg in segments:
         if seg.phase == "wait":
             labels[seg.label or "other"] += seg.dur_ns
-    name = threads[tid].name if tid is not None and tid in threads else None
+    name = thread_label(info, pid)
     steps = expand(intervals, counts, clock.unseen)
     first, last = (mine[0].ts_ns, mine[-1].end_ns) if mine else (None, None)
     if clock.known:
