@@ -27,6 +27,7 @@ from agent.pyspy import (
     RawSpan,
     RecordWindow,
     ThreadDump,
+    ThreadNames,
     WindowResult,
     dump,
 )
@@ -64,6 +65,7 @@ class Sampler:
         self._covered_until: int | None = None
         self._failures = 0
         self._status: int | None = None
+        self._names: ThreadNames | None = None   # set in begin(): names across this target's dumps
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -75,7 +77,8 @@ class Sampler:
     def begin(self, writer: FrameWriter, threads: list[ThreadDump]) -> None:
         """Start this target's part of the stream on ``writer``: the target and its threads."""
         self.writer = writer
-        target = self.target or inspect_target(self.pid)
+        target = self.target = self.target or inspect_target(self.pid)
+        self._names = ThreadNames(self.pid, target.exe)
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
             "cmd": list(target.cmd), "nspid": list(target.nspid),
@@ -202,6 +205,8 @@ class Sampler:
                 self._error(exc.kind, str(exc))
 
     def _write_threads(self, threads: list[ThreadDump]) -> None:
+        if self._names is not None:
+            threads = self._names(threads)
         rows = [[t.tid, t.os_tid, t.name, t.active] for t in threads]
         self.writer.write({"k": "threads", "pid": self.pid, "t": time.time_ns(), "threads": rows})
 

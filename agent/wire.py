@@ -17,6 +17,9 @@ Frame kinds (key ``k``)::
              ``with`` items of that line (for ``no_grad``), both None when unreadable
     window   {pid, w, start, end, samples, errors}   one py-spy recording window
     threads  {pid, t, threads: [[tid, os_tid, name, active]]}
+             name: the Python name py-spy read, the last one read for that thread, or
+             "MainThread" for the main thread of a CPython that never imported threading
+             (agent.pyspy.ThreadNames); None when it cannot be known
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
     tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
     host     {t, cpu, mem_used, mem_total}

@@ -57,13 +57,15 @@ def start_example(
     truth: Path | None = None,
     ready_timeout_s: float = 120.0,
     env: dict[str, str] | None = None,
+    python: str | None = None,
 ) -> subprocess.Popen[str]:
-    """Run ``examples/<name>.py`` with this interpreter; return once it prints ``ready``."""
+    """Run ``examples/<name>.py`` with ``python`` (default: this interpreter); return once it
+    prints ``ready``."""
     full_env = dict(os.environ if env is None else env)
     if truth is not None:
         full_env["TRACEML_GROUND_TRUTH"] = str(truth)
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / f"{name}.py"), *args],
+        [python or sys.executable, str(HERE / f"{name}.py"), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
     )
     errors: list[str] = []  # drained on a thread so the job never blocks on a full pipe

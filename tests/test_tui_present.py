@@ -141,3 +141,22 @@ def test_only_updates_replace_each_other():
     assert b.can_replace(a)
     assert not Notice("x").can_replace(Notice("y"))
     assert not Notice("x").can_replace(a)
+
+
+def test_an_unknown_step_time_shows_shares_and_says_why():
+    # GIVEN 20 ms steps sampled at 100 Hz: two samples a step, the step time cannot be known
+    import random
+
+    from tests.simulator import job, simulate
+    from traceml_attach.summary import build_summary
+
+    rec, _ = simulate(job(20, "input", 0.7, rng=random.Random(2)), 100, 10.0, seed=3)
+    doc = build_summary(rec, analyze(rec, load_rules()), "short")
+    # WHEN the step table is presented
+    vm = present(doc, Selection()).steps
+    # THEN the rank row has no milliseconds but its shares, the count is a lower bound, and the
+    # note says the step time is unknown and the rate that would tell it
+    (row,) = vm.rows
+    assert row.step_ms == "?" and row.steps.endswith("+")
+    assert all(cell.endswith("%") for cell in row.phases_ms)
+    assert vm.note.startswith("step time unknown") and "--rate" in vm.note

@@ -349,7 +349,10 @@ def build_timeline(
     steps = expand(intervals, counts, clock.unseen)
     first, last = (mine[0].ts_ns, mine[-1].end_ns) if mine else (None, None)
     if clock.known:
-        clock = replace(clock, typical_ns=statistics.median(s.dur_ns for s in steps),
+        # the typical step: the fitted period (a ratio over the intervals on the comb), robust to a
+        # real long step taken for two; with every boundary seen, the median step
+        typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
+        clock = replace(clock, typical_ns=typical,
                         edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz))
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,

@@ -10,7 +10,7 @@ import argparse
 from collections import defaultdict
 
 from agent import source
-from agent.pyspy import PySpyError, ThreadDump, dump, find_pyspy
+from agent.pyspy import PySpyError, ThreadDump, ThreadNames, dump, find_pyspy, process_exe
 from traceml_attach.classify import Rule, classify
 from traceml_attach.cli.common import add_rules_option, plan_targets, rules_from
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     for index, rank in enumerate(plan.ranks):
         name = str(rank.rank) if rank.rank is not None else str(index)
         try:
-            threads = dump(binary, rank.pid)
+            threads = ThreadNames(rank.pid, process_exe(rank.pid))(dump(binary, rank.pid))
         except PySpyError as exc:
             if len(plan.ranks) == 1:
                 raise CliError(str(exc), KIND_TO_EXIT.get(exc.kind, 6)) from exc
