@@ -16,8 +16,8 @@ from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e
 # the line of examples/ddp.py that calls init_process_group (where restarted workers can hang)
-INIT_LINE = next(i for i, line in enumerate((Path(__file__).parents[1] / "examples" / "ddp.py").read_text().splitlines(), 1)
-                 if "init_process_group(" in line)
+_DDP = (Path(__file__).parents[1] / "examples" / "ddp.py").read_text().splitlines()
+INIT_LINE = next(i for i, line in enumerate(_DDP, 1) if "init_process_group(" in line)
 
 
 @pytest.fixture
