@@ -174,6 +174,7 @@ def reads_thread_names(exe: str | None) -> bool:
 
 
 def process_exe(pid: int) -> str | None:
+    """The process's executable (/proc/<pid>/exe), None when it cannot be read."""
     try:
         return os.readlink(f"/proc/{pid}/exe")
     except OSError:
@@ -184,10 +185,10 @@ class ThreadNames:
     """Names a process's threads as well as they can be known, dump after dump.
 
     py-spy reads a thread's name from the target's ``sys.modules["threading"]._active``: a process
-    that never imported `threading` (a torch-free script on Python 3.12+, where nothing at start-up
-    imports it) has no name for py-spy to read, on every Python version. Its main thread's name
-    is known all the same: `threading` names the interpreter's main thread "MainThread" when it
-    is imported, and nothing can rename it without importing `threading`. So:
+    that never imported `threading` (a torch-free script: Python imports it at start-up only when a
+    site ``.pth`` file leads there) has no name for py-spy to read, on any Python version. Its main
+    thread's name is known all the same: `threading` names the interpreter's main thread
+    "MainThread" when it is imported, and nothing can rename it without importing `threading`. So:
 
     - when no dump of the process has named any thread, and the process is a CPython whose names
       py-spy does read (so `threading` is not imported), its main thread is named "MainThread":

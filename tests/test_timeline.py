@@ -128,7 +128,7 @@ def test_cpu_counters_are_read_from_the_window_and_its_edges_only():
 
 
 def test_the_main_thread_is_named_even_where_py_spy_reads_no_names():
-    # py-spy 0.4 reads no thread names from Python 3.12+: the main thread is still known by its OS id
+    # a thread py-spy could not name: the main thread is still known by its OS id
     spans = steps(PATTERN, 6, tid=1)
     assert timeline(spans, {1: ThreadInfo(1, 42, None, True)}).thread_name == "main thread"
     assert timeline(spans, {1: ThreadInfo(1, 43, None, True)}).thread_name is None

@@ -28,8 +28,8 @@ MIN_RAYLEIGH_Z = 9.0         # m·R̄²: a chance fit among ~100 candidate perio
 MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
 HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental
 INLIER = 0.3                  # |I - n·P| ≤ this·P: an interval counts in refining the period
-MAX_SCORED = 96               # intervals (evenly spaced) used to screen candidates
-MAX_CANDIDATES_PER_SEED = 48
+MAX_SCORED = 64               # intervals (evenly spaced) used to screen candidates
+MAX_CANDIDATES_PER_SEED = 16  # periods a 16th of the shortest intervals: boundaries seen 1 in 16
 TARGET_SAMPLES_PER_STEP = 10.0
 SURE = 0.8                    # an interval's step count is sure when its posterior is at least this...
 MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this share of them is not
@@ -112,7 +112,7 @@ def _candidates(ordered: Sequence[float], lo: float, hi: float) -> list[float]:
             if c < lo:
                 break
             if c <= hi:
-                keys.setdefault(round(math.log(c) / math.log(1.01)), c)
+                keys.setdefault(round(math.log(c) / math.log(1.02)), c)
     return list(keys.values())
 
 

@@ -168,9 +168,9 @@ def user_frame(stack: Stack) -> CodeFrame | None:
 
 
 def thread_label(info: ThreadInfo | None, pid: int) -> str | None:
-    """The thread's Python name; for the process's main thread (OS thread id = PID) whose name
-    py-spy could not read (0.4.x reads none on Python 3.12+), "main thread", which is a fact;
-    else None."""
+    """The thread's Python name (the agent names the main thread "MainThread" where the target
+    never imported `threading`, see agent.pyspy.ThreadNames); for a main thread (OS thread id =
+    PID) still unnamed, "main thread", which is a fact; else None."""
     if info is None:
         return None
     if info.name:

@@ -1,0 +1,99 @@
+"""Thread names: what py-spy reads, and the main thread of a process that never imported threading."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from agent.pyspy import ThreadDump, ThreadNames, find_pyspy, process_exe, reads_thread_names
+from agent.sampler import Sampler
+from agent.wire import FrameWriter
+
+PID = 4242
+PY312 = "/opt/python/bin/python3.12"
+
+
+def thread(tid: int, os_tid: int | None, name: str | None = None) -> ThreadDump:
+    return ThreadDump(tid, os_tid, name, True, (("main", "/t.py", 3),))
+
+
+def names(threads: list[ThreadDump]) -> list[str | None]:
+    return [t.name for t in threads]
+
+
+def test_the_main_thread_of_a_process_without_threading_is_main_thread():
+    # GIVEN a dump that names no thread (threading never imported), on a CPython py-spy reads names from
+    dump = [thread(1, PID), thread(2, PID + 1)]
+    # THEN the thread whose OS id is the PID is MainThread, the other one stays unnamed
+    assert names(ThreadNames(PID, PY312)(dump)) == ["MainThread", None]
+
+
+def test_without_os_ids_only_a_lone_thread_is_known_to_be_the_main_one():
+    # py-spy 0.4 gives no OS thread ids on Python 3.10 and older
+    py310 = "/usr/bin/python3.10"
+    assert names(ThreadNames(PID, py310)([thread(1, None)])) == ["MainThread"]
+    assert names(ThreadNames(PID, py310)([thread(1, None), thread(2, None)])) == [None, None]
+
+
+@pytest.mark.parametrize("exe", [None, "/usr/bin/uwsgi", "/usr/bin/python3.14", "/usr/bin/python3.13t"])
+def test_no_name_is_given_where_py_spy_may_fail_to_read_names(exe):
+    # an unknown interpreter, or one py-spy may read no names from even with threading imported
+    assert names(ThreadNames(PID, exe)([thread(1, PID)])) == [None]
+
+
+def test_a_name_read_once_is_kept_and_never_replaced_by_a_guess():
+    namer = ThreadNames(PID, PY312)
+    assert names(namer([thread(1, PID, "trainer"), thread(2, PID + 1, "loader")])) == ["trainer", "loader"]
+    # a later dump reads no names (it raced the target): threading is imported, the names stand
+    assert names(namer([thread(1, PID), thread(2, PID + 1), thread(3, PID + 2)])) == ["trainer", "loader", None]
+    # a new thread with the same ident but another OS id is another thread
+    assert names(namer([thread(1, PID + 9)])) == [None]
+
+
+def test_a_name_read_later_replaces_main_thread():
+    namer = ThreadNames(PID, PY312)
+    assert names(namer([thread(1, PID)])) == ["MainThread"]
+    # the job imported threading and renamed its main thread
+    assert names(namer([thread(1, PID, "trainer")])) == ["trainer"]
+    assert names(namer([thread(1, PID)])) == ["trainer"]
+
+
+@pytest.fixture
+def python() -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(code: str) -> int:
+        # -S: no site .pth file imports threading behind the script's back
+        proc = subprocess.Popen([sys.executable, "-S", "-c", f"{code}\nprint('ready', flush=True)\nwhile True: pass"],
+                                stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        return proc.pid
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("import sys; assert 'threading' not in sys.modules", "MainThread"),
+    ("import threading; threading.current_thread().name = 'trainer'", "trainer"),
+])
+def test_the_sampler_names_the_threads_of_a_real_process(python, code, expected):
+    # GIVEN a Python process that has (not) imported threading
+    pid = python(code)
+    if not reads_thread_names(process_exe(pid)):
+        pytest.skip(f"py-spy is not known to read thread names from {process_exe(pid)}")
+    sampler = Sampler(pid, find_pyspy())
+    frames: list[dict] = []
+    writer = FrameWriter(None)
+    writer.listen(frames.append)
+    # WHEN the sampler takes its first dump
+    sampler.begin(writer, sampler.probe())
+    # THEN its main thread has the name Python gives it
+    (threads,) = [f["threads"] for f in frames if f["k"] == "threads"]
+    assert [name for _, _, name, _ in threads] == [expected]
