@@ -61,10 +61,10 @@ SHAPES: dict[str, tuple[Callable[[Path], tuple[subprocess.Popen[str], int]], str
     "while_next": (single("while_next"), "while True: next(it), 1 slow worker, input ~92%, ~6 ms compute"),
     "input_tiny": (single("input_bound", "--input-share", "0.9", "--width", "320"),
                    "for batch in loader, input 90%, a few ms of compute"),
-    "ddp_compute_r0": (ddp("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "24"),
-                       "torchrun x2, rank 0 extra forward branch, ~27 ms steps"),
-    "ddp_input_r1": (ddp("--straggler", "input", "--slow-rank", "1", "--width", "768", "--extra-ms", "50"),
-                     "torchrun x2, rank 1 slow input"),
+    "ddp_compute_r0": (ddp("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "20",
+                           "--base-input-ms", "1"), "torchrun x2, rank 0 extra forward branch, ~28 ms steps"),
+    "ddp_input_r1": (ddp("--straggler", "input", "--slow-rank", "1", "--width", "1024", "--extra-ms", "48",
+                         "--base-input-ms", "1"), "torchrun x2, rank 1 slow input ~60%, ~84 ms steps"),
 }
 for version in ("3.12", "3.13"):
     found = sorted(PYENV.glob(f"{version}.*/bin/python3"))

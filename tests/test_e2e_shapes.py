@@ -28,7 +28,7 @@ def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[
 
 
 def assert_step_right_or_unknown(summary: dict, text: str, truth_file: Path, rank: str = "0",
-                                 phases: tuple[str, ...] = PHASES) -> None:
+                                 share_tolerance: float = 0.05) -> None:
     window = summary["sampling"]["window"]
     truth = read_truth(truth_file, window["start"], window["end"])
     r = summary["step_time"]["ranks"][rank]
@@ -40,8 +40,8 @@ def assert_step_right_or_unknown(summary: dict, text: str, truth_file: Path, ran
     else:
         assert abs(r["step_ms"] / truth.step_ms - 1) <= 0.05, (r["step_ms"], truth.step_ms, r["clock"])
         assert abs(r["steps"] - truth.steps) <= max(3, 0.05 * truth.steps), (r["steps"], truth.steps)
-    for phase in phases:
-        assert abs(r["shares"][phase] - truth.shares[phase]) <= 0.05, (phase, r["shares"], truth.shares)
+    for phase in PHASES:
+        assert abs(r["shares"][phase] - truth.shares[phase]) <= share_tolerance, (phase, r["shares"], truth.shares)
 
 
 @pytest.mark.parametrize(("name", "args"), [
@@ -74,10 +74,12 @@ def torchrun(tmp_path: Path) -> Iterator:
 
 
 @pytest.mark.parametrize(("args", "kind", "culprit"), [
-    # rank 0 runs a rank-local branch in forward; rank 1 waits ~85% of each ~30 ms step in backward
-    (("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "24"), "COMPUTE_STRAGGLER", "0"),
-    # rank 1's input is ~60% of its step; rank 0 waits in backward
-    (("--straggler", "input", "--slow-rank", "1", "--width", "768", "--extra-ms", "50"), "INPUT_STRAGGLER", "1"),
+    # rank 0 runs a rank-local branch in forward; rank 1 waits ~86% of each ~28 ms step in backward
+    (("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "20", "--base-input-ms", "1"),
+     "COMPUTE_STRAGGLER", "0"),
+    # rank 1's input is ~60% of its ~84 ms step; rank 0 waits ~83% in backward
+    (("--straggler", "input", "--slow-rank", "1", "--width", "1024", "--extra-ms", "48", "--base-input-ms", "1"),
+     "INPUT_STRAGGLER", "1"),
 ])
 def test_ddp_stragglers_whose_extra_work_is_well_under_a_step(args, kind, culprit, torchrun, tmp_path: Path):
     launcher = torchrun(*args)
@@ -90,4 +92,5 @@ def test_ddp_stragglers_whose_extra_work_is_well_under_a_step(args, kind, culpri
     steps = {r: summary["step_time"]["ranks"][r]["step_ms"] for r in ("0", "1")}
     assert steps["0"] == steps["1"], steps
     for rank in ("0", "1"):
-        assert_step_right_or_unknown(summary, text, tmp_path / f"gt_{rank}.jsonl", rank)
+        # phases of 1-4 ms, two ranks and their samplers on two cores: shares within 8 points
+        assert_step_right_or_unknown(summary, text, tmp_path / f"gt_{rank}.jsonl", rank, share_tolerance=0.08)
