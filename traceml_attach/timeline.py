@@ -32,7 +32,6 @@ from traceml_attach.period import (
     MIN_SAMPLES_PER_STEP,
     PeriodFit,
     fit_period,
-    map_counts,
     pinned,
     refine_map,
     suggested_rate_hz,
@@ -508,18 +507,6 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | Non
                       f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
     rate = None if fit.jittery else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
     return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
-
-
-def with_period(tl: Timeline, period_ns: float, method: str = "joint") -> Timeline:
-    """``tl`` with its intervals counted in steps of a period found elsewhere (the job's)."""
-    durations = [float(s.dur_ns) for s in tl.intervals]
-    counts = map_counts(durations, period_ns, tl.clock.unseen, tl.rate_hz)
-    visible = len(counts) / sum(counts) if counts else None
-    steps = expand(tl.intervals, counts, tl.clock.unseen)
-    typical = statistics.median(s.dur_ns for s in steps) if steps else None
-    edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
-    return replace(tl, steps=steps, clock=StepClock(method, period_ns, visible, None, typical_ns=typical,
-                                                    edge_steps=edges, unseen=tl.clock.unseen))
 
 
 def without_period(tl: Timeline, clock: StepClock) -> Timeline:
