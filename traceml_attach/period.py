@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 MIN_INTERVALS = 10            # fewer observed intervals: a comb fit is not significant
 MIN_CONCENTRATION = 0.2       # R̄ at the period: below it, the comb is lost in the blur
-MIN_RAYLEIGH_Z = 9.0         # m·R̄²: a chance fit among ~100 candidate periods stays below this
+MIN_RAYLEIGH_Z = 9.0          # m·R̄²: a chance fit among ~100 candidate periods stays below this
 MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
 HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental
 INLIER = 0.3                  # |I - n·P| ≤ this·P: an interval counts in refining the period
@@ -122,7 +122,7 @@ def map_counts(intervals: Sequence[float], period: float, unseen: float | None, 
 
 
 def ambiguous_share(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> float:
-    """Share of the intervals whose step count is less than AMBIGUOUS sure."""
+    """Share of the intervals whose step count is less than SURE (posterior)."""
     posts = count_posteriors(intervals, period, unseen, rate_hz)
     return sum(1 for _, p in posts if p < SURE) / len(posts) if posts else 0.0
 
