@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
