@@ -69,6 +69,12 @@ def unknown_step_note(ranks: list[RankStepStats]) -> str | None:
             "diagnosis stand; no step time or per-step milliseconds are given")
 
 
+def _job_step_ms(ranks: list[RankStepStats]) -> float | None:
+    """The median rank's step time; None unless every rank's is known."""
+    known = [r.step_ms for r in ranks if r.step_ms is not None]
+    return statistics.median(known) if known and len(known) == len(ranks) else None
+
+
 def _over(step_ms: float | None, steps: int) -> str:
     """"83 ms over 120 steps", or what is known when the step time is not."""
     if step_ms is None:
@@ -117,8 +123,7 @@ def diagnose_step_time(
     inp = _median_component(ranks, "input")
     wait = _median_component(ranks, "wait")
     compute = _median_component(ranks, "compute")
-    known = [r.step_ms for r in ranks if r.step_ms is not None]
-    step_ms = statistics.median(known) if len(known) == len(ranks) else None
+    step_ms = _job_step_ms(ranks)
     over = _over(step_ms, steps)
     base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
             "compute_share": compute}
@@ -203,11 +208,9 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
         excess = statistics.median(r.sync_wait_share or 0.0 for r in others) - (culprit.sync_wait_share or 0.0)
     else:
         excess = (c_input + c_compute) - (v_input + v_compute)
-    score = excess
-    if score < policy.straggler_warn:
+    if excess < policy.straggler_warn:
         return []
-    known = [r.step_ms for r in ranks if r.step_ms is not None]
-    step_ms = statistics.median(known) if len(known) == len(ranks) else None
+    step_ms = _job_step_ms(ranks)
 
     def amount(share: float, signed: bool = False) -> str:
         """A share of the step in ms when the step time is known, else in % of the step."""
@@ -216,7 +219,7 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
             return f"{100 * share:{sign}.0f}% of a step"
         return f"{share * step_ms:{sign}.0f} ms"
 
-    severity = _severity(score, steps, policy, policy.straggler_warn, policy.straggler_crit) or "warning"
+    severity = _severity(excess, steps, policy, policy.straggler_warn, policy.straggler_crit) or "warning"
     ex_input, ex_compute = c_input - v_input, c_compute - v_compute
     if ex_input >= policy.straggler_cause * excess:
         kind, what = "INPUT_STRAGGLER", f"its input takes {amount(ex_input)} more per step"
@@ -235,7 +238,7 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
            if synced else f"it carries {amount(excess)} more work per step than the median rank")
     step = f"the typical {step_ms:.0f} ms step" if step_ms is not None else "the typical step"
     evidence: dict[str, Any] = {
-        "score": score, "rank_score": score, "excess_share": excess, "input_excess_share": ex_input,
+        "score": excess, "rank_score": excess, "excess_share": excess, "input_excess_share": ex_input,
         "compute_excess_share": ex_compute, "synchronized": synced,
         "excess_ms": None if step_ms is None else excess * step_ms,
         "input_excess_ms": None if step_ms is None else ex_input * step_ms,
@@ -244,7 +247,7 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     return [Finding(
         kind, severity,
         f"rank {culprit.rank} slows the job: {what}",
-        f"{how}: {100 * score:.0f}% of {step} (threshold {100 * policy.straggler_warn:.0f}%); "
+        f"{how}: {100 * excess:.0f}% of {step} (threshold {100 * policy.straggler_warn:.0f}%); "
         f"input {amount(ex_input, True)}, compute {amount(ex_compute, True)}",
         action, culprit.rank, evidence,
     )]

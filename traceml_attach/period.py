@@ -44,11 +44,11 @@ class PeriodFit:
     period_ns: float | None        # None: no period could be established
     counts: tuple[int, ...]        # steps in each interval (1 each when period_ns is None)
     concentration: float | None    # R̄ at the period
-    samples_per_step: float | None
     # the shortest interval cluster: every step is at most about this long
     upper_bound_ns: float | None = None
-    jittery: bool = False          # a period fits, but the steps vary too much for the intervals seen
-    why: str | None = None         # why no period: "few", "short", "loose", "ambiguous", "jittery"
+    # why no period: "few", "short", "loose", "ambiguous", or "jittery" (a period fits, but the
+    # steps vary too much for the intervals seen to pin the typical one)
+    why: str | None = None
 
     @property
     def known(self) -> bool:
@@ -202,13 +202,13 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
     m = len(intervals_ns)
     ones = tuple(1 for _ in intervals_ns)
     if m == 0 or min(intervals_ns) <= 0:
-        return PeriodFit(None, ones, None, None)
+        return PeriodFit(None, ones, None)
     interval_ns = 1e9 / max(rate_hz, 1.0)
     ordered = sorted(float(i) for i in intervals_ns)
     # every step is at most about as long as the shortest intervals
     upper = ordered[m // 10]
     if m < MIN_INTERVALS:
-        return PeriodFit(None, ones, None, None, upper, why="few")
+        return PeriodFit(None, ones, None, upper, why="few")
     lo = interval_ns
     hi = ordered[m // 10] * 1.2 + 2 * interval_ns
     stride = max(1, m // MAX_SCORED)
@@ -218,7 +218,7 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
         p = refine(screen, c, rounds=1)
         scored.append((concentration(screen, p), p))
     if not scored:
-        return PeriodFit(None, ones, None, None, upper, why="short")
+        return PeriodFit(None, ones, None, upper, why="short")
     scored.sort(reverse=True)
     full = [float(i) for i in intervals_ns]
     finals = []
@@ -227,21 +227,20 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
         if lo <= p <= hi:
             finals.append((concentration(full, p), p))
     if not finals:
-        return PeriodFit(None, ones, None, None, upper, why="loose")
+        return PeriodFit(None, ones, None, upper, why="loose")
     best = max(r for r, _ in finals)
     _, period = max(((r, p) for r, p in finals if r >= HARMONIC_KEEP * best), key=lambda rp: rp[1])
     period, counts = refine_map(full, period, unseen, rate_hz)
     r_bar = concentration(full, period)
-    per_step = period / interval_ns
-    if per_step < MIN_SAMPLES_PER_STEP:
-        return PeriodFit(None, ones, r_bar, None, upper, why="short")
+    if period < MIN_SAMPLES_PER_STEP * interval_ns:
+        return PeriodFit(None, ones, r_bar, upper, why="short")
     if r_bar < MIN_CONCENTRATION or m * r_bar * r_bar < MIN_RAYLEIGH_Z:
-        return PeriodFit(None, ones, r_bar, None, upper, why="loose")
+        return PeriodFit(None, ones, r_bar, upper, why="loose")
     if ambiguous_share(full, period, unseen, rate_hz) > MAX_AMBIGUOUS:
-        return PeriodFit(None, ones, r_bar, None, upper, why="ambiguous")
+        return PeriodFit(None, ones, r_bar, upper, why="ambiguous")
     if not pinned(full, counts, period, rate_hz):
-        return PeriodFit(None, ones, r_bar, None, upper, jittery=True, why="jittery")
-    return PeriodFit(period, counts, r_bar, per_step, upper)
+        return PeriodFit(None, ones, r_bar, upper, why="jittery")
+    return PeriodFit(period, counts, r_bar, upper)
 
 
 def suggested_rate_hz(step_upper_ns: float | None, rate_hz: float) -> int:

@@ -32,10 +32,9 @@ class RankStepStats:
     # Per step, the time blocked inside synchronizing phases (backward's all-reduce,
     # collectives): what a fast rank spends waiting for a slow one. None without CPU counters.
     sync_wait_ms: float | None = None
-    # phases_ms less that blocked time: the work each phase really did on this rank
-    active_ms: dict[str, float] | None = None
     coverage: float | None = None   # share of the window in which the training thread's stack was seen
-    # The same two as shares of the step: known even when the step time is not.
+    # The blocked time as a share of the step, and each phase's share less it (the work each
+    # phase really did on this rank): known even when the step time is not.
     sync_wait_share: float | None = None
     active_shares: dict[str, float] | None = None
 
@@ -74,7 +73,6 @@ def rank_stats(rank: str, tl: Timeline) -> RankStepStats:
         rank, tl.pid, tl.step_count, step_ms, phases_ms, shares, component, labels, tl.clock, loop,
         tl.thread_name,
         None if sync_share is None or step_ms is None else sync_share * step_ms,
-        None if active_shares is None or step_ms is None else {p: v * step_ms for p, v in active_shares.items()},
         coverage, sync_share, active_shares,
     )
 

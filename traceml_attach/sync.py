@@ -4,11 +4,11 @@ Under DDP every rank's step is as long as the slowest one's: the fast ranks wait
 all-reduce, and all of them leave it together. Their loops are not equally visible, though: a
 rank that waits 90% of every step in backward shows few wraps, and on its own its step would be
 unknown or merged. The rank that shows its loop best (the fewest boundaries unseen) sets the
-clock: its step boundaries, aligned in time with each other rank's wraps (they are a fixed
-offset apart, whatever the step time does), say how many steps each of that rank's intervals
-holds. Every rank then reports the reference rank's step time. Two ranks that each saw every
-boundary and still measured different periods are a measurement problem, reported as such,
-never a skew between them.
+clock. When it saw every boundary, its boundaries, aligned in time with each other rank's wraps
+(a fixed offset apart, whatever the step time does), say how many steps each of that rank's
+intervals holds; otherwise its period does. Every rank then reports the reference's step time.
+Two ranks that each saw every boundary and still measured different periods are a measurement
+problem, reported as such, never a skew between them.
 """
 
 from __future__ import annotations

@@ -474,7 +474,7 @@ def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFra
         period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
         if pinned(floats, counts, period, rate_hz):
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
-        fit = PeriodFit(None, ones, None, None, min(floats), jittery=True, why="jittery")
+        fit = PeriodFit(None, ones, None, min(floats), why="jittery")
         return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)
     if fit.known:
@@ -490,7 +490,7 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | Non
     """Why no step time can be given, and the rate that would give one."""
     if reason is None:
         shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
-        if fit.jittery:
+        if fit.why == "jittery":
             reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                       f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
         elif observed < MIN_INTERVALS:
@@ -505,7 +505,7 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | Non
         else:
             reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
                       f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
-    rate = None if fit.jittery else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
+    rate = None if fit.why == "jittery" else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
     return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
 
 
