@@ -425,12 +425,11 @@ def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | Non
         if n == 1 or (certain and not step.swallowing):
             out.append(step)
             continue
-        dropout = certain
         blocked = {k: v // n for k, v in step.blocked_sync_ns.items()} if step.blocked_sync_ns is not None else None
         phases = {k: v // n for k, v in step.phases_ns.items()}
         for k in range(n):
             out.append(Step(step.start_ns + step.dur_ns * k // n, step.start_ns + step.dur_ns * (k + 1) // n,
-                            phases, blocked, covered=not dropout))
+                            phases, blocked, covered=not certain))
     return tuple(out)
 
 
@@ -478,33 +477,28 @@ def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFra
         return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)
     if fit.known:
-        return replace(clock_of(fit, "comb"), unseen=unseen), fit.counts
+        return StepClock("comb", fit.period_ns, fit.visible, fit.concentration, unseen=unseen), fit.counts
     return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
 
 
-def clock_of(fit: PeriodFit, method: str) -> StepClock:
-    return StepClock(method, fit.period_ns, fit.visible, fit.concentration)
-
-
-def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, reason: str | None = None) -> StepClock:
+def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int) -> StepClock:
     """Why no step time can be given, and the rate that would give one."""
-    if reason is None:
-        shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
-        if fit.why == "jittery":
-            reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
-                      f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
-        elif observed < MIN_INTERVALS:
-            reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
-                      f"(a period needs {MIN_INTERVALS})")
-        elif fit.why == "ambiguous":
-            reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
-                      f"two at {rate_hz} Hz")
-        elif fit.why == "short":
-            reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
-                      "cannot be told apart, and the boundaries seen fit no longer period")
-        else:
-            reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
-                      f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
+    shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
+    if fit.why == "jittery":
+        reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
+                  f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+    elif observed < MIN_INTERVALS:
+        reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
+                  f"(a period needs {MIN_INTERVALS})")
+    elif fit.why == "ambiguous":
+        reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
+                  f"two at {rate_hz} Hz")
+    elif fit.why == "short":
+        reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
+                  "cannot be told apart, and the boundaries seen fit no longer period")
+    else:
+        reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
+                  f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
     rate = None if fit.why == "jittery" else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
     return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
 
