@@ -23,8 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.simulator import SHAPES, job, simulate
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import load_rules
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.steps.classify import load_rules
 
 PERIODS_MS = (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500)
 SHARES = (0.5, 0.7, 0.9, 0.95, 0.99)

@@ -33,10 +33,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
 from agent.wire import unpacker  # noqa: E402
-from traceml_attach.analysis import analyze  # noqa: E402
-from traceml_attach.classify import load_rules  # noqa: E402
-from traceml_attach.live import LIVE_WINDOW_S, live_document  # noqa: E402
-from traceml_attach.stream import Recording  # noqa: E402
+from traceml_attach.diagnose.analysis import analyze  # noqa: E402
+from traceml_attach.ingest.stream import Recording  # noqa: E402
+from traceml_attach.output.live import live_document  # noqa: E402
+from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402
+from traceml_attach.steps.classify import load_rules  # noqa: E402
 from traceml_attach.tui.app import make_app  # noqa: E402
 from traceml_attach.tui.feed import Poster, Update  # noqa: E402
 from traceml_attach.tui.present import present  # noqa: E402

@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, MAIN, MODULE, OPTIM, f, torch_frame
-from traceml_attach.model import CodeFrame, Span, TargetMeta, ThreadInfo
-from traceml_attach.stream import Recording
+from traceml_attach.ingest.model import CodeFrame, Span, TargetMeta, ThreadInfo
+from traceml_attach.ingest.stream import Recording
 
 LOOP_ORDER = ("input", "h2d", "forward", "backward", "optimizer")
 SHAPES = ("for", "while_next", "nested")

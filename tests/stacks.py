@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traceml_attach.model import CodeFrame, Span
+from traceml_attach.ingest.model import CodeFrame, Span
 
 SP = "/usr/lib/python3.11/site-packages/"
 USER = "/home/u/train.py"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, OPTIM, f, loop, stack, torch_frame
-from traceml_attach.classify import RulesError, classifier, classify, load_rules
+from traceml_attach.steps.classify import RulesError, classifier, classify, load_rules
 
 RULES = load_rules()
 LOOP_DEPTH = 2

@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from traceml_attach.classify import PHASES
-from traceml_attach.diagnose import diagnose_step_time, refine_with_gpu, unknown_step_note
-from traceml_attach.steptime import COMPONENTS, RankStepStats
-from traceml_attach.timeline import StepClock
+from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu, unknown_step_note
+from traceml_attach.steps.phases import PHASES
+from traceml_attach.steps.steptime import COMPONENTS, RankStepStats
+from traceml_attach.steps.timeline import StepClock
 
 
 def stats(steps: int = 50, step_ms: float = 100.0, **shares: float) -> RankStepStats:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import load_rules
-from traceml_attach.render import render_text
-from traceml_attach.stream import read_recording
-from traceml_attach.summary import build_summary
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.ingest.stream import read_recording
+from traceml_attach.output.render import render_text
+from traceml_attach.output.summary import build_summary
+from traceml_attach.steps.classify import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",

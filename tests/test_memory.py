@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from traceml_attach.memory import combine, diagnose_memory
+from traceml_attach.diagnose.memory import combine, diagnose_memory
 from traceml_attach.policy import MIB
 
 GIB = 1024 * MIB

@@ -6,10 +6,10 @@ import pytest
 
 from agent.nvml import Nvml
 from tests.fake_nvml import GIB, Device, FakeNvml, Proc
-from traceml_attach.gpu import rank_gpu
-from traceml_attach.memory import diagnose_memory
-from traceml_attach.stream import Recording
-from traceml_attach.system import diagnose_process, diagnose_system
+from traceml_attach.diagnose.gpu import rank_gpu
+from traceml_attach.diagnose.memory import diagnose_memory
+from traceml_attach.diagnose.system import diagnose_process, diagnose_system
+from traceml_attach.ingest.stream import Recording
 
 MIB = 1024**2
 

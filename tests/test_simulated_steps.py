@@ -13,8 +13,8 @@ import random
 import pytest
 
 from tests.simulator import SHAPES, Job, RankWork, job, simulate
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import load_rules
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.steps.classify import load_rules
 
 RULES = load_rules()
 GRID = [(p, s, r, n) for p in (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500) for s in (0.5, 0.7, 0.9, 0.95, 0.99)

@@ -8,7 +8,7 @@ import pytest
 
 from agent.pyspy import explain_failure, spans_from_chrometrace
 from agent.wire import FrameWriter
-from traceml_attach.stream import Recording, RecordingError, read_recording
+from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
 
 
 def write_basic(path: Path) -> None:

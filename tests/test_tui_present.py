@@ -7,9 +7,10 @@ import copy
 import pytest
 
 from tests.tui_support import recorded_feed
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import PHASES, load_rules
-from traceml_attach.live import live_document
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.output.live import live_document
+from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.feed import Notice, Update
 from traceml_attach.tui.present import SPARK, move_phase, move_rank, present, sparkline
 from traceml_attach.tui.viewmodel import Selection
@@ -108,7 +109,7 @@ def test_memory_panel_has_a_trend_per_rank(ddp_doc):
 
 def test_a_final_summary_can_be_presented_too():
     feed = recorded_feed("wait_heavy")
-    from traceml_attach.summary import build_summary
+    from traceml_attach.output.summary import build_summary
 
     summary = build_summary(feed.rec, analyze(feed.rec, load_rules()), "x")
     vm = present(summary, Selection(), "REPLAY")
@@ -148,7 +149,7 @@ def test_an_unknown_step_time_shows_shares_and_says_why():
     import random
 
     from tests.simulator import job, simulate
-    from traceml_attach.summary import build_summary
+    from traceml_attach.output.summary import build_summary
 
     rec, _ = simulate(job(20, "input", 0.7, rng=random.Random(2)), 100, 10.0, seed=3)
     doc = build_summary(rec, analyze(rec, load_rules()), "short")

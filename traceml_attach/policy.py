@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Live views and the final diagnosis look at this much of the newest data: a longer stretch
+# reacts slowly to a change, a shorter one holds too few steps of a slow job.
+LIVE_WINDOW_S = 30.0
+# A step longer than this many typical steps is not typical (an eval or a checkpoint): typical
+# steps are what the component shares of a step are medians over.
+TYPICAL_MAX = 2.0
+
 
 @dataclass(frozen=True)
 class StepTimePolicy:

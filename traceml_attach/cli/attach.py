@@ -19,7 +19,7 @@ from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, positive_float, rate, rules_from
 from traceml_attach.cli.live import print_live
-from traceml_attach.cli.session import Session, SessionResult, run_session, stop_on_signals
+from traceml_attach.runtime.session import Session, SessionResult, run_session, stop_on_signals
 
 LIVE_EVERY_S = 3.0
 
@@ -49,7 +49,7 @@ def use_tui(args: argparse.Namespace) -> bool:
 
 
 def run_tui(args: argparse.Namespace, session: Session) -> SessionResult:
-    from traceml_attach.cli.livefeed import LiveFeed  # Textual loads only when it is used
+    from traceml_attach.runtime.livefeed import LiveFeed  # Textual loads only when it is used
     from traceml_attach.tui.app import make_app, run_app
 
     stop = threading.Event()

@@ -10,8 +10,8 @@ from pathlib import Path
 from agent import discovery
 from agent.pyspy import PySpyError
 from agent.target import TargetError, inspect_target, python_children
-from traceml_attach.classify import Rule, RulesError, load_rules
 from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.steps.classify import Rule, RulesError, load_rules
 
 
 def target_failure(exc: TargetError | PySpyError, pid: int) -> CliError:
@@ -38,7 +38,7 @@ def plan_targets(pids: list[int]) -> discovery.Plan:
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", type=Path, metavar="FILE",
-                        help="extra phase rules (TOML, same format as traceml_attach/rules.toml); "
+                        help="extra phase rules (TOML, same format as traceml_attach/steps/rules.toml); "
                         "they are tried before the built-in ones")
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 import time
 
-from traceml_attach.analysis import Analysis
-from traceml_attach.stream import Recording
+from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.steps.phases import REGISTRY
 
-_SHORT = {"input": "in", "h2d": "h2d", "forward": "fwd", "backward": "bwd",
-          "optimizer": "opt", "wait": "wait"}
+_SHORT = {p.name: p.tiny for p in REGISTRY}
 
 
 def live_line(rec: Recording, an: Analysis, elapsed_s: float) -> str:

@@ -10,14 +10,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import Rule
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
-from traceml_attach.render import render_text
-from traceml_attach.report import write_summary
-from traceml_attach.stream import Recording, RecordingError, read_recording
-from traceml_attach.summary import build_summary
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
+from traceml_attach.output.render import render_text
+from traceml_attach.output.report import write_summary
+from traceml_attach.output.summary import build_summary
+from traceml_attach.steps.classify import Rule
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

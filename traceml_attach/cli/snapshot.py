@@ -12,7 +12,7 @@ from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, positive_float, rate, rules_from
 from traceml_attach.cli.live import print_progress
-from traceml_attach.cli.session import run_session
+from traceml_attach.runtime.session import run_session
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

@@ -11,11 +11,11 @@ from collections import defaultdict
 
 from agent import source
 from agent.pyspy import PySpyError, ThreadDump, ThreadNames, dump, find_pyspy, process_exe
-from traceml_attach.classify import Rule, classify
 from traceml_attach.cli.common import add_rules_option, plan_targets, rules_from
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
-from traceml_attach.model import CodeFrame
-from traceml_attach.timeline import is_background
+from traceml_attach.ingest.model import CodeFrame
+from traceml_attach.steps.classify import Rule, classify
+from traceml_attach.steps.timeline import is_background
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

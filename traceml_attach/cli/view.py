@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from traceml_attach.cli.errors import EXIT_BAD_FILE, CliError
-from traceml_attach.render import render_text
-from traceml_attach.summary import SCHEMA_VERSION
+from traceml_attach.output.render import render_text
+from traceml_attach.output.summary import SCHEMA_VERSION
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 from textual.message import Message
 
-from traceml_attach.analysis import analyze
-from traceml_attach.classify import Rule
-from traceml_attach.live import live_document, live_window
-from traceml_attach.report import write_summary
-from traceml_attach.stream import Recording
-from traceml_attach.summary import build_summary
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.live import live_document, live_window
+from traceml_attach.output.report import write_summary
+from traceml_attach.output.summary import build_summary
+from traceml_attach.steps.classify import Rule
 
 
 class Update(Message):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from traceml_attach.analysis import rank_key
-from traceml_attach.classify import PHASES
+from traceml_attach.diagnose.analysis import rank_key
+from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import (
     DiagnosisVM,
     GpuRow,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PHASE_HEADS = ("Input", "H2D", "Fwd", "Bwd", "Optim", "Wait*")   # column heads, in classify.PHASES order
+from traceml_attach.steps.phases import REGISTRY
+
+PHASE_HEADS = tuple(p.short for p in REGISTRY)   # column heads, in PHASES order
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from traceml_attach.steps.phases import REGISTRY
+
 SEVERITY = {"critical": "bold red", "warning": "bold yellow", "info": "bold green", "pending": "bold cyan"}
-PHASE_COLOUR = {"input": "dodger_blue1", "h2d": "cyan", "forward": "green3", "backward": "dark_orange",
-                "optimizer": "medium_purple1", "wait": "grey50"}
-PHASE_SHORT = {"input": "input", "h2d": "h2d", "forward": "fwd", "backward": "bwd", "optimizer": "optim",
-               "wait": "wait"}
+PHASE_COLOUR = {p.name: p.colour for p in REGISTRY}
+PHASE_SHORT = {p.name: p.short.lower().rstrip("*") for p in REGISTRY}
 SELECTED = "on grey23"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from traceml_attach.classify import PHASES
+from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import HotFramesVM
 from traceml_attach.tui.widgets._panel import PHASE_COLOUR, PHASE_SHORT, Panel, line
 

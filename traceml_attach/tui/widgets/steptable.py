@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from traceml_attach.classify import PHASES
+from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import PHASE_HEADS, StepRow, StepTableVM
 from traceml_attach.tui.widgets._panel import PHASE_COLOUR, SELECTED, Panel, line, more, window
 

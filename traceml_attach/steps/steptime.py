@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceml_attach.classify import PHASES
-from traceml_attach.timeline import Step, StepClock, Timeline
-
-TYPICAL_MAX = 2.0  # steps longer than this many typical steps are not typical
-
-COMPONENTS = {
-    "input": ("input", "h2d"),
-    "compute": ("forward", "backward", "optimizer"),
-    "wait": ("wait",),
-}
+from traceml_attach.policy import TYPICAL_MAX
+from traceml_attach.steps.phases import COMPONENTS, PHASES
+from traceml_attach.steps.timeline import Step, StepClock, Timeline
 
 
 @dataclass(frozen=True)

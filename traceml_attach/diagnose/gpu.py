@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from traceml_attach.stream import Recording
+from traceml_attach.ingest.stream import Recording
 
 
 @dataclass

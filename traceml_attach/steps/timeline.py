@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from agent.source import is_library
-from traceml_attach.classify import PHASES, Rule, classifier
-from traceml_attach.model import CodeFrame, Span, Stack, ThreadInfo
-from traceml_attach.period import (
+from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo
+from traceml_attach.steps.classify import Rule, classifier
+from traceml_attach.steps.period import (
     MAX_STEP_ERROR,
     MIN_INTERVALS,
     MIN_SAMPLES_PER_STEP,
@@ -37,11 +37,11 @@ from traceml_attach.period import (
     suggested_rate_hz,
     visit_samples,
 )
+from traceml_attach.steps.phases import PHASES, WORK_PHASES
 
 # Functions that mark a thread as background (pin memory, queue feeders), never the loop.
 BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_workers",
                      "_handle_tasks", "_worker_loop"}
-_LOOP_PHASES = {"input", "h2d", "forward", "backward", "optimizer"}
 MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
 OUTER_TIE = 0.8             # an outer candidate wins with ≥ this fraction of the most wraps
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step
@@ -194,7 +194,7 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: li
         if is_background((f.name for f in span.stack), name):
             continue
         presence[span.tid] += span.dur_ns
-        if verdict(span.stack).phase in _LOOP_PHASES:
+        if verdict(span.stack).phase in WORK_PHASES:
             score[span.tid] += span.dur_ns
     if score:
         return score.most_common(1)[0][0]

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from traceml_attach.render import render_text
+from traceml_attach.output.render import render_text
 
 
 def write_summary(directory: Path, summary: dict[str, Any]) -> str:

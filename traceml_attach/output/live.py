@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceml_attach.analysis import Analysis
-from traceml_attach.hang import rank_state
-from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.stream import Recording
-from traceml_attach.summary import summary_and_memory
+from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.diagnose.hang import rank_state
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.summary import summary_and_memory
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 
 SPARK_POINTS = 60   # memory trend points kept per rank, spread over the session
-# A live view that covers too long a stretch reacts slowly; this is what it looks at.
-LIVE_WINDOW_S = 30.0
 
 
 def live_window(rec: Recording) -> int | None:

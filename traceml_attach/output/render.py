@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from traceml_attach.classify import PHASES
+from traceml_attach.steps.phases import PHASES, REGISTRY
 
-_HEAD = {"input": "Input", "h2d": "H2D", "forward": "Forward", "backward": "Backward",
-         "optimizer": "Optim", "wait": "Wait*"}
+_HEAD = {p.name: p.head for p in REGISTRY}
 
 
 def _ms(x: float | None) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 
 from agent.wire import unpacker
-from traceml_attach.model import (
+from traceml_attach.ingest.model import (
     CodeFrame,
     DeviceReading,
     ErrorEvent,

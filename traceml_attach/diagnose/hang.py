@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from traceml_attach.diagnose import Finding
+from traceml_attach.diagnose.step import Finding
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.timeline import SYNC_PHASES, Timeline, user_frame
+from traceml_attach.steps.timeline import SYNC_PHASES, Timeline, user_frame
 
 
 @dataclass(frozen=True)

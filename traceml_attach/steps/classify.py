@@ -10,9 +10,9 @@ from typing import Any
 
 import tomllib
 
-from traceml_attach.model import CodeFrame, Stack
+from traceml_attach.ingest.model import CodeFrame, Stack
+from traceml_attach.steps.phases import PHASES
 
-PHASES = ("input", "h2d", "forward", "backward", "optimizer", "wait")
 DEFAULT_RULES_FILE = Path(__file__).with_name("rules.toml")
 _WHERE = ("any", "leaf", "loop")
 

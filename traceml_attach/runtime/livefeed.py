@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import threading
 
-from traceml_attach.analysis import Analysis
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
-from traceml_attach.cli.session import Session, SessionResult
-from traceml_attach.live import live_document
-from traceml_attach.stream import Recording
+from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.live import live_document
+from traceml_attach.runtime.session import Session, SessionResult
 from traceml_attach.tui.feed import Finished, Notice, Poster, Update
 
 TICK_S = 1.0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from traceml_attach.diagnose import SEVERITY_ORDER, Finding
-from traceml_attach.gpu import RankGpu
+from traceml_attach.diagnose.gpu import RankGpu
+from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
+from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_SYSTEM_POLICY, SystemPolicy
-from traceml_attach.stream import Recording
 
 
 def _med(xs: list[float]) -> float | None:

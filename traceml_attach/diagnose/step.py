@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.steptime import RankStepStats
+from traceml_attach.steps.phases import COMPONENTS
+from traceml_attach.steps.steptime import RankStepStats
 
 STATUS = {
     "NO_DATA": "NO DATA",
@@ -174,8 +175,8 @@ def diagnose_step_time(
 
 def _burden(work: dict[str, float]) -> tuple[float, float]:
     """(input, compute) of a rank's phase amounts (ms or shares)."""
-    return (work.get("input", 0.0) + work.get("h2d", 0.0),
-            work.get("forward", 0.0) + work.get("backward", 0.0) + work.get("optimizer", 0.0))
+    return (sum(work.get(p, 0.0) for p in COMPONENTS["input"]),
+            sum(work.get(p, 0.0) for p in COMPONENTS["compute"]))
 
 
 def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) -> list[Finding]:
@@ -227,7 +228,7 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     elif ex_compute >= policy.straggler_cause * excess:
         def extra(phase: str) -> float:
             return work[culprit.rank].get(phase, 0.0) - statistics.median(work[r.rank].get(phase, 0.0) for r in others)
-        phase = max(("forward", "backward", "optimizer"), key=extra)
+        phase = max(COMPONENTS["compute"], key=extra)
         kind, what = "COMPUTE_STRAGGLER", f"its compute takes {amount(ex_compute)} more per step (mostly {phase})"
         action = f"inspect {phase} on rank {culprit.rank}: rank-local extra work, uneven shapes or data"
     else:

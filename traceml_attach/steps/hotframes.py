@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from traceml_attach.model import CodeFrame
-from traceml_attach.timeline import Timeline, user_frame
+from traceml_attach.ingest.model import CodeFrame
+from traceml_attach.steps.timeline import Timeline, user_frame
 
 
 @dataclass(frozen=True)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from traceml_attach.classify import Rule
-from traceml_attach.diagnose import Finding, diagnose_step_time, refine_with_gpu
-from traceml_attach.gpu import RankGpu, rank_gpu
-from traceml_attach.hang import detect_hang
-from traceml_attach.hotframes import HotFrame, hot_frames
+from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
+from traceml_attach.diagnose.hang import detect_hang
+from traceml_attach.diagnose.step import Finding, diagnose_step_time, refine_with_gpu
+from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.steptime import RankStepStats, rank_stats
-from traceml_attach.stream import Recording
-from traceml_attach.sync import share_period
-from traceml_attach.timeline import Timeline, build_timeline
+from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.hotframes import HotFrame, hot_frames
+from traceml_attach.steps.steptime import RankStepStats, rank_stats
+from traceml_attach.steps.sync import share_period
+from traceml_attach.steps.timeline import Timeline, build_timeline
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
 from agent.target import TargetError
 from agent.wire import FrameWriter
-from traceml_attach.analysis import Analysis, analyze
-from traceml_attach.classify import Rule
 from traceml_attach.cli.common import plan_targets, run_dir, target_failure
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
-from traceml_attach.live import live_window
-from traceml_attach.report import write_summary
-from traceml_attach.stream import Recording
-from traceml_attach.summary import build_summary
+from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.live import live_window
+from traceml_attach.output.report import write_summary
+from traceml_attach.output.summary import build_summary
+from traceml_attach.steps.classify import Rule
 
 Tick = Callable[[Recording, Analysis, float], None]
 

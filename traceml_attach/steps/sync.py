@@ -18,8 +18,8 @@ import itertools
 import statistics
 from dataclasses import replace
 
-from traceml_attach.period import map_counts
-from traceml_attach.timeline import StepClock, Timeline, edge_steps, expand, without_period
+from traceml_attach.steps.period import map_counts
+from traceml_attach.steps.timeline import StepClock, Timeline, edge_steps, expand, without_period
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
 

@@ -7,13 +7,13 @@ from dataclasses import asdict
 from typing import Any
 
 from traceml_attach import __version__
-from traceml_attach.analysis import Analysis, rank_of, rank_pids
-from traceml_attach.classify import PHASES
-from traceml_attach.diagnose import Finding, unknown_step_note
-from traceml_attach.gpu import RankGpu, rank_gpu
-from traceml_attach.memory import combine, diagnose_memory
-from traceml_attach.stream import Recording
-from traceml_attach.system import diagnose_process, diagnose_system
+from traceml_attach.diagnose.analysis import Analysis, rank_of, rank_pids
+from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
+from traceml_attach.diagnose.memory import combine, diagnose_memory
+from traceml_attach.diagnose.step import Finding, unknown_step_note
+from traceml_attach.diagnose.system import diagnose_process, diagnose_system
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.steps.phases import PHASES
 
 SCHEMA_VERSION = 1
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceml_attach.diagnose import SEVERITY_ORDER, Finding
+from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
 from traceml_attach.policy import DEFAULT_MEMORY_POLICY, MIB, MemoryPolicy
 
 Series = Sequence[tuple[int, int]]  # (ts_ns, bytes), in time order

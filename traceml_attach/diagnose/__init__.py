@@ -1,0 +1,1 @@
+"""From steps and telemetry to findings: one analysis entry point and its rules."""

@@ -1,0 +1,1 @@
+"""Decoding the frame stream into a bounded, replayable recording."""

@@ -1,0 +1,1 @@
+"""What a session produces: the summary document, its text, the live document."""

@@ -1,0 +1,1 @@
+"""Running a live session: samplers, the recording they feed, and the threads around them."""

@@ -1,0 +1,37 @@
+"""The training phases, once: their order, labels, colours and the component each belongs to.
+
+Every table, column, colour and component sum in the codebase reads this registry; adding a
+phase means adding one row here (and rules that produce it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str        # as in rules.toml and the summary JSON
+    head: str        # column head of the text summary
+    short: str       # column head of the TUI
+    tiny: str        # the one-line live view
+    colour: str      # Rich colour of the TUI
+    component: str   # input | compute | wait: what the diagnoses add up
+
+
+REGISTRY: tuple[Phase, ...] = (
+    Phase("input", "Input", "Input", "in", "dodger_blue1", "input"),
+    Phase("h2d", "H2D", "H2D", "h2d", "cyan", "input"),
+    Phase("forward", "Forward", "Fwd", "fwd", "green3", "compute"),
+    Phase("backward", "Backward", "Bwd", "bwd", "dark_orange", "compute"),
+    Phase("optimizer", "Optim", "Optim", "opt", "medium_purple1", "compute"),
+    Phase("wait", "Wait*", "Wait*", "wait", "grey50", "wait"),
+)
+
+PHASES: tuple[str, ...] = tuple(p.name for p in REGISTRY)
+BY_NAME: dict[str, Phase] = {p.name: p for p in REGISTRY}
+COMPONENTS: dict[str, tuple[str, ...]] = {
+    c: tuple(p.name for p in REGISTRY if p.component == c) for c in ("input", "compute", "wait")
+}
+# The phases of the training loop itself (not waiting): a stack in one of them is inside a step.
+WORK_PHASES: frozenset[str] = frozenset(COMPONENTS["input"] + COMPONENTS["compute"])
