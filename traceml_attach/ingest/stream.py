@@ -6,7 +6,9 @@ downstream is a pure function of it. Malformed frames are counted, never raised.
 
 from __future__ import annotations
 
+import bisect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,12 @@ class Recording:
     gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
     bad_frames: int = 0
+    # Retention (``trim``): how many of each pid's spans were dropped from the front, so that
+    # spans[pid][i] is the (trimmed[pid] + i)-th span ever recorded for it; and running totals
+    # of what was dropped, so whole-session counts survive the trimming.
+    trimmed: dict[int, int] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=lambda: {"windows": 0, "samples": 0, "errors": 0,
+                                                            "error_events": 0})
     _range: tuple[int, int] | None = field(default=None, repr=False)  # (first, last) ns of any span
     _frames: dict[int, CodeFrame] = field(default_factory=dict, repr=False)
     _stacks: dict[int, tuple[CodeFrame, ...]] = field(default_factory=dict, repr=False)
@@ -92,12 +100,15 @@ class Recording:
             self.hosts.append(HostSample(int(f["t"]), f.get("cpu"), f.get("mem_used"),
                                          f.get("mem_total")))
         elif kind == "window":
-            self.windows.setdefault(int(f["pid"]), []).append(
-                WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
-                           f.get("samples"), f.get("errors"))
-            )
+            window = WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
+                                f.get("samples"), f.get("errors"))
+            self.windows.setdefault(window.pid, []).append(window)
+            self.totals["windows"] += 1
+            self.totals["samples"] += window.samples or 0
+            self.totals["errors"] += window.errors or 0
         elif kind == "error":
             self.errors.append(ErrorEvent(int(f["t"]), f.get("pid"), str(f["kind"]), str(f["msg"])))
+            self.totals["error_events"] += 1
         elif kind == "exit":
             self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), f.get("status"))
         elif kind == "gpu":
@@ -129,9 +140,42 @@ class Recording:
             lo, hi = self._range or (span.ts_ns, span.end_ns)
             self._range = (min(lo, span.ts_ns), max(hi, span.end_ns))
 
+    def trim(self, before_ns: int) -> None:
+        """Forget the raw data older than ``before_ns``: spans that ended before it, CPU-counter
+        rows, psutil/NVML samples and window records (keeping one row of each series before the
+        cut, to interpolate and to know the last value), and all but the first and newest error
+        events. Targets, threads, exits and restarts stay: they are small and whole-session facts."""
+        for pid, spans in self.spans.items():
+            # spans are in start order: drop the leading ones that ended before the cut
+            keep = next((i for i, s in enumerate(spans) if s.end_ns >= before_ns), len(spans))
+            if keep:
+                del spans[:keep]
+                self.trimmed[pid] = self.trimmed.get(pid, 0) + keep
+        for rows in self.cpu.values():
+            _cut(rows, before_ns, lambda r: r[0])
+        for procs in self.procs.values():
+            _cut(procs, before_ns, lambda p: p.ts_ns)
+        _cut(self.hosts, before_ns, lambda h: h.ts_ns)
+        _cut(self.gpus, before_ns, lambda g: g.ts_ns)
+        for windows in self.windows.values():
+            cut = sum(1 for w in windows if (w.end_ns or 0) < before_ns)
+            del windows[:cut]
+        if len(self.errors) > 2 * MAX_ERROR_EVENTS:
+            del self.errors[MAX_ERROR_EVENTS:-MAX_ERROR_EVENTS]
+
     def time_range(self) -> tuple[int, int] | None:
         """(first, last) ns covered by any span; kept as frames arrive (live ticks ask often)."""
         return self._range
+
+
+MAX_ERROR_EVENTS = 100   # trim keeps the first and the newest this many error events
+
+
+def _cut(rows: list[Any], before_ns: int, ts: Callable[[Any], int]) -> None:
+    """Drop the rows (in time order) before ``before_ns``, keeping the last one before it."""
+    cut = bisect.bisect_left(rows, before_ns, key=ts) - 1
+    if cut > 0:
+        del rows[:cut]
 
 
 def read_recording(path: str | Path) -> tuple[Recording, str | None]:
