@@ -16,6 +16,7 @@ from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.stream import read_recording
 from traceml_attach.output.render import render_text
 from traceml_attach.output.summary import build_summary
+from traceml_attach.runtime.pipeline import replay_file
 from traceml_attach.steps.classify import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -25,9 +26,9 @@ UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
 def replay(name: str) -> dict:
-    rec, problem = read_recording(FIXTURES / f"{name}.msgpack")
+    pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
     assert problem is None
-    return build_summary(rec, analyze(rec, load_rules()), name)
+    return build_summary(pipeline.rec, pipeline.window_analysis(), name)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

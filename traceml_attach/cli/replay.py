@@ -12,17 +12,19 @@ from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
-from traceml_attach.diagnose.analysis import analyze
-from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
+from traceml_attach.ingest.segments import describe as describe_dropped
+from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.output.render import render_text
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import build_summary
+from traceml_attach.runtime.pipeline import replay_file
 from traceml_attach.steps.classify import Rule
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FRAMES",
-                        help="frames.msgpack, or the run folder that holds it")
+                        help="frames.msgpack (with the newer segments a rotated recording has beside it), "
+                        "the run folder that holds it, or one segment frames.NNNNNN.msgpack alone")
     parser.add_argument("--write", action="store_true",
                         help="also write final_summary.json/.txt (next to FRAMES unless --out)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="folder for --write")
@@ -38,16 +40,19 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise CliError(f"{path} does not exist: give a frames.msgpack or its run folder", EXIT_BAD_FILE)
     try:
-        rec, problem = read_recording(path)
+        pipeline, problem = replay_file(path, rules)
+        rec = pipeline.rec
     except RecordingError as exc:
         raise CliError(str(exc), EXIT_BAD_FILE) from exc
     if problem:
         print(f"traceml: {problem}", file=sys.stderr)
+    if rec.dropped is not None:
+        print(f"traceml: {describe_dropped(rec.dropped)}", file=sys.stderr)
     if not rec.hello:
         raise CliError(f"{path} holds no traceml-attach recording", EXIT_BAD_FILE)
     if args.tui:
         return _tui(rec, rules, path, args)
-    summary = build_summary(rec, analyze(rec, rules), run_name(path))
+    summary = build_summary(rec, pipeline.window_analysis(), run_name(path))
     if args.write:
         out = args.out or path.parent
         out.mkdir(parents=True, exist_ok=True)

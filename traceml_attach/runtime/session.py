@@ -1,4 +1,11 @@
-"""One attach session: start the sampler, feed the recording, write the summary at the end."""
+"""One attach session: start the samplers, feed the recording, write the summary at the end.
+
+Two threads of ours run a session. The one that calls ``run`` drives the samplers (and the
+psutil/NVML polls) and nothing else, so a slow analysis never delays sampling. The analysis
+thread (``Analyst``) owns the recording: it drains the frames the samplers wrote into the
+pipeline (bounded recording + history), analyses the live window every tick and writes the
+summaries asked for. After ``run`` returns, the recording is the caller's.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,13 +27,14 @@ from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
 from agent.target import TargetError
 from agent.wire import FrameWriter
-from traceml_attach.cli.common import plan_targets, run_dir, target_failure
+from traceml_attach.cli.common import plan_targets, recording_bytes, run_dir, target_failure
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
-from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.live import live_window
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import build_summary
+from traceml_attach.runtime.pipeline import Pipeline
+from traceml_attach.runtime.shutdown import stop_handler
 from traceml_attach.steps.classify import Rule
 
 Tick = Callable[[Recording, Analysis, float], None]
@@ -63,20 +72,25 @@ class Session:
             print(f"traceml: skipping {line}", file=sys.stderr)
         first = self._probed[0][1].target
         self.run_dir = run_dir(Path(args.logs_dir), args.run_name, first.cmd if first else (), pids[0])
-        self.node.writer = self.writer = FrameWriter(self.run_dir / "frames.msgpack")
+        self.node.writer = self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
         self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.writer.listen(self._inbox.put)
-        self.rec = Recording()
+        self.pipeline = Pipeline(rules)
         self.ran_out = False
         self.end_reason = "stopped"   # stopped | duration | target_exited
 
+    @property
+    def rec(self) -> Recording:
+        return self.pipeline.rec
+
     def run(self, stop: threading.Event, duration_s: float | None, on_tick: Tick | None, tick_s: float) -> None:
-        """Sample until ``stop``, ``duration_s`` or the job's end; call ``on_tick`` every ``tick_s``
-        with the analysis of the last LIVE_WINDOW_S seconds."""
+        """Sample until ``stop``, ``duration_s`` or the job's end; meanwhile the analysis thread
+        calls ``on_tick`` every ``tick_s`` with the analysis of the last LIVE_WINDOW_S seconds."""
         started = time.monotonic()
         self.node.start(self._probed, stop)
+        analyst = Analyst(self, on_tick, tick_s, started)
+        analyst.start()
         try:
-            next_tick = started + tick_s
             while not stop.is_set():
                 if not self.node.active():
                     self.ran_out, self.end_reason = True, "target_exited"
@@ -86,35 +100,44 @@ class Session:
                     self.end_reason = "duration"
                     break
                 self.node.tick(stop)
-                if on_tick is not None and time.monotonic() >= next_tick:
-                    next_tick = max(next_tick + tick_s, time.monotonic())
-                    self.drain()
-                    on_tick(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), elapsed)
                 stop.wait(0.1)
         finally:
             stop.set()
+            analyst.join()
             self.node.join()
             reason = "target_exited" if self.ran_out else "stopped"
             self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
             self.writer.close()
             self.drain()
 
-    def drain(self) -> None:
+    def drain(self, wait_s: float = 0.0) -> None:
+        """Fold the frames written so far into the pipeline (waiting up to ``wait_s`` for one)."""
+        try:
+            frame = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return
         while True:
+            self.pipeline.add(frame)
             try:
-                self.rec.add(self._inbox.get_nowait())
+                frame = self._inbox.get_nowait()
             except queue.Empty:
                 return
 
-    def summarize(self) -> tuple[dict[str, Any], str]:
-        """Write the summary of everything recorded so far; the session goes on."""
+    def live_analysis(self) -> Analysis:
+        return self.pipeline.window_analysis()
+
+    def summarize(self, final: bool = False) -> tuple[dict[str, Any], str]:
+        """Write the summary of what was recorded so far (the newest LIVE_WINDOW_S in detail,
+        the session's history as rollups); the session goes on unless ``final``."""
         self.drain()
-        summary = build_summary(self.rec, analyze(self.rec, self.rules), self.run_dir.name)
+        if final:
+            self.pipeline.finish()
+        summary = build_summary(self.rec, self.live_analysis(), self.run_dir.name)
         return summary, write_summary(self.run_dir, summary)
 
     def finish(self, duration_s: float | None) -> SessionResult:
         """Write the final summary; raise CliError when sampling itself failed."""
-        summary, text = self.summarize()
+        summary, text = self.summarize(final=True)
         if self.node.exit_reasons() == {"pyspy_failed"}:
             last = self.rec.errors[-1] if self.rec.errors else None
             message = last.message if last else "py-spy stopped working"
@@ -124,12 +147,43 @@ class Session:
         return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
 
 
+class Analyst(threading.Thread):
+    """The analysis thread of a running session (see the module doc). A tick that raises is
+    recorded as an ``analysis_failed`` error frame, with the end of its traceback, and the next
+    tick tries again: the samplers and the recording go on either way."""
+
+    def __init__(self, session: Session, on_tick: Tick | None, tick_s: float, started: float) -> None:
+        super().__init__(name="traceml-analysis", daemon=True)
+        self.session, self.on_tick, self.tick_s, self.started = session, on_tick, tick_s, started
+        self.done = threading.Event()
+        self.failures = 0
+
+    def join(self, timeout: float | None = None) -> None:
+        self.done.set()
+        super().join(timeout)
+
+    def run(self) -> None:
+        next_tick = self.started + self.tick_s
+        while not self.done.is_set():
+            self.session.drain(wait_s=0.1)
+            if self.on_tick is None or time.monotonic() < next_tick:
+                continue
+            next_tick = max(next_tick + self.tick_s, time.monotonic())
+            try:
+                self.on_tick(self.session.rec, self.session.live_analysis(), time.monotonic() - self.started)
+            except Exception as exc:
+                self.failures += 1
+                where = traceback.format_exception(exc)[-3:]
+                self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
+                                           "msg": f"{type(exc).__name__}: {exc} ({''.join(where).strip()})"})
+
+
 @contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """Ctrl-C, SIGTERM and a closed terminal (SIGHUP) end the session cleanly: the summary is
     still written."""
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
+    previous = {sig: signal.signal(sig, stop_handler(stop)) for sig in signals}
     try:
         yield
     finally:

@@ -1,0 +1,113 @@
+"""Frames in, a bounded recording and the session's history out: the same for a live session
+and for a replay, so that a summary replays exactly.
+
+Every ROLLUP_S seconds of data (data time: the newest span's end, never the wall clock), once
+the data is CLOSE_LAG_S past a bucket's end (py-spy windows arrive a few seconds late), the
+newest LIVE_WINDOW_S are analysed and what fell inside the bucket is folded into the History.
+The raw data older than the live window is then dropped (``Recording.trim``). Where those
+points fall depends only on the order of the frames, which the recording keeps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.gpu import rank_gpu
+from traceml_attach.ingest.history import ROLLUP_S, Bucket, History, Span3
+from traceml_attach.ingest.segments import read_segments
+from traceml_attach.ingest.stream import Recording, RecordingError
+from traceml_attach.policy import LIVE_WINDOW_S
+from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.phases import PHASES
+
+CLOSE_LAG_S = 5.0
+# Raw data kept behind the newest: the live window, and the bucket still open before it.
+RETAIN_S = LIVE_WINDOW_S + ROLLUP_S
+_NS = 1_000_000_000
+
+
+class Pipeline:
+    """Feeds frames into a Recording, folds closed buckets into a History and trims."""
+
+    def __init__(self, rules: list[Rule], retain_s: float = RETAIN_S) -> None:
+        self.rules = rules
+        self.rec = Recording()
+        self.history = History()
+        self.retain_ns = int(retain_s * _NS)
+
+    def add(self, frame: Any) -> None:
+        self.rec.add(frame)
+        if isinstance(frame, dict) and frame.get("k") == "spans":
+            self._roll(int(CLOSE_LAG_S * _NS))
+
+    def window_analysis(self) -> Analysis:
+        """The analysis of the newest LIVE_WINDOW_S of data: what a live view shows and what the
+        final summary details (the history holds the rest of the session)."""
+        span_range = self.rec.time_range()
+        start = None if span_range is None else span_range[1] - int(LIVE_WINDOW_S * _NS)
+        return analyze(self.rec, self.rules, start_ns=start)
+
+    def finish(self) -> None:
+        """Fold everything still open (the last, partial bucket included): the session ended."""
+        span_range = self.rec.time_range()
+        if span_range is None:
+            return
+        self._roll(0)
+        closed = self.history.closed_ns
+        if closed is None or span_range[1] > closed:
+            self._fold(closed if closed is not None else span_range[0], span_range[1],
+                       self.window_analysis())
+
+    def _roll(self, lag_ns: int) -> None:
+        span_range = self.rec.time_range()
+        if span_range is None:
+            return
+        if self.history.origin_ns is None:
+            self.history.origin_ns = span_range[0]
+        newest = span_range[1]
+        an: Analysis | None = None
+        while (end := self.history.next_end()) is not None and newest >= end + lag_ns:
+            if an is None:
+                an = analyze(self.rec, self.rules, start_ns=newest - int(LIVE_WINDOW_S * _NS))
+            self._fold(end - int(ROLLUP_S * _NS), end, an)
+        if an is not None and self.history.closed_ns is not None:
+            self.rec.trim(min(newest - self.retain_ns, self.history.closed_ns))
+
+    def _fold(self, start: int, end: int, an: Analysis) -> None:
+        rows: dict[str, Bucket] = {}
+        gpu = rank_gpu(self.rec, an.pids, start, end - 1)
+        for rank, pid in an.pids.items():
+            tl = an.timelines.get(rank)
+            steps = [s for s in tl.steps if start <= s.end_ns < end] if tl is not None else []
+            covered = [s for s in steps if s.covered]
+            timed = steps if tl is not None and tl.clock.known else []
+            procs = [p for p in self.rec.procs.get(pid, ()) if start <= p.ts_ns < end]
+            cpu = [p.cpu_percent for p in procs if p.cpu_percent is not None]
+            sm = gpu.sm_util.get(rank, [])
+            rows[rank] = Bucket(
+                start, end, len(steps), len(timed), sum(s.dur_ns for s in timed),
+                tuple(sum(s.phases_ns[p] for s in covered) for p in PHASES), sum(s.dur_ns for s in covered),
+                Span3.of([p.rss_bytes + p.workers_rss_bytes for p in procs if p.rss_bytes is not None]),
+                Span3.of([v for _, v in gpu.memory.get(rank, [])]),
+                statistics.median(cpu) if cpu else None, statistics.median(sm) if sm else None,
+            )
+        hosts = [h for h in self.rec.hosts if start <= h.ts_ns < end]
+        cpus = [h.cpu_percent for h in hosts if h.cpu_percent is not None]
+        used = [h.mem_used_bytes for h in hosts if h.mem_used_bytes is not None]
+        self.history.fold(end, rows, statistics.median(cpus) if cpus else None, max(used) if used else None)
+
+
+def replay_file(path: str | Path, rules: list[Rule]) -> tuple[Pipeline, str | None]:
+    """A recorded session (a frames file and the segments rotation left beside it) through a
+    Pipeline, finished: what the live session held when it ended. Also returns what is wrong
+    with the file, if it is damaged (every frame before the damage is kept)."""
+    pipeline = Pipeline(rules)
+    try:
+        pipeline.rec.dropped, problem = read_segments(Path(path), pipeline.add)
+    except OSError as exc:
+        raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    pipeline.finish()
+    return pipeline, problem
