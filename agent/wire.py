@@ -29,13 +29,51 @@ Frame kinds (key ``k``)::
     error    {t, pid, kind, msg}
     exit     {t, pid, status}
     bye      {t, reason}                          written by the session when it ends
+    segment  {n, t, max_bytes, dropped, dropped_bytes, dropped_from, dropped_to}
+             the first frame of a numbered segment (see below), opened at wall-clock t;
+             dropped*: what rotation has deleted so far (segments, bytes, the wall-clock
+             range they were opened in); written again when a later deletion changes it
+
+A frame with ``ctx: 1`` is a copy of an earlier one, repeated as a segment's context.
+
+Rotation (``FrameWriter(path, max_bytes=...)``). The recording is a chain of segments of
+at most ``max_bytes / SEGMENTS`` bytes each (a single larger frame gets one of its own):
+``frames.msgpack`` is segment 0, then ``frames.000001.msgpack``, ``frames.000002.msgpack``, …
+Segment 0 is kept for good (the attach-time context: hello, targets, threads, the first
+minutes of samples). When a new segment starts, the oldest *middle* segments are deleted
+until the files and a full new segment fit under ``max_bytes`` (and again before a frame
+that would not fit), so the files stay under the cap, what is kept is segment 0 plus the
+newest segments, and what was dropped is one contiguous stretch (segments 1..m).
+
+Every numbered segment decodes on its own, with no other file (deleting one can never make
+another unreadable, and no index has to be kept in step with the deletions; the cost is a
+few KB of repeated context and definitions per segment):
+
+- it opens with a ``segment`` frame, then ``ctx`` copies of the stream's state frames: the
+  hello, each target's newest ``target`` and ``threads`` frame, exits and restarts;
+- the interner forgets what it has sent at each new segment, so the first ``spans`` frame
+  that uses a code frame or stack in a segment defines it again (same id: ids are stable
+  for the whole session, and a reader that reads segments in a row sees the same
+  definition twice).
+
+A reader that has read the previous segment whole skips the ``ctx`` frames (they repeat what
+it has); after a gap it folds them in (traceml_attach/ingest/segments.py).
+
+Writes are batched: frames are buffered and written with one flush every ``flush_s``
+seconds (or 1 MiB), at each segment change and at close. A cut anywhere (the attacher
+killed mid-write) loses at most the unflushed second; the files end at or inside a
+frame, and the reader keeps every whole frame before the cut.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
@@ -48,6 +86,24 @@ MAX_FRAME_BYTES = 32 * 1024 * 1024
 MAX_STR_LEN = 1024 * 1024
 MAX_ARRAY_LEN = 2_000_000
 MAX_MAP_LEN = 10_000
+
+# Rotation and batching (FrameWriter): a recording capped at max_bytes is cut in this many
+# segments' worth, so rotation drops at most 1/SEGMENTS of the cap at a time.
+SEGMENTS = 8
+FLUSH_S = 1.0                  # a flush at least this often while frames arrive...
+FLUSH_BYTES = 1024 * 1024      # ...or once this much is buffered
+NOTE_BYTES = 256               # room kept for a ``segment`` frame
+CONTEXT_RESTARTS = 64          # a segment's context repeats at most this many newest restarts
+
+
+def segment_path(base: str | os.PathLike[str], n: int) -> Path:
+    """Segment ``n`` of the recording whose first segment is ``base`` (frames.msgpack ->
+    frames.000001.msgpack); segment 0 is ``base`` itself."""
+    base = Path(base)
+    if n == 0:
+        return base
+    stem = base.name[: -len(".msgpack")] if base.name.endswith(".msgpack") else base.name
+    return base.with_name(f"{stem}.{n:06d}.msgpack")
 
 
 def unpacker(stream: BinaryIO | None = None) -> msgpack.Unpacker:
@@ -65,11 +121,19 @@ def unpacker(stream: BinaryIO | None = None) -> msgpack.Unpacker:
 
 
 class Interner:
-    """Assigns small integer ids to code frames and stacks, remembering what was sent."""
+    """Assigns small integer ids to code frames and stacks, remembering which definitions the
+    current segment has received (``new_segment`` forgets that, not the ids)."""
 
     def __init__(self) -> None:
         self._frames: dict[tuple[Any, ...], int] = {}
         self._stacks: dict[tuple[int, ...], int] = {}
+        self._sent_frames: set[int] = set()
+        self._sent_stacks: set[int] = set()
+
+    def new_segment(self) -> None:
+        """From now on, define every id again the first time it is used."""
+        self._sent_frames.clear()
+        self._sent_stacks.clear()
 
     def intern(
         self,
@@ -77,7 +141,7 @@ class Interner:
         fdefs: list[list[Any]],
         sdefs: list[list[Any]],
     ) -> int:
-        """Return the stack's id, appending new definitions to ``fdefs``/``sdefs``.
+        """Return the stack's id, appending the definitions not yet sent to ``fdefs``/``sdefs``.
 
         ``stack`` holds (name, file, line, src, ctx) tuples, outermost first.
         """
@@ -87,6 +151,8 @@ class Interner:
             if fid is None:
                 fid = len(self._frames)
                 self._frames[frame] = fid
+            if fid not in self._sent_frames:
+                self._sent_frames.add(fid)
                 fdefs.append([fid, *frame])
             fids.append(fid)
         key = tuple(fids)
@@ -94,6 +160,8 @@ class Interner:
         if sid is None:
             sid = len(self._stacks)
             self._stacks[key] = sid
+        if sid not in self._sent_stacks:
+            self._sent_stacks.add(sid)
             sdefs.append([sid, fids])
         return sid
 
@@ -102,15 +170,36 @@ class FrameWriter:
     """Appends frames to a file (and to any live listeners), thread-safe; shared by all of a
     node's samplers.
 
-    Every frame is flushed as it is written so that a crash of the attacher loses
-    nothing already sampled.
+    With ``max_bytes`` the file is rotated in segments and the files on disk stay under it
+    (module docstring). Frames are buffered and flushed every ``flush_s``; ``flush`` and
+    ``close`` write the buffer out at once.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None, max_bytes: int | None = None,
+                 flush_s: float = FLUSH_S) -> None:
         self._lock = threading.Lock()
-        self._file: BinaryIO | None = open(path, "ab") if path is not None else None  # noqa: SIM115
         self._listeners: list[Any] = []
         self.interner = Interner()
+        self._base = Path(path) if path is not None else None
+        self._file: BinaryIO | None = open(path, "ab") if path is not None else None  # noqa: SIM115
+        self._max_bytes = max_bytes
+        self._segment_bytes = max_bytes // SEGMENTS if max_bytes else None
+        self._flush_s = flush_s
+        self._buffer = bytearray()
+        self._flushed_at = time.monotonic()
+        self._n = 0                                   # the segment being written
+        self._size = self._file.tell() if self._file is not None else 0   # its bytes, buffered included
+        self._has_data = self._size > 0               # it holds more than its context
+        self._first_size = 0                          # segment 0's bytes, once closed
+        self._opened_ns = time.time_ns()              # when the segment being written was opened
+        self._middle: deque[tuple[int, int, int]] = deque()   # closed segments >= 1: (n, bytes, opened ns)
+        self._middle_bytes = 0
+        # deleted by rotation: how many segments, their bytes, and the wall-clock range they held
+        self._dropped, self._dropped_bytes = 0, 0
+        self._dropped_from: int | None = None
+        self._dropped_to: int | None = None
+        self._context: dict[tuple[str, int], dict[str, Any]] = {}   # (kind, pid) -> newest state frame
+        self._restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
 
     def listen(self, callback: Any) -> None:
         """Call ``callback(frame)`` for every frame written from now on."""
@@ -125,22 +214,125 @@ class FrameWriter:
         several samplers sharing this writer, no frame can use an id defined by a frame
         written after it."""
         with self._lock:
-            fdefs: list[list[Any]] = []
-            sdefs: list[list[Any]] = []
-            rows = [[tid, ts, dur, self.interner.intern(frames, fdefs, sdefs)] for tid, ts, dur, frames in spans]
-            self._write_locked({"k": "spans", "pid": pid, "w": window, "fdefs": fdefs, "sdefs": sdefs,
-                                "spans": rows})
+            frame = self._spans_frame(pid, window, spans)
+            data = msgpack.packb(frame, use_bin_type=True)
+            if self._must_rotate(len(data)):
+                self._rotate()
+                # the new segment has received no definitions yet: intern again to send them
+                frame = self._spans_frame(pid, window, spans)
+                data = msgpack.packb(frame, use_bin_type=True)
+            self._emit(frame, data)
+
+    def _spans_frame(self, pid: int, window: int,
+                     spans: list[tuple[int, int, int, list[tuple[Any, ...]]]]) -> dict[str, Any]:
+        fdefs: list[list[Any]] = []
+        sdefs: list[list[Any]] = []
+        rows = [[tid, ts, dur, self.interner.intern(frames, fdefs, sdefs)] for tid, ts, dur, frames in spans]
+        return {"k": "spans", "pid": pid, "w": window, "fdefs": fdefs, "sdefs": sdefs, "spans": rows}
 
     def _write_locked(self, frame: dict[str, Any]) -> None:
         data = msgpack.packb(frame, use_bin_type=True)
+        if self._must_rotate(len(data)):
+            self._rotate()
+        self._remember(frame)
+        self._emit(frame, data)
+
+    def _emit(self, frame: dict[str, Any], data: bytes) -> None:
         if self._file is not None:
-            self._file.write(data)
-            self._file.flush()
+            if self._max_bytes and self._on_disk() + len(data) > self._max_bytes and self._make_room(len(data)):
+                self._append(self._note())   # a frame larger than a segment: the note says what went
+            self._append(data)
+            self._has_data = True
         for callback in self._listeners:
             callback(frame)
+
+    def _append(self, data: bytes) -> None:
+        self._buffer += data
+        self._size += len(data)
+        if len(self._buffer) >= FLUSH_BYTES or time.monotonic() - self._flushed_at >= self._flush_s:
+            self._flush_locked()
+
+    def flush(self) -> None:
+        """Write the buffered frames out now."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._flushed_at = time.monotonic()
+        if self._file is not None and self._buffer:
+            self._file.write(self._buffer)
+            self._file.flush()
+            self._buffer.clear()
+
+    # -- rotation ---------------------------------------------------------------------
+
+    def _must_rotate(self, incoming: int) -> bool:
+        return (self._segment_bytes is not None and self._file is not None and self._has_data
+                and self._size + incoming > self._segment_bytes)
+
+    def _remember(self, frame: dict[str, Any]) -> None:
+        """Keep the newest state frames, the context a later segment repeats."""
+        kind = frame.get("k")
+        if kind in ("hello", "target", "threads", "exit"):
+            self._context[(kind, int(frame.get("pid") or 0))] = frame
+        elif kind == "restart":
+            self._restarts.append(frame)
+
+    def _on_disk(self) -> int:
+        """Bytes of every segment kept, the one being written included (buffered or not)."""
+        return self._first_size + self._middle_bytes + self._size
+
+    def _make_room(self, incoming: int) -> bool:
+        """Delete the oldest middle segments until ``incoming`` more bytes (and a note) fit under
+        ``max_bytes``; True if any was deleted."""
+        assert self._base is not None and self._max_bytes
+        deleted = False
+        while self._middle and self._on_disk() + incoming + NOTE_BYTES > self._max_bytes:
+            n, size, opened_ns = self._middle.popleft()
+            with contextlib.suppress(FileNotFoundError):   # removed by hand: nothing left to free
+                os.remove(segment_path(self._base, n))
+            self._middle_bytes -= size
+            self._dropped += 1
+            self._dropped_bytes += size
+            self._dropped_from = self._dropped_from or opened_ns
+            deleted = True
+        if deleted:
+            self._dropped_to = self._middle[0][2] if self._middle else self._opened_ns
+        return deleted
+
+    def _note(self) -> bytes:
+        """The ``segment`` frame: this segment's number and what rotation has deleted so far."""
+        return msgpack.packb({
+            "k": "segment", "n": self._n, "t": self._opened_ns, "max_bytes": self._max_bytes,
+            "dropped": self._dropped, "dropped_bytes": self._dropped_bytes, "dropped_from": self._dropped_from,
+            "dropped_to": self._dropped_to,
+        }, use_bin_type=True)
+
+    def _rotate(self) -> None:
+        """Close the segment being written, make room for a full new one under ``max_bytes``
+        (deleting the oldest middle segments) and open it with its context."""
+        assert self._file is not None and self._base is not None and self._segment_bytes
+        self._flush_locked()
+        self._file.close()
+        if self._n == 0:
+            self._first_size = self._size
+        else:
+            self._middle.append((self._n, self._size, self._opened_ns))
+            self._middle_bytes += self._size
+        self._n += 1
+        self._opened_ns = time.time_ns()
+        self._size, self._has_data = 0, False
+        self._make_room(self._segment_bytes)
+        self._file = open(segment_path(self._base, self._n), "ab")  # noqa: SIM115
+        self.interner.new_segment()
+        self._append(self._note())
+        for frame in [*self._context.values(), *self._restarts]:
+            self._append(msgpack.packb({**frame, "ctx": 1}, use_bin_type=True))
+        self._flush_locked()
 
     def close(self) -> None:
         with self._lock:
             if self._file is not None:
+                self._flush_locked()
                 self._file.close()
                 self._file = None

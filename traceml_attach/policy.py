@@ -10,6 +10,9 @@ LIVE_WINDOW_S = 30.0
 # A step longer than this many typical steps is not typical (an eval or a checkpoint): typical
 # steps are what the component shares of a step are medians over.
 TYPICAL_MAX = 2.0
+# A session's recording (frames.msgpack and its rotated segments) stays under this many MB by
+# default (--max-recording-mb): past it the oldest segments but the first are deleted.
+RECORDING_MAX_MB = 200.0
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from traceml_attach.cli.common import add_rules_option, positive_float, rate, rules_from
+from traceml_attach.cli.common import add_recording_option, add_rules_option, positive_float, rate, rules_from
 from traceml_attach.cli.live import print_live
 from traceml_attach.runtime.session import Session, SessionResult, run_session, stop_on_signals
 
@@ -40,6 +40,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="where run folders are written (default ./logs)")
     parser.add_argument("--run-name", metavar="NAME",
                         help="name of the run folder (default: <script>-<pid>-<time>)")
+    add_recording_option(parser)
     add_rules_option(parser)
 
 

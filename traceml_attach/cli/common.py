@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from agent import discovery
 from agent.pyspy import PySpyError
 from agent.target import TargetError, inspect_target, python_children
 from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.policy import RECORDING_MAX_MB
 from traceml_attach.steps.classify import Rule, RulesError, load_rules
 
 
@@ -61,6 +63,25 @@ def rate(text: str) -> int:
     if not 1 <= value <= 1000:
         raise argparse.ArgumentTypeError("must be between 1 and 1000 Hz")
     return value
+
+
+def add_recording_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-recording-mb", type=recording_mb, default=RECORDING_MAX_MB, metavar="MB",
+                        help=f"cap on the run folder's recorded frames (default {RECORDING_MAX_MB:.0f}); past it "
+                        "frames.msgpack rotates: the first segment and the newest are kept, the oldest others "
+                        "deleted (replay says what). 0: no cap")
+
+
+def recording_mb(text: str) -> float:
+    value = float(text)
+    if not (value == 0 or 0.01 <= value < math.inf):
+        raise argparse.ArgumentTypeError("must be at least 0.01 (MB), or 0 for no cap")
+    return value
+
+
+def recording_bytes(args: argparse.Namespace) -> int | None:
+    """The recording's cap in bytes for FrameWriter; None: no cap."""
+    return int(args.max_recording_mb * 1_000_000) or None
 
 
 def run_dir(logs_dir: Path, run_name: str | None, cmd: tuple[str, ...], pid: int) -> Path:

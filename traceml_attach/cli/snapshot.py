@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_attach.cli.common import add_rules_option, positive_float, rate, rules_from
+from traceml_attach.cli.common import add_recording_option, add_rules_option, positive_float, rate, rules_from
 from traceml_attach.cli.live import print_progress
 from traceml_attach.runtime.session import run_session
 
@@ -28,6 +28,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-name", metavar="NAME",
                         help="name of the run folder (default: <script>-<pid>-<time>)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_recording_option(parser)
     add_rules_option(parser)
 
 

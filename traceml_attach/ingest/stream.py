@@ -7,15 +7,11 @@ downstream is a pure function of it. Malformed frames are counted, never raised.
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
-from agent.wire import unpacker
 from traceml_attach.ingest.model import (
     CodeFrame,
     DeviceReading,
@@ -29,6 +25,7 @@ from traceml_attach.ingest.model import (
     ThreadInfo,
     WindowInfo,
 )
+from traceml_attach.ingest.segments import Dropped, read_segments
 
 
 class RecordingError(Exception):
@@ -52,6 +49,7 @@ class Recording:
     gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
     bad_frames: int = 0
+    dropped: Dropped | None = None   # what rotation deleted from the recording read (segments.py)
     # Retention (``trim``): how many of each pid's spans were dropped from the front, so that
     # spans[pid][i] is the (trimmed[pid] + i)-th span ever recorded for it; and running totals
     # of what was dropped, so whole-session counts survive the trimming.
@@ -179,24 +177,12 @@ def _cut(rows: list[Any], before_ns: int, ts: Callable[[Any], int]) -> None:
 
 
 def read_recording(path: str | Path) -> tuple[Recording, str | None]:
-    """Read a frames file. Returns the recording and, if the file is damaged, what is
-    wrong with it; every frame before the damage is kept."""
+    """Read a frames file with the newer segments rotation left beside it (segments.py).
+    Returns the recording and, if a file is damaged, what is wrong with it; every frame before
+    the damage is kept."""
     rec = Recording()
     try:
-        fh = open(path, "rb")  # noqa: SIM115
+        rec.dropped, problem = read_segments(Path(path), rec.add)
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    with fh:
-        size = os.fstat(fh.fileno()).st_size
-        unpack = unpacker(fh)
-        try:
-            for frame in unpack:
-                if not isinstance(frame, dict):
-                    rec.bad_frames += 1
-                    continue
-                rec.add(frame)
-        except (msgpack.UnpackException, ValueError) as exc:
-            return rec, f"{path} is damaged after byte {unpack.tell()} ({type(exc).__name__}); kept what came before"
-    if unpack.tell() < size:
-        return rec, f"{path} is damaged: it ends inside a frame at byte {unpack.tell()} of {size}; kept the rest"
-    return rec, None
+    return rec, problem
