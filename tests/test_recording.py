@@ -247,7 +247,7 @@ def test_replay_says_what_was_dropped(rotated: Path, capsys: pytest.CaptureFixtu
         out = capsys.readouterr()
         notes = [line for line in out.err.splitlines() if "rotated" in line]
         assert len(notes) == 1, out.err
-        assert " segments, " in notes[0] and " MB recorded from " in notes[0] and " min)" in notes[0]
+        assert " segments, " in notes[0] and " MB recorded from " in notes[0] and " s) deleted" in notes[0]
         assert "[INPUT-BOUND]" in out.out
     # one segment alone replays too, without a rotation note
     assert main(["replay", str(segment_path(rotated / "frames.msgpack", 9999))]) != 0

@@ -143,9 +143,8 @@ def describe(dropped: Dropped) -> str:
     size = f", {dropped.bytes / 1e6:.1f} MB" if dropped.bytes is not None else ""
     when = ""
     if dropped.from_ns is not None and dropped.to_ns is not None:
-        minutes = (dropped.to_ns - dropped.from_ns) / 60e9
         when = (f" recorded from {_clock(dropped.from_ns)} to {_clock(dropped.to_ns)} "
-                f"({minutes:.1f} min)")
+                f"({_duration((dropped.to_ns - dropped.from_ns) / 1e9)})")
     count = f"{dropped.segments} segment{'s' if dropped.segments != 1 else ''}"
     return (f"the recording was rotated: {count}{size}{when} deleted to stay under "
             "--max-recording-mb; what follows covers the first segment and the newest ones")
@@ -153,3 +152,11 @@ def describe(dropped: Dropped) -> str:
 
 def _clock(ns: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
