@@ -157,14 +157,12 @@ def test_small_terminals_show_one_detail_panel_at_a_time():
     run(go())
 
 
-def test_the_job_ending_keeps_the_screen_and_detaching_ends_it():
+def test_the_job_ending_closes_the_app():
+    # the session is over: the process must not outlive it waiting for a q nobody may press
     async def go() -> None:
         app = recorded_app(mode="LIVE")
         async with loaded(app, WIDE) as pilot:
             app.post_message(Finished("target_exited", "the job exited; summary written to x"))
-            await pilot.pause()
-            assert app.is_running and app.view is not None and app.view.header.mode == "JOB ENDED"
-            app.post_message(Finished("stopped", "detached"))
             await pilot.pause()
             assert not app.is_running
     run(go())

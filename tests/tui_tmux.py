@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,14 +44,38 @@ class Terminal:
     def press(self, *keys: str) -> None:
         self._tmux("send-keys", "-t", "main", *keys)
 
+    def restored(self) -> bool:
+        """The program left the alternate screen and stopped asking for mouse events."""
+        return self._tmux("display-message", "-p", "-t", "main", "#{alternate_on}#{mouse_any_flag}").strip() == "00"
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
 
 
-def attach_command(pid: int, logs: Path, run_name: str, exit_file: Path) -> str:
-    cli = f"{shlex.quote(sys.executable)} -m traceml_attach attach --pid {pid} --logs-dir {shlex.quote(str(logs))} " \
-          f"--run-name {run_name}"
-    return f"{cli}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+def attach_command(pid: int, logs: Path, run_name: str, exit_file: Path, pid_file: Path | None = None,
+                   program: str = f"{shlex.quote(sys.executable)} -m traceml_attach", then: str = "sleep 30") -> str:
+    """``traceml attach`` in the terminal's shell; its exit status goes to ``exit_file``, its PID to
+    ``pid_file``, and the shell runs ``then`` afterwards."""
+    cli = f"{program} attach --pid {pid} --logs-dir {shlex.quote(str(logs))} --run-name {run_name}"
+    if pid_file is not None:
+        cli = f"sh -c {shlex.quote(f'echo $$ > {shlex.quote(str(pid_file))}; exec {cli}')}"
+    return f"{cli}; echo $? > {shlex.quote(str(exit_file))}; {then}"
+
+
+def gone_after(pid: int, timeout_s: float) -> float:
+    """Seconds until process ``pid`` has ended (a zombie nobody reaps counts); AssertionError if
+    it is still running after ``timeout_s``."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"process {pid} still running {timeout_s} s later")
+    return time.monotonic() - start
 
 
 def wait_file(path: Path, timeout_s: float = 30.0) -> str:

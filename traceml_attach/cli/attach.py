@@ -18,8 +18,10 @@ import threading
 from pathlib import Path
 
 from traceml_attach.cli.common import add_recording_option, add_rules_option, positive_float, rate, rules_from
+from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 from traceml_attach.cli.live import print_live
 from traceml_attach.runtime.session import Session, SessionResult, run_session, stop_on_signals
+from traceml_attach.runtime.shutdown import Watchdog, release_terminal, terminal_gone
 
 LIVE_EVERY_S = 3.0
 
@@ -49,28 +51,56 @@ def use_tui(args: argparse.Namespace) -> bool:
             and os.environ.get("TERM", "dumb") != "dumb")
 
 
-def run_tui(args: argparse.Namespace, session: Session) -> SessionResult:
+def run_tui(args: argparse.Namespace, session: Session) -> int:
+    """The session behind the TUI. However it ends (q, a signal, a closed terminal, the duration,
+    the job's end, a crash in the UI), the summary is written and the process is gone within
+    seconds: a watchdog ends it if Textual cannot let go of the terminal."""
     from traceml_attach.runtime.livefeed import LiveFeed  # Textual loads only when it is used
     from traceml_attach.tui.app import make_app, run_app
 
     stop = threading.Event()
     feed = LiveFeed(session, stop, args.duration)
-    with stop_on_signals(stop):
+    app = make_app(feed)
+
+    def exit_code() -> int:
+        if app.crash is None and feed.result is not None:
+            return feed.result.code
+        return feed.error.code if app.crash is None and isinstance(feed.error, CliError) else EXIT_INTERNAL
+
+    def finished() -> bool:
+        return feed.result is not None or feed.error is not None
+
+    with stop_on_signals(stop), Watchdog(stop, finished, exit_code):
         try:
-            run_app(make_app(feed))
+            run_app(app)
         finally:
             feed.stop()
+            if terminal_gone():
+                release_terminal()   # gone without a SIGHUP we saw: nothing may block on it now
             print("traceml: detaching and writing the summary…", file=sys.stderr, flush=True)
-        return feed.wait()
+        try:
+            result = feed.wait()
+        except CliError:
+            if app.crash is None:
+                raise
+        else:
+            report(result, "the job exited; " if session.end_reason == "target_exited" else "")
+        if app.crash is not None:   # reported last, after the summary (written if the session had begun)
+            raise CliError(f"internal error in the TUI: {type(app.crash).__name__}: {app.crash} "
+                           "(please report it; set TRACEML_DEBUG=1 for the traceback)", EXIT_INTERNAL)
+        return result.code
+
+
+def report(result: SessionResult, note: str = "") -> None:
+    print(result.text, end="")
+    print(f"traceml: {note}summary written to {Path(result.run_dir) / 'final_summary.json'}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     rules = rules_from(args)
     if use_tui(args):
-        result = run_tui(args, Session(args, rules))
-    else:
-        result = run_session(args, rules, args.duration, print_live, LIVE_EVERY_S)
-        print()
-    print(result.text, end="")
-    print(f"traceml: summary written to {Path(result.run_dir) / 'final_summary.json'}", file=sys.stderr)
+        return run_tui(args, Session(args, rules))
+    result = run_session(args, rules, args.duration, print_live, LIVE_EVERY_S)
+    print()
+    report(result)
     return result.code

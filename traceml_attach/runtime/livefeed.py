@@ -73,5 +73,6 @@ class LiveFeed:
             raise self.error
         if self.error is not None:
             raise CliError(f"internal error: {type(self.error).__name__}: {self.error}", EXIT_INTERNAL)
-        assert self.result is not None
+        if self.result is None:   # the UI ended before it started the session
+            raise CliError("the TUI ended before sampling began", EXIT_INTERNAL)
         return self.result

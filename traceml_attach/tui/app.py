@@ -7,8 +7,10 @@ documents from its own thread; each one is turned into view-models by ``present`
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any, ClassVar
 
+from rich.console import RenderableType
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -62,6 +64,7 @@ class TraceApp(App[None]):
         self.paused = False
         self.finished: Finished | None = None
         self.detail = 0
+        self.crash: Exception | None = None   # a bug in the UI, reported by the CLI after the screen is restored
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -106,16 +109,12 @@ class TraceApp(App[None]):
         self.notify(message.text, severity=message.severity)  # type: ignore[arg-type]
 
     def on_finished(self, message: Finished) -> None:
+        """However sampling ended (detached, the duration, the job's exit, a failure), the session
+        is over: the CLI prints the summary once the terminal is restored."""
         self.finished = message
-        if message.reason != "target_exited":
-            self.exit()
-            return
-        self.notify(message.text + " — press q to leave", severity="warning", timeout=30)
-        self.show()
+        self.exit()
 
     def mode(self) -> str:
-        if self.finished is not None and self.finished.reason == "target_exited":
-            return "JOB ENDED"
         return "PAUSED" if self.paused else self.live_mode
 
     def show(self) -> None:
@@ -165,6 +164,24 @@ class TraceApp(App[None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    # --- crashes --------------------------------------------------------------------------
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An exception in the UI ends the session like q: sampling stops and the summary is
+        written; Textual restores the terminal and the CLI reports the error in one line (its
+        traceback only with TRACEML_DEBUG=1)."""
+        self.crash = error
+        self.feed.stop()
+        super()._handle_exception(error)
+        if os.environ.get("TRACEML_DEBUG") != "1":
+            self._exit_renderables.clear()
+
+    def panic(self, *renderables: RenderableType) -> None:
+        """Textual's own way out after an error (its input thread's, on a terminal that has gone):
+        the session ends too."""
+        self.feed.stop()
+        super().panic(*renderables)
 
 
 def make_app(feed: Feed, mode: str = "LIVE") -> TraceApp:

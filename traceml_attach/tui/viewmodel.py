@@ -20,7 +20,7 @@ class HeaderVM:
     title: str          # "traceml attach · train-1234"
     target: str         # "input_bound.py · pid 1234 · 1 rank"
     clock: str          # "14:03:21 · 1m 05s"
-    mode: str           # LIVE | PAUSED | JOB ENDED | REPLAY | WARMING UP (3 steps seen)
+    mode: str           # LIVE | PAUSED | REPLAY | WARMING UP (3 steps seen)
     sampling: str       # "py-spy 0.4.3 · 100 Hz · last 30 s"
 
 

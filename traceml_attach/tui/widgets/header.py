@@ -1,4 +1,4 @@
-"""The top line: what is attached, the data's clock and the mode (live, paused, ended)."""
+"""The top line: what is attached, the data's clock and the mode (live, paused, replay)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from textual.widget import Widget
 
 from traceml_attach.tui.viewmodel import HeaderVM
 
-MODE_STYLE = {"LIVE": "bold black on green", "PAUSED": "bold black on yellow", "JOB ENDED": "bold white on red",
-              "REPLAY": "bold black on cyan"}
+MODE_STYLE = {"LIVE": "bold black on green", "PAUSED": "bold black on yellow", "REPLAY": "bold black on cyan"}
 
 
 class HeaderBar(Widget):

@@ -1,0 +1,119 @@
+"""The wheel as a user installs it: built, installed non-editable into a fresh venv without torch,
+then its `traceml` runs --help, a snapshot of a running example and the TUI in a real terminal.
+
+Every test runs from the editable install, which finds data files in the source tree: this is
+the one check that the wheel ships them (a missing app.tcss crashed the TUI of every pip install).
+The example itself runs with this interpreter, which has torch. Run: python3 .ci/wheel_smoke.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+from launch import start_example, stop_example  # noqa: E402
+from tests.tui_tmux import Terminal, attach_command, wait_file  # noqa: E402
+
+STARTED = time.monotonic()
+
+
+def step(text: str) -> None:
+    print(f"wheel smoke [{time.monotonic() - STARTED:5.1f} s] {text}", flush=True)
+
+
+def run(*cmd: str | Path, cwd: Path) -> str:
+    done = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        sys.exit(f"wheel smoke: {' '.join(map(str, cmd))} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def build_wheel(tmp: Path) -> Path:
+    """From a copy of the files git would commit: a stale build/ in the tree can hide a data file the
+    package leaves out."""
+    files = run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).split("\0")
+    src = tmp / "src"
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", tmp / "dist", src, cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("traceml_attach-*.whl")
+    return wheel
+
+
+def install(wheel: Path, tmp: Path) -> Path:
+    venv = tmp / "venv"
+    run(sys.executable, "-m", "venv", venv, cwd=tmp)
+    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheel, cwd=tmp)
+    where = run(venv / "bin" / "python", "-c", "import importlib.util as u, traceml_attach as t; "
+                "print(t.__file__); print(u.find_spec('torch') is None)", cwd=tmp).split()
+    if not where[0].startswith(str(venv)) or where[1] != "True":
+        sys.exit(f"wheel smoke: the venv is not clean: traceml_attach from {where[0]}, torch absent: {where[1]}")
+    return venv / "bin" / "traceml"
+
+
+def snapshot(traceml: Path, pid: int, tmp: Path) -> None:
+    run(traceml, "snapshot", "--pid", str(pid), "--seconds", "4", "--quiet", "--logs-dir", tmp / "logs",
+        "--run-name", "snap", cwd=tmp)
+    if not json.loads((tmp / "logs" / "snap" / "final_summary.json").read_text()):
+        sys.exit("wheel smoke: the snapshot's summary is empty")
+
+
+def tui(traceml: Path, pid: int, tmp: Path) -> None:
+    exit_file = tmp / "tui-exit"
+    term = Terminal(attach_command(pid, tmp / "logs", "tui", exit_file, program=str(traceml)), 160, 45)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(n in term.screen() for n in ("Step time", "Hot frames", "r0 ", "LIVE")):
+            if exit_file.exists() or time.monotonic() > deadline:
+                sys.exit(f"wheel smoke: the TUI did not draw the live job:\n{term.screen()}")
+            time.sleep(0.2)
+        step("the TUI draws the live job; pressing q")
+        term.press("q")
+        code = wait_file(exit_file)
+        if code != "0" or not term.restored():
+            sys.exit(f"wheel smoke: the TUI exited {code}, terminal restored: {term.restored()}\n{term.screen()}")
+    finally:
+        term.close()
+    json.loads((tmp / "logs" / "tui" / "final_summary.json").read_text())
+
+
+def main() -> None:
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):   # nothing may lead the venv back to the tree
+        os.environ.pop(name, None)
+    tmp = Path(tempfile.mkdtemp(prefix="traceml-wheel-"))
+    try:
+        wheel = build_wheel(tmp)
+        step(f"built {wheel.name}")
+        traceml = install(wheel, tmp)
+        step("installed into a fresh venv without torch")
+        if "snapshot" not in run(traceml, "--help", cwd=tmp):
+            sys.exit("wheel smoke: traceml --help does not list its commands")
+        job = start_example("balanced")
+        try:
+            step(f"traceml --help works; examples/balanced.py runs as pid {job.pid}")
+            snapshot(traceml, job.pid, tmp)
+            step("traceml snapshot wrote its summary")
+            if shutil.which("tmux") is None:
+                sys.exit("wheel smoke: needs tmux for the TUI")
+            tui(traceml, job.pid, tmp)
+            step("traceml attach (TUI) detached on q and wrote its summary")
+        finally:
+            stop_example(job)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    step("ok")
+
+
+if __name__ == "__main__":
+    main()
