@@ -67,16 +67,28 @@ class MemoryPolicy:
     imbalance_skew: float = 0.20
     # ...while memory matters at all (worst peak at least this share of capacity).
     imbalance_min_pressure: float = 0.30
-    # Creep compares the medians of the head, middle and tail thirds of the window, on the
-    # worst rank and on the median rank. Each band must rise by at least this much...
+    # Creep is judged on a series of (time, bytes) after its warm-up: the first this many
+    # seconds are not judged. Warm-up growth is not creep: DataLoader workers forking, the
+    # allocator's caches and pools filling (examples/input_bound.py --workers 2: +30 to +120 MiB
+    # in the seconds after its workers start, flat after that). A rise must go on past it.
+    creep_warmup_s: float = 20.0
+    # After the warm-up, the series must cover at least this many seconds (three bands of
+    # a few one-second samples) before creep is judged at all.
+    creep_min_span_s: float = 10.0
+    # Creep compares the medians of the head, middle and tail thirds (by time) of what
+    # follows the warm-up, on the rank that grew most and on the median rank. Each band must
+    # rise by at least this much...
     creep_band_rise_bytes: int = 8 * MIB
+    # ...the tail's rise must keep at least this share of the middle's (a rise that levels
+    # off is a cache filling up; a leak keeps its pace)...
+    creep_keeps_pace: float = 0.5
     # ...and the tail must exceed the head by this much for MEMORY CREEP (EARLY): a
     # consistent rise that is more than allocator noise...
     creep_early_bytes: int = 64 * MIB
-    # ...and by this much (GPU) for a confirmed MEMORY CREEP,
+    # ...and by this much (GPU) for MEMORY CREEP,
     creep_confirmed_gpu_bytes: int = 1024 * MIB
     # or by this much of host RSS (a rank with its DataLoader workers), for which there is
-    # no capacity per process: half a GiB retained within one window is a leak, not a cache.
+    # no capacity per process: half a GiB retained past the warm-up is a leak, not a cache.
     creep_confirmed_host_bytes: int = 512 * MIB
     # A window needs this many memory samples per rank (one a second) to judge a trend.
     min_samples: int = 6
