@@ -26,6 +26,7 @@ from agent.wire import WIRE_VERSION, FrameWriter
 
 RESCAN_EVERY_S = 1.0
 MAX_ATTACH_TRIES = 5   # a new worker that cannot be attached (it may still be starting) is tried this often
+FAILED_REASONS = {"failed", "pyspy_failed"}   # a sampler's exit reasons that mean sampling itself failed
 
 
 @dataclass
@@ -127,7 +128,7 @@ class NodeAgent:
         """Anything left to sample: a live sampler, or a launcher that may start new workers."""
         if any(r.thread.is_alive() for r in self.running.values()):
             return True
-        if self.plan.launcher is None:
+        if self.plan.launcher is None or self.sampling_failed():
             return False
         try:
             return psutil.Process(self.plan.launcher).status() != psutil.STATUS_ZOMBIE
@@ -160,3 +161,9 @@ class NodeAgent:
 
     def exit_reasons(self) -> set[str]:
         return {r.sampler.exit_reason or "stopped" for r in self.running.values()}
+
+    def sampling_failed(self) -> bool:
+        """Every sampler has ended, each because sampling failed (py-spy, or a sampler that
+        crashed), none because its target exited or the session stopped."""
+        reasons = self.exit_reasons()
+        return bool(reasons) and reasons <= FAILED_REASONS

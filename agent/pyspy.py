@@ -73,8 +73,8 @@ def pyspy_version(binary: str) -> str:
     return out.strip().removeprefix("py-spy").strip() or "unknown"
 
 
-def explain_failure(stderr: str, pid: int) -> PySpyError:
-    """Map py-spy's stderr to the failure a user can act on."""
+def explain_failure(stderr: str, pid: int, status: int | None = None) -> PySpyError:
+    """Map py-spy's stderr (and exit ``status``, when known) to the failure a user can act on."""
     text = stderr.strip()
     if "Permission Denied" in text or "Operation not permitted" in text:
         return PySpyError("permission", f"not permitted to read process {pid}: {PERMISSION_HINT}")
@@ -92,7 +92,8 @@ def explain_failure(stderr: str, pid: int) -> PySpyError:
         )
     if "Failed to get process executable name" in text or "No such process" in text:
         return PySpyError("no_such_process", f"process {pid} is not running")
-    return PySpyError("pyspy_failed", f"py-spy failed on process {pid}: {_first_line(text)}")
+    exit_part = "" if status is None else f"{describe_exit(status)}, "
+    return PySpyError("pyspy_failed", f"py-spy failed on process {pid}: {exit_part}{_stderr_part(text)}")
 
 
 def _first_line(text: str) -> str:
@@ -100,7 +101,27 @@ def _first_line(text: str) -> str:
         line = line.strip()
         if line:
             return line.removeprefix("Error: ")
-    return "no error message"
+    return "nothing on stderr"
+
+
+def describe_exit(status: int) -> str:
+    """A finished process's return code in words: 'exit status 1', 'killed by SIGKILL'."""
+    if status >= 0:
+        return f"exit status {status}"
+    try:
+        return f"killed by {signal.Signals(-status).name}"
+    except ValueError:
+        return f"killed by signal {-status}"
+
+
+def _stderr_part(text: str, lines: int = 3, limit: int = 300) -> str:
+    """py-spy's last few lines of stderr, on one line (its Rust backtrace left out)."""
+    text = text.split("Stack backtrace:")[0]
+    kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    if not kept:
+        return "nothing on stderr"
+    joined = " / ".join(kept)
+    return f"stderr: {joined[:limit]}" + ("…" if len(joined) > limit else "")
 
 
 def _env() -> dict[str, str]:
@@ -132,11 +153,12 @@ def dump(binary: str, pid: int, timeout_s: float = 10.0) -> list[ThreadDump]:
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise PySpyError("pyspy_failed", f"py-spy dump of process {pid} timed out") from exc
+        raise PySpyError("pyspy_failed", f"py-spy dump of process {pid} did not end within {timeout_s:.0f} s "
+                                         f"and was killed ({_target_state(pid)})") from exc
     except OSError as exc:
         raise PySpyError("pyspy_failed", f"py-spy could not be run ({exc})") from exc
     if proc.returncode != 0:
-        raise explain_failure(proc.stderr, pid)
+        raise explain_failure(proc.stderr, pid, proc.returncode)
     try:
         raw = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
@@ -287,6 +309,9 @@ class RecordWindow:
             env=_env(),
             start_new_session=True,
         )
+        self._started = time.monotonic()
+        self._stop_sent_after_s: float | None = None   # when we sent SIGINT, seconds after the start
+        self._killed_why: str | None = None             # why we sent SIGKILL, if we did
         _prioritize(self._proc.pid)
 
     def running(self) -> bool:
@@ -295,10 +320,12 @@ class RecordWindow:
     def stop(self) -> None:
         """Ask py-spy to stop and write its file (SIGINT to our own child, never the job)."""
         if self.running():
+            self._stop_sent_after_s = time.monotonic() - self._started
             self._proc.send_signal(signal.SIGINT)
 
     def kill(self) -> None:
         if self.running():
+            self._killed_why = "traceml killed it"
             self._proc.kill()
 
     def collect(self, timeout_s: float = 15.0) -> WindowResult:
@@ -306,6 +333,7 @@ class RecordWindow:
         try:
             out, err = self._proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            self._killed_why = f"it had not ended {timeout_s:.0f} s after being asked to, and traceml killed it"
             self._proc.kill()
             out, err = self._proc.communicate()
         text = (out or "") + (err or "")
@@ -317,9 +345,9 @@ class RecordWindow:
             with open(self.out_path, encoding="utf-8") as fh:
                 events = json.load(fh)
         except FileNotFoundError:
-            failure = explain_failure(err or "", self.pid)
+            failure = self._failure(err or "", "wrote no trace")
         except (OSError, json.JSONDecodeError) as exc:
-            failure = PySpyError("pyspy_failed", f"unreadable py-spy output ({exc})")
+            failure = self._failure(err or "", f"wrote an unreadable trace ({exc})")
         finally:
             keep = os.environ.get(KEEP_ENV)
             if keep and self.out_path.exists():
@@ -332,6 +360,40 @@ class RecordWindow:
         first = min((s.ts_ns for s in spans), default=None)
         last = max((s.ts_ns + s.dur_ns for s in spans), default=None)
         return WindowResult(spans, first, last, samples, errors, failure)
+
+    def _failure(self, stderr: str, what: str) -> PySpyError:
+        """Why this window has no trace, with everything known: py-spy's exit and stderr, what
+        traceml did to it and when, and whether the target still runs."""
+        status = self._proc.returncode
+        known = explain_failure(stderr, self.pid, status)
+        if known.kind != "pyspy_failed":
+            return known   # a cause the user can act on, said the way they act on it
+        ran_s = time.monotonic() - self._started
+        parts = [f"py-spy failed on process {self.pid}: recording window {self.index} ({ran_s:.1f} s) {what}",
+                 describe_exit(status), _stderr_part(stderr), self._what_traceml_did(status), _target_state(self.pid)]
+        return PySpyError("pyspy_failed", "; ".join(parts))
+
+    def _what_traceml_did(self, status: int) -> str:
+        if self._killed_why is not None:
+            return self._killed_why
+        if self._stop_sent_after_s is None:
+            return "it ended by itself" if status >= 0 else "by another process or the kernel, not by traceml"
+        asked = f"traceml asked it to stop (SIGINT) {self._stop_sent_after_s:.1f} s after starting it"
+        if status == -signal.SIGINT:
+            # py-spy handles SIGINT once it samples (stop, write the trace): dying of it means
+            # it had not started sampling yet
+            return (f"{asked}, before it had started sampling (it attaches within about 0.1 s "
+                    "on an idle machine: a loaded machine, or a target it could not read in time)")
+        return asked
+
+
+def _target_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return f"process {pid} has exited"
+    return f"process {pid} has exited" if state in ("Z", "X") else f"process {pid} is still running"
 
 
 def spans_from_chrometrace(events: list[dict[str, Any]], anchor_ns: int) -> list[RawSpan]:

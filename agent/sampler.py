@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,18 @@ class Sampler:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> str:
-        """Sample until ``stop`` is set or the target exits; returns why it ended."""
+        """Sample until ``stop`` is set or the target exits; returns why it ended.
+
+        A bug that raises in here ends this sampler only, and as data: an error frame saying
+        what failed and where, and the exit reason "failed" (never a traceback over the TUI)."""
+        try:
+            return self._sample(stop)
+        except Exception as exc:
+            self.exit_reason = "failed"
+            self._error("sampler_failed", crash_message(self.pid, exc))
+            return "failed"
+
+    def _sample(self, stop: threading.Event) -> str:
         cfg = self.config
         windows: deque[RecordWindow] = deque()
         stop_at: dict[int, float] = {}
@@ -213,6 +225,13 @@ class Sampler:
     def _error(self, kind: str, message: str) -> None:
         self.writer.write({"k": "error", "t": time.time_ns(), "pid": self.pid,
                            "kind": kind, "msg": message})
+
+
+def crash_message(pid: int, exc: BaseException, frames: int = 3) -> str:
+    """One line: the exception and the innermost ``frames`` of its traceback, innermost first."""
+    where = traceback.extract_tb(exc.__traceback__)[-frames:]
+    at = " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(where))
+    return f"the sampler of process {pid} crashed: {type(exc).__name__}: {exc} (at {at})"
 
 
 def _clip(span: RawSpan, start: int | None) -> RawSpan | None:

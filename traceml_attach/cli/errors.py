@@ -19,6 +19,7 @@ KIND_TO_EXIT = {
     "permission": EXIT_PERMISSION,
     "pyspy_missing": EXIT_PYSPY,
     "pyspy_failed": EXIT_PYSPY,
+    "sampler_failed": EXIT_INTERNAL,   # a sampler thread crashed: a bug in traceml-attach
 }
 
 

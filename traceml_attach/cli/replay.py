@@ -53,13 +53,14 @@ def run(args: argparse.Namespace) -> int:
     if args.tui:
         return _tui(rec, rules, path, args)
     summary = build_summary(rec, pipeline.window_analysis(), run_name(path))
+    print(render_text(summary), end="")
     if args.write:
         out = args.out or path.parent
-        out.mkdir(parents=True, exist_ok=True)
-        text = write_summary(out, summary)
-    else:
-        text = render_text(summary)
-    print(text, end="")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            write_summary(out, summary)
+        except OSError as exc:
+            raise write_failed(out, exc) from exc
     return EXIT_BAD_FILE if problem else 0
 
 
@@ -73,9 +74,17 @@ def _tui(rec: Recording, rules: list[Rule], path: Path, args: argparse.Namespace
     feed = RecordedFeed(rec, rules, run_name(path), out)
     run_app(make_app(feed, mode="REPLAY"))
     feed.wait()
+    if feed.write_error is not None and out is not None:
+        raise write_failed(out, feed.write_error)
     if out is not None:
         print(f"traceml: summary written to {out / 'final_summary.json'}", file=sys.stderr)
     return 0
+
+
+def write_failed(out: Path, exc: OSError) -> CliError:
+    """A summary that could not be written: one line, what to do, a non-zero exit."""
+    return CliError(f"could not write the summary into {out}: {exc.strerror or exc}; "
+                    "give a folder you can write to with --out DIR", EXIT_USAGE)
 
 
 def run_name(path: Path) -> str:

@@ -77,7 +77,7 @@ class Session:
         self.writer.listen(self._inbox.put)
         self.pipeline = Pipeline(rules)
         self.ran_out = False
-        self.end_reason = "stopped"   # stopped | duration | target_exited
+        self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
 
     @property
     def rec(self) -> Recording:
@@ -93,7 +93,8 @@ class Session:
         try:
             while not stop.is_set():
                 if not self.node.active():
-                    self.ran_out, self.end_reason = True, "target_exited"
+                    self.ran_out = True
+                    self.end_reason = "sampling_failed" if self.node.sampling_failed() else "target_exited"
                     break
                 elapsed = time.monotonic() - started
                 if duration_s is not None and elapsed >= duration_s:
@@ -105,7 +106,7 @@ class Session:
             stop.set()
             analyst.join()
             self.node.join()
-            reason = "target_exited" if self.ran_out else "stopped"
+            reason = self.end_reason if self.ran_out else "stopped"
             self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
             self.writer.close()
             self.drain()
@@ -138,8 +139,8 @@ class Session:
     def finish(self, duration_s: float | None) -> SessionResult:
         """Write the final summary; raise CliError when sampling itself failed."""
         summary, text = self.summarize(final=True)
-        if self.node.exit_reasons() == {"pyspy_failed"}:
-            last = self.rec.errors[-1] if self.rec.errors else None
+        if self.node.sampling_failed():
+            last = next((e for e in reversed(self.rec.errors) if e.pid is not None), None)   # a sampler's
             message = last.message if last else "py-spy stopped working"
             raise CliError(f"sampling stopped: {message}; summary of what was seen written to {self.run_dir}",
                            KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))

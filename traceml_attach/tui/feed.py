@@ -79,6 +79,7 @@ class RecordedFeed:
         self.rec, self.rules, self.run_name, self.out_dir = rec, rules, run_name, out_dir
         self._threads: list[threading.Thread] = []
         self._writing = threading.Lock()   # s then q: one summary at a time into the same files
+        self.write_error: OSError | None = None   # why the latest summary could not be written
 
     def document(self) -> dict[str, Any]:
         return live_document(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), self.run_name)
@@ -94,18 +95,30 @@ class RecordedFeed:
         thread.start()
 
     def _write(self) -> Path | None:
+        """The summary file written; None without --out, or when writing failed (``write_error``)."""
         if self.out_dir is None:
             return None
         with self._writing:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            write_summary(self.out_dir, build_summary(self.rec, analyze(self.rec, self.rules), self.run_name))
+            try:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                write_summary(self.out_dir, build_summary(self.rec, analyze(self.rec, self.rules), self.run_name))
+            except OSError as exc:
+                self.write_error = exc
+                return None
+            self.write_error = None
         return self.out_dir / "final_summary.json"
 
     def write_summary(self) -> None:
         def work() -> None:
             path = self._write()
-            text = f"summary written to {path}" if path else "a replay without --out writes no summary"
-            self._app.post_message(Notice(text))
+            if path is not None:
+                self._app.post_message(Notice(f"summary written to {path}"))
+            elif self.write_error is not None:
+                reason = self.write_error.strerror or self.write_error
+                self._app.post_message(Notice(f"could not write the summary into {self.out_dir}: {reason}",
+                                              severity="error"))
+            else:
+                self._app.post_message(Notice("a replay without --out writes no summary"))
         self._off_ui(work, "traceml-summary")
 
     def stop(self) -> None:
