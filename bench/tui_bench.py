@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,6 +35,7 @@ from agent.wire import unpacker  # noqa: E402
 from traceml_attach.diagnose.analysis import analyze  # noqa: E402
 from traceml_attach.ingest.stream import Recording  # noqa: E402
 from traceml_attach.output.live import live_document  # noqa: E402
+from traceml_attach.output.summary import Summary  # noqa: E402
 from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402
 from traceml_attach.steps.classify import load_rules  # noqa: E402
 from traceml_attach.tui.app import make_app  # noqa: E402
@@ -75,7 +75,7 @@ def stats(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.1f}, p95 {p95:.1f}, worst {max(xs):.1f} ms"
 
 
-async def refreshes(docs: list[dict[str, Any]], size: tuple[int, int], n: int) -> dict[str, list[float]]:
+async def refreshes(docs: list[Summary], size: tuple[int, int], n: int) -> dict[str, list[float]]:
     app = make_app(SilentFeed())
     out: dict[str, list[float]] = {"present": [], "render": [], "refresh": [], "wall": []}
     async with app.run_test(size=size) as pilot:
@@ -141,7 +141,7 @@ def main() -> None:
         an = analyze(rec, rules, start_ns=end[1] - int(LIVE_WINDOW_S * 1e9), end_ns=end[1] - int(cut_s * 1e9))
         docs.append(live_document(rec, an, "bench"))
         analysis_ms.append(1e3 * (time.perf_counter() - t0))
-    print(f"{len(docs[0]['step_time']['ranks'])} simulated ranks; analysis + live document (off the UI thread): "
+    print(f"{len(docs[0].report.step_time.ranks)} simulated ranks; analysis + live document (off the UI thread): "
           f"{stats(analysis_ms)}")
     for size in ((80, 24), (200, 60)):
         r = asyncio.run(refreshes(docs, size, args.n))

@@ -118,7 +118,7 @@ def test_a_rank_without_cpu_counters_is_not_blamed_for_its_blocked_time():
     # the same job with rank 2's sampled backward 30 ms longer is still told apart
     ranks[2] = replace(ranks[2], phases_ms={**(ranks[2].phases_ms or {}), "backward": 90.0})
     top = diagnose_step_time(ranks)[0]
-    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", "2")
+    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", 2)
 
 
 def ddp_rank(rank: str, blocked: float, step_ms: float | None, **shares: float) -> RankStepStats:
@@ -135,13 +135,13 @@ def test_ddp_straggler_kinds_come_from_shares_with_or_without_a_step_time(step_m
     compute = [ddp_rank("0", 0.0, step_ms, input=0.03, backward=0.2, forward=0.7),
                ddp_rank("1", 0.6, step_ms, input=0.03, backward=0.8)]
     top = diagnose_step_time(compute)[0]
-    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", "0")
+    assert (top.kind, top.worst_rank) == ("COMPUTE_STRAGGLER", 0)
     assert "forward" in top.summary
     # rank 1's input is 60% of its step; rank 0 waits for it in backward
     inp = [ddp_rank("0", 0.55, step_ms, input=0.03, backward=0.8),
            ddp_rank("1", 0.0, step_ms, input=0.6, backward=0.25)]
     top = diagnose_step_time(inp)[0]
-    assert (top.kind, top.worst_rank) == ("INPUT_STRAGGLER", "1")
+    assert (top.kind, top.worst_rank) == ("INPUT_STRAGGLER", 1)
     assert ("ms" in top.why) == (step_ms is not None)
 
 

@@ -76,10 +76,10 @@ def torchrun(tmp_path: Path) -> Iterator:
 @pytest.mark.parametrize(("args", "kind", "culprit"), [
     # rank 0 runs a rank-local branch in forward; rank 1 waits ~86% of each ~28 ms step in backward
     (("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "20", "--base-input-ms", "1"),
-     "COMPUTE_STRAGGLER", "0"),
+     "COMPUTE_STRAGGLER", 0),
     # rank 1's input is ~60% of its ~84 ms step; rank 0 waits ~83% in backward
     (("--straggler", "input", "--slow-rank", "1", "--width", "1024", "--extra-ms", "48", "--base-input-ms", "1"),
-     "INPUT_STRAGGLER", "1"),
+     "INPUT_STRAGGLER", 1),
 ])
 def test_ddp_stragglers_whose_extra_work_is_well_under_a_step(args, kind, culprit, torchrun, tmp_path: Path):
     launcher = torchrun(*args)

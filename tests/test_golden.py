@@ -15,7 +15,7 @@ import pytest
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.stream import read_recording
 from traceml_attach.output.render import render_text
-from traceml_attach.output.summary import build_summary
+from traceml_attach.output.summary import Summary, build_summary, from_json, to_json
 from traceml_attach.runtime.pipeline import replay_file
 from traceml_attach.steps.classify import load_rules
 
@@ -25,7 +25,7 @@ EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
-def replay(name: str) -> dict:
+def replay(name: str) -> Summary:
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
     assert problem is None
     return build_summary(pipeline.rec, pipeline.window_analysis(), name)
@@ -34,15 +34,20 @@ def replay(name: str) -> dict:
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_replay_matches_golden(name: str):
     summary = replay(name)
+    doc = to_json(summary)
     text = render_text(summary)
     golden_json = FIXTURES / f"{name}.summary.json"
     golden_txt = FIXTURES / f"{name}.summary.txt"
     if UPDATE:
-        golden_json.write_text(json.dumps(summary, indent=2) + "\n")
+        golden_json.write_text(json.dumps(doc, indent=2) + "\n")
         golden_txt.write_text(text)
-    assert summary["step_time"]["diagnosis"]["kind"] == EXPECTED[name]
-    assert summary == json.loads(golden_json.read_text())
+    assert summary.report.step_time.diagnosis.kind == EXPECTED[name]
+    assert doc == json.loads(golden_json.read_text())
     assert text == golden_txt.read_text()
+    # the saved file reads back into the same report, and renders the same text (traceml view)
+    saved = from_json(json.loads(golden_json.read_text()))
+    assert saved == summary
+    assert render_text(saved) == text
 
 
 def test_replay_is_deterministic():

@@ -96,7 +96,7 @@ def test_creep_must_rise_on_the_median_rank_too():
     flat = series(2 * GIB, 0)
     assert diagnose_memory("host", {"0": leaking, "1": flat, "2": flat}, {}).finding.kind == "BALANCED"
     f = diagnose_memory("host", {"0": flat, "1": leaking, "2": series(2 * GIB, 50 * MIB)}, {}).finding
-    assert (f.kind, f.worst_rank) == ("MEMORY_CREEP", "1")   # the rank that grew most
+    assert (f.kind, f.worst_rank) == ("MEMORY_CREEP", 1)   # the rank that grew most
 
 
 def test_a_sawtooth_is_not_creep():
@@ -122,7 +122,7 @@ def test_gpu_imbalance_needs_pressure_too():
     assert diagnose_memory("gpu", small, dict.fromkeys(small, cap)).finding.kind == "BALANCED"
     big = {"0": series(40 * GIB, 0), "1": series(60 * GIB, 0), "2": series(40 * GIB, 0)}
     f = diagnose_memory("gpu", big, dict.fromkeys(big, cap)).finding
-    assert (f.kind, f.worst_rank) == ("IMBALANCE", "1")
+    assert (f.kind, f.worst_rank) == ("IMBALANCE", 1)
 
 
 def test_too_few_samples_is_no_data():

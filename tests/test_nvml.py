@@ -48,7 +48,7 @@ def test_imbalance():
     fake = FakeNvml([Device(procs=[Proc(100, lambda t: 30 * GIB)]), Device(procs=[Proc(101, lambda t: 50 * GIB)]),
                      Device(procs=[Proc(102, lambda t: 30 * GIB)])])
     _, finding = memory_of(record(fake, ranks={100: (100,), 101: (101,), 102: (102,)}))
-    assert (finding.kind, finding.worst_rank) == ("IMBALANCE", "1")
+    assert (finding.kind, finding.worst_rank) == ("IMBALANCE", 1)
 
 
 def test_pressure():
@@ -123,5 +123,5 @@ def test_rank_gpu_memory_imbalance_is_a_process_finding():
     rec = record(fake, ranks={100: (100,), 101: (101,)})
     ranks = {"0": 100, "1": 101}
     finding, evidence = diagnose_process(rec, ranks, rank_gpu(rec, ranks, 0, 1 << 62), 0, 1 << 62)
-    assert (finding.kind, finding.worst_rank) == ("RANK_GPU_MEMORY_IMBALANCE", "1")
+    assert (finding.kind, finding.worst_rank) == ("RANK_GPU_MEMORY_IMBALANCE", 1)
     assert evidence["ranks"]["1"]["gpu_sm_util_median"] == 50

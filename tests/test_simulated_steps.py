@@ -64,8 +64,8 @@ def issue_ddp(kind: str) -> Job:
     return Job((RankWork(**base), RankWork(**{**base, "input_ms": 53.0})), jitter=0.05)
 
 
-@pytest.mark.parametrize(("kind", "expected", "culprit"), [("compute", "COMPUTE_STRAGGLER", "0"),
-                                                             ("input", "INPUT_STRAGGLER", "1")])
+@pytest.mark.parametrize(("kind", "expected", "culprit"), [("compute", "COMPUTE_STRAGGLER", 0),
+                                                             ("input", "INPUT_STRAGGLER", 1)])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_ddp_stragglers_are_named_from_the_right_quantities(kind, expected, culprit, seed):
     rec, truths = simulate(issue_ddp(kind), 100, 10.0, seed=seed)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from textual.containers import VerticalScroll
 
 from tests.tui_support import loaded, recorded_app, until
+from traceml_attach.output.summary import Summary
 from traceml_attach.tui.feed import Finished, Update
 from traceml_attach.tui.viewmodel import Selection
 from traceml_attach.tui.widgets import HotFramesPanel, MemoryPanel, StepTable
@@ -25,19 +27,19 @@ def test_rank_keys_move_the_selection_everywhere():
     async def go() -> None:
         app = recorded_app()
         async with loaded(app, WIDE) as pilot:
-            assert app.view.selection.rank == "1"
+            assert app.view.selection.rank == 1
             await pilot.press("tab")
-            assert app.selection.rank == "0"
+            assert app.selection.rank == 0
             steps = app.query_one(StepTable).model
             assert [r.label for r in steps.rows if r.selected] == ["r0"]
             assert app.query_one(HotFramesPanel).model.rank == "0"
             assert [r.rank for r in app.query_one(MemoryPanel).model.rows if r.selected] == ["0"]
             await pilot.press("down")
-            assert app.selection.rank == "1"
+            assert app.selection.rank == 1
             await pilot.press("up")
-            assert app.selection.rank == "0"
+            assert app.selection.rank == 0
             await pilot.press("shift+tab")
-            assert app.selection.rank == "1"
+            assert app.selection.rank == 1
     run(go())
 
 
@@ -45,25 +47,32 @@ def test_the_selection_follows_the_diagnosis_until_the_user_picks_a_rank():
     async def go() -> None:
         app = recorded_app()
         async with loaded(app, WIDE) as pilot:
-            assert app.view.selection.rank == "1"
-            names_rank_0 = json.loads(json.dumps(app.doc))
-            names_rank_0["step_time"]["diagnosis"]["worst_rank"] = "0"
-            names_rank_1 = json.loads(json.dumps(app.doc))
+            assert app.view.selection.rank == 1
+            assert app.doc is not None
+            names_rank_1 = app.doc
+            names_rank_0 = naming(names_rank_1, 0)
             app.post_message(Update(names_rank_0))
             await pilot.pause()
-            assert app.view.selection.rank == "0"        # a new diagnosis moves an unpicked selection
+            assert app.view.selection.rank == 0        # a new diagnosis moves an unpicked selection
             await pilot.press("f")                        # picking a phase does not pin the rank
             app.post_message(Update(names_rank_1))
             await pilot.pause()
-            assert app.view.selection == Selection("1", "h2d")
+            assert app.view.selection == Selection(1, "h2d")
             await pilot.press("tab")                      # the user's pick stays
             app.post_message(Update(names_rank_0))
             await pilot.pause()
-            assert app.view.selection.rank == "0"
+            assert app.view.selection.rank == 0
             app.post_message(Update(names_rank_1))
             await pilot.pause()
-            assert app.view.selection.rank == "0"
+            assert app.view.selection.rank == 0
     run(go())
+
+
+def naming(doc: Summary, rank: int) -> Summary:
+    """``doc`` with its step-time diagnosis naming ``rank``."""
+    st = doc.report.step_time
+    findings = (replace(st.diagnosis, worst_rank=rank), *st.findings[1:])
+    return replace(doc, report=replace(doc.report, step_time=replace(st, findings=findings)))
 
 
 def test_phase_keys_pick_the_hot_frames_phase():
@@ -86,13 +95,12 @@ def test_pause_freezes_the_display_and_resumes_on_the_newest():
             shown = app.doc
             await pilot.press("p")
             assert app.view is not None and app.view.header.mode == "PAUSED"
-            newer = json.loads(json.dumps(shown))
-            newer["run_name"] = "newer"
-            app.post_message(Update(newer))
+            assert shown is not None
+            app.post_message(Update(replace(shown, run_name="newer")))
             await pilot.pause()
-            assert app.doc is shown and app.newest is not None and app.newest["run_name"] == "newer"
+            assert app.doc is shown and app.newest is not None and app.newest.run_name == "newer"
             await pilot.press("p")
-            assert app.doc["run_name"] == "newer"
+            assert app.doc is not None and app.doc.run_name == "newer"
             assert app.view.header.mode == "LIVE"
     run(go())
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 import pytest
 
 from tests.tui_support import recorded_feed
 from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.diagnose.report import Stall
 from traceml_attach.output.live import live_document
+from traceml_attach.output.summary import Summary
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.feed import Notice, Update
@@ -18,15 +20,15 @@ from traceml_attach.tui.widgets._panel import window
 
 
 @pytest.fixture(scope="module")
-def ddp_doc() -> dict:
+def ddp_doc() -> Summary:
     return recorded_feed("ddp_input_straggler").document()
 
 
 def test_default_selection_is_the_rank_the_diagnosis_names(ddp_doc):
     vm = present(ddp_doc, Selection())
-    assert ddp_doc["step_time"]["diagnosis"]["kind"] == "INPUT_STRAGGLER"
-    assert vm.selection == Selection("1", "input")
-    assert vm.rank_ids == ("0", "1")
+    assert ddp_doc.report.step_time.diagnosis.kind == "INPUT_STRAGGLER"
+    assert vm.selection == Selection(1, "input")
+    assert vm.rank_ids == (0, 1)
     assert [r.label for r in vm.steps.rows] == ["r0", "r1", "median", f"worst r{vm.steps.worst_rank}"]
     selected = [r.label for r in vm.steps.rows if r.selected]
     assert selected == ["r1"]
@@ -44,43 +46,46 @@ def test_rail_leads_with_the_step_time_diagnosis_and_memory(ddp_doc):
 
 def test_step_rows_carry_the_documents_numbers(ddp_doc):
     vm = present(ddp_doc, Selection())
-    r1 = ddp_doc["step_time"]["ranks"]["1"]
+    r1 = ddp_doc.report.step_time.ranks[1]
     row = next(r for r in vm.steps.rows if r.label == "r1")
-    assert row.step_ms == f"{r1['step_ms']:.1f}"
-    assert row.phases_ms[PHASES.index("input")] == f"{r1['phases_ms']['input']:.1f}"
+    assert r1.step_ms is not None and r1.phases_ms is not None
+    assert row.step_ms == f"{r1.step_ms:.1f}"
+    assert row.phases_ms[PHASES.index("input")] == f"{r1.phases_ms['input']:.1f}"
     assert row.shares is not None and sum(row.shares) == pytest.approx(1.0, abs=0.01)
-    assert vm.steps.skew == f"{ddp_doc['step_time']['skew_pct']:+.1f}%"
+    assert vm.steps.skew == f"{ddp_doc.report.step_time.skew_pct:+.1f}%"
 
 
 def test_hot_frames_follow_the_selected_rank_and_phase(ddp_doc):
-    vm = present(ddp_doc, Selection("1", "input"))
+    vm = present(ddp_doc, Selection(1, "input"))
     assert vm.hot.rank == "1" and vm.hot.phase == "input"
     assert "burn_cpu" in vm.hot.rows[0].frame        # ddp.py's input straggler burns CPU in preprocess
-    bwd = present(ddp_doc, Selection("0", "backward")).hot
+    bwd = present(ddp_doc, Selection(0, "backward")).hot
     assert bwd.rank == "0" and bwd.phase == "backward" and bwd.rows
     assert bwd.rows != vm.hot.rows
 
 
 def test_moving_the_selection_wraps_around(ddp_doc):
-    assert present(ddp_doc, Selection()).rank_ids == ("0", "1")
-    ids = ("0", "1", "2")   # three, so that forward and back differ
-    assert [move_rank(ids, Selection(r, "input"), 1).rank for r in ids] == ["1", "2", "0"]
-    assert [move_rank(ids, Selection(r, "input"), -1).rank for r in ids] == ["2", "0", "1"]
-    assert move_rank(ids, Selection("2", "input"), 1).phase == "input"
-    assert move_phase(Selection("0", "wait"), 1).phase == "input"
-    assert move_phase(Selection("0", "input"), -1).phase == "wait"
+    assert present(ddp_doc, Selection()).rank_ids == (0, 1)
+    ids = (0, 1, 2)   # three, so that forward and back differ
+    assert [move_rank(ids, Selection(r, "input"), 1).rank for r in ids] == [1, 2, 0]
+    assert [move_rank(ids, Selection(r, "input"), -1).rank for r in ids] == [2, 0, 1]
+    assert move_rank(ids, Selection(2, "input"), 1).phase == "input"
+    assert move_phase(Selection(0, "wait"), 1).phase == "input"
+    assert move_phase(Selection(0, "input"), -1).phase == "wait"
     # a selection for a rank that is gone falls back to the default
-    assert present(ddp_doc, Selection("7", "forward")).selection == Selection("1", "forward")
+    assert present(ddp_doc, Selection(7, "forward")).selection == Selection(1, "forward")
 
 
 def test_ranks_list_shows_exited_restarted_and_stalled(ddp_doc):
-    doc = copy.deepcopy(ddp_doc)
-    doc["ranks"]["0"].update(status="exited", exit_status=1)
-    doc["ranks"]["1"].update(status="restarted", restarts=2)
+    ranks = ddp_doc.report.ranks
+    changed = {0: replace(ranks[0], status="exited", exit_status=1),
+               1: replace(ranks[1], status="restarted", restarts=2)}
+    doc = replace(ddp_doc, report=replace(ddp_doc.report, ranks=changed))
     rows = {r.rank: r for r in present(doc, Selection()).ranks.rows}
     assert (rows["0"].status, rows["0"].detail) == ("exited", "exited with status 1")
     assert rows["1"].status == "restarted" and "2 restarts" in rows["1"].detail
-    doc["live"]["ranks"]["1"] = {"stalled": True, "idle_s": 42.0, "what": "wait/collective", "where": "f (a.py:3)"}
+    stalled = {**changed, 1: replace(changed[1], stall=Stall(True, 42.0, "wait/collective", "f (a.py:3)"))}
+    doc = replace(doc, report=replace(doc.report, ranks=stalled))
     rows = {r.rank: r for r in present(doc, Selection()).ranks.rows}
     assert rows["1"].status == "stalled"
     assert rows["1"].detail.startswith("no step for 42 s, in wait/collective at f (a.py:3)")
@@ -92,8 +97,9 @@ def test_a_fresh_attach_says_it_is_warming_up():
     an = analyze(feed.rec, load_rules(), start_ns=first, end_ns=first + 200_000_000)
     doc = live_document(feed.rec, an, "x")
     vm = present(doc, Selection(), "LIVE")
-    steps = doc["live"]["steps_seen"]
-    assert doc["live"]["warming_up"]
+    assert doc.live is not None
+    steps = doc.live.steps_seen
+    assert doc.live.warming_up
     assert vm.header.mode == f"WARMING UP ({steps} steps seen)"
     assert vm.rail.items[0].status == "WARMING UP"
     # the mode names what the user did; warming up only replaces LIVE
@@ -138,7 +144,8 @@ def test_row_window_keeps_the_selection_visible(count, selected, capacity, expec
 
 
 def test_only_updates_replace_each_other():
-    a, b = Update({"n": 1}), Update({"n": 2})
+    doc = recorded_feed("wait_heavy").document()
+    a, b = Update(doc), Update(replace(doc, run_name="newer"))
     assert b.can_replace(a)
     assert not Notice("x").can_replace(Notice("y"))
     assert not Notice("x").can_replace(a)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from traceml_attach.cli.errors import EXIT_BAD_FILE, CliError
 from traceml_attach.output.render import render_text
-from traceml_attach.output.summary import SCHEMA_VERSION
+from traceml_attach.output.summary import SchemaError, Summary, from_json
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -16,7 +16,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="final_summary.json, or the run folder that holds it")
 
 
-def load_summary(path: Path) -> dict:
+def load_summary(path: Path) -> Summary:
     if path.is_dir():
         path = path / "final_summary.json"
     try:
@@ -29,19 +29,15 @@ def load_summary(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise CliError(f"{path} is not valid JSON (line {exc.lineno}): the file is corrupt; "
                        "re-create it with `traceml replay` on the run's frames.msgpack", EXIT_BAD_FILE) from exc
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise CliError(f"{path} is not a traceml-attach summary (schema_version "
-                       f"{data.get('schema_version') if isinstance(data, dict) else '?'}, "
-                       f"expected {SCHEMA_VERSION})", EXIT_BAD_FILE)
-    return data
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise CliError(f"{path} is not a traceml-attach summary (it has no schema_version)", EXIT_BAD_FILE)
+    try:
+        return from_json(data)
+    except SchemaError as exc:
+        raise CliError(f"{path} cannot be read ({exc}): re-create it with `traceml replay` on the run's "
+                       "frames.msgpack", EXIT_BAD_FILE) from exc
 
 
 def run(args: argparse.Namespace) -> int:
-    data = load_summary(args.file)
-    try:
-        text = render_text(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CliError(f"{args.file} is missing fields ({type(exc).__name__}: {exc}): the file is "
-                       "corrupt; re-create it with `traceml replay`", EXIT_BAD_FILE) from exc
-    print(text, end="")
+    print(render_text(load_summary(args.file)), end="")
     return 0

@@ -5,9 +5,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang
-from traceml_attach.diagnose.step import Finding, diagnose_step_time, refine_with_gpu
+from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
+from traceml_attach.diagnose.report import Report
+from traceml_attach.diagnose.sections import problems, rank_status, sampling_section, step_time_section, targets
+from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
+from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.classify import Rule
@@ -16,48 +21,27 @@ from traceml_attach.steps.steptime import RankStepStats, rank_stats
 from traceml_attach.steps.sync import share_period
 from traceml_attach.steps.timeline import Timeline, build_timeline
 
+__all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
+
 
 @dataclass(frozen=True)
 class Analysis:
+    """What ``analyze`` returns: the typed report, and the working data behind it that live
+    views and the session history read (timelines, each rank's process, GPU readings)."""
+
+    report: Report
     start_ns: int | None
     end_ns: int | None
     timelines: dict[str, Timeline]
     ranks: list[RankStepStats]
-    findings: list[Finding]
-    hot: dict[str, dict[str, list[HotFrame]]]
-    pids: dict[str, int]   # each rank's process in the window (rank_pids)
-    gpu: RankGpu           # the ranks' GPU readings in the window
+    pids: dict[str, int]            # each rank's process in the window (rank_pids)
+    gpu: RankGpu                    # the ranks' GPU readings in the window
+    memory_series: MemorySeries     # the memory series the report's trends are shown for
 
-
-def rank_of(rec: Recording, pid: int, index: int) -> str:
-    meta = rec.targets.get(pid)
-    return str(meta.rank) if meta is not None and meta.rank is not None else str(index)
-
-
-def rank_key(rank: str) -> tuple[bool, int, str]:
-    """Ranks in numeric order; non-numeric labels after them."""
-    return (False, int(rank), "") if rank.isdigit() else (True, 0, rank)
-
-
-def rank_pids(rec: Recording, start_ns: int, end_ns: int) -> dict[str, int]:
-    """Each rank's process for the window: after an elastic restart, the one sampled last
-    that has samples in the window."""
-    chosen: dict[str, int] = {}
-    pids = list(rec.targets) or list(rec.spans)
-    for index, pid in enumerate(pids):
-        rank = rank_of(rec, pid, index)
-        spans = rec.spans.get(pid, [])
-        inside = bool(spans) and spans[0].ts_ns < end_ns and spans[-1].end_ns > start_ns
-        if rank not in chosen or inside:
-            chosen[rank] = pid
-    return dict(sorted(chosen.items(), key=lambda kv: rank_key(kv[0])))
-
-
-def synchronized(rec: Recording, pids: dict[str, int]) -> bool:
-    """Ranks of one distributed job (torchrun's RANK/WORLD_SIZE): they meet in a collective
-    every step (DDP's all-reduce in backward, FSDP's gathers), so they share one step period."""
-    metas = [rec.targets.get(pid) for pid in pids.values()]
-    return len(metas) > 1 and all(m is not None and m.rank is not None and (m.world_size or 0) > 1 for m in metas)
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        """The step-time findings, most severe first."""
+        return self.report.step_time.findings
 
 
 def analyze(
@@ -66,31 +50,63 @@ def analyze(
     policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
     start_ns: int | None = None,
     end_ns: int | None = None,
+    memory_from_ns: int | None = None,
 ) -> Analysis:
-    """Diagnose the recording's spans inside [start_ns, end_ns) (default: all of it)."""
+    """Diagnose the recording's spans inside [start_ns, end_ns) (default: all of it). Memory
+    trends need a longer view than step times: ``memory_from_ns`` starts theirs earlier."""
     span_range = rec.time_range()
     if span_range is None:
-        lo, hi = start_ns or 0, end_ns or (1 << 62)
-        pids = rank_pids(rec, lo, hi)
-        return Analysis(start_ns, end_ns, {}, [], diagnose_step_time([], policy), {}, pids, rank_gpu(rec, pids, lo, hi))
-    start = span_range[0] if start_ns is None else start_ns
-    end = span_range[1] if end_ns is None else end_ns
-    pids = rank_pids(rec, start, end)
+        start, end = start_ns, end_ns
+    else:
+        start = span_range[0] if start_ns is None else start_ns
+        end = span_range[1] if end_ns is None else end_ns
+    lo, hi = start or 0, end or (1 << 62)
+    pids = rank_pids(rec, lo, hi)
     timelines: dict[str, Timeline] = {}
-    for rank, pid in pids.items():
-        timelines[rank] = build_timeline(
-            pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, start, end,
-            rec.cpu.get(pid, ()),
-        )
-    if synchronized(rec, pids):
-        timelines = share_period(timelines, rec.rate_hz)
-    ranks = [rank_stats(rank, tl) for rank, tl in timelines.items()]
+    if span_range is not None:
+        for rank, pid in pids.items():
+            timelines[rank] = build_timeline(
+                pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, lo, hi,
+                rec.cpu.get(pid, ()),
+            )
+        if synchronized(rec, pids):
+            timelines = share_period(timelines, rec.rate_hz)
+    stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
-    findings = diagnose_step_time(ranks, policy)
-    gpu = rank_gpu(rec, pids, start, end)
+    return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns)
+
+
+def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int | None, pids: dict[str, int],
+             timelines: dict[str, Timeline], stats: list[RankStepStats], hot: dict[str, dict[str, list[HotFrame]]],
+             memory_from_ns: int | None = None) -> Analysis:
+    """The Analysis of the ranks' timelines, statistics and hot frames in [start, end): where
+    ``analyze`` and the live ``IncrementalAnalyzer`` (diagnose/incremental.py) meet."""
+    lo, hi = start or 0, end or (1 << 62)
+    gpu = rank_gpu(rec, pids, lo, hi)
+    findings = _step_findings(stats, timelines, gpu, policy)
+    if memory_from_ns is None or memory_from_ns >= lo:
+        memory, series = memory_section(rec, lo, hi, gpu)
+    else:
+        memory, series = memory_section(rec, memory_from_ns, hi, rank_gpu(rec, pids, memory_from_ns, hi))
+    seen = problems(rec)
+    recent = [p for p in seen if start is None or p.ts * 1e9 >= start]   # reported once the window began
+    step_time = step_time_section(stats, findings, recent)
+    report = Report(
+        targets(rec), rec.end_reason, rank_status(rec, timelines, pids, policy), step_time, memory,
+        system_section(rec, lo, hi, findings[0].kind), process_section(rec, pids, gpu, lo, hi),
+        {int(rank): {phase: tuple(rows) for phase, rows in hot[rank].items()} for rank in timelines},
+        sampling_section(rec, start, end, seen, recent, step_time),
+    )
+    return Analysis(report, start, end, timelines, stats, pids, gpu, series)
+
+
+def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], gpu: RankGpu,
+                   policy: StepTimePolicy) -> list[Finding]:
+    """Step time, refined with the GPU's utilization; a hang first."""
+    findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
-    findings = refine_with_gpu(findings, ranks, sm, policy)
+    findings = refine_with_gpu(findings, stats, sm, policy)
     hang = detect_hang(timelines, policy)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
-    return Analysis(start, end, timelines, ranks, findings, hot, pids, gpu)
+    return findings

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from traceml_attach.diagnose.step import Finding
+from traceml_attach.diagnose.finding import Finding, HangEvidence, RankStack
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.timeline import SYNC_PHASES, Timeline, user_frame
 
@@ -71,19 +71,18 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
     idle = min(s.idle_s for s in states)
     odd = _odd_ones(states)
     rest = [s for s in states if s not in odd]
-    evidence = {"idle_s": idle, "ranks": {s.rank: {"phase": s.what, "where": s.where, "src": s.src,
-                                                   "stack": list(s.stack)} for s in states}}
+    common = rest[0] if odd and rest else None
+    evidence = HangEvidence(idle, {int(s.rank): RankStack(s.what, s.where, s.src, s.stack) for s in states},
+                            tuple(int(s.rank) for s in odd), common.stack if common else None)
     if odd:
         o = odd[0]
         names = ", ".join(s.rank for s in odd)
         others = ", ".join(s.rank for s in rest)
-        common = rest[0] if rest else None
         why = (f"no rank completed a step for {idle:.0f} s and the stacks stopped changing; "
                f"rank {names} is in {o.what} at {o.where}" + (f" `{o.src}`" if o.src else ""))
         if common:
             why += (f", while rank{'s' if len(rest) > 1 else ''} {others} wait{'' if len(rest) > 1 else 's'} "
                     f"in {common.what} at {common.where}" + (f" `{common.src}`" if common.src else ""))
-        evidence["common_stack"] = list(common.stack) if common else []
         return Finding("HANG", "critical", f"the job is stuck: rank {names} is not where the others are",
                        why, f"look at rank {o.rank}'s {o.where}; run `traceml stacks --pid PID` for every "
                        "rank's current stack", o.rank, evidence)

@@ -3,48 +3,23 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import replace
 
+from traceml_attach.diagnose.finding import (
+    SEVERITY_ORDER,
+    STATUS,
+    Finding,
+    RankBurden,
+    StepEvidence,
+    StragglerEvidence,
+    finding_order,
+)
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.phases import COMPONENTS
 from traceml_attach.steps.steptime import RankStepStats
 
-STATUS = {
-    "NO_DATA": "NO DATA",
-    "WARMUP": "WARMUP",
-    "BALANCED": "BALANCED",
-    "INPUT_BOUND": "INPUT-BOUND",
-    "COMPUTE_BOUND": "COMPUTE-BOUND",
-    "WAIT_HEAVY": "WAIT-HEAVY",
-    "INPUT_STRAGGLER": "INPUT STRAGGLER",
-    "COMPUTE_STRAGGLER": "COMPUTE STRAGGLER",
-    "STRAGGLER": "STRAGGLER",
-    "HANG": "HANG",
-    "MEMORY_CREEP_EARLY": "MEMORY CREEP (EARLY)",
-}
-SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
-
-
-def finding_order(f: Finding) -> tuple[int, bool, float]:
-    """Sort key of a window's findings: most severe first, stragglers before the rest, then
-    the larger score."""
-    return (-SEVERITY_ORDER[f.severity], "STRAGGLER" not in f.kind, -f.evidence.get("rank_score", 0.0))
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    severity: str            # info | warning | critical
-    summary: str             # one line
-    why: str                 # the numbers behind it
-    action: str              # what to do next
-    worst_rank: str | None = None
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def status(self) -> str:
-        return STATUS.get(self.kind, self.kind.replace("_", " "))
+__all__ = ["SEVERITY_ORDER", "STATUS", "Finding", "diagnose_step_time", "finding_order", "refine_with_gpu",
+           "unknown_step_note"]
 
 
 def _pct(x: float) -> str:
@@ -126,8 +101,7 @@ def diagnose_step_time(
     compute = _median_component(ranks, "compute")
     step_ms = _job_step_ms(ranks)
     over = _over(step_ms, steps)
-    base = {"steps": steps, "step_ms": step_ms, "input_share": inp, "wait_share": wait,
-            "compute_share": compute}
+    base = StepEvidence(steps, step_ms, inp, wait, compute)
     findings = _stragglers(ranks, steps, policy)
     sev = _severity(inp, steps, policy, policy.share_warn, policy.share_crit)
     if sev:
@@ -140,7 +114,7 @@ def diagnose_step_time(
             f"({over}){detail}; threshold {_pct(policy.share_warn)}",
             "increase DataLoader num_workers, cut per-sample preprocessing, "
             "use pin_memory with non_blocking copies; see the hot input frames",
-            worst.rank, {**base, "rank_score": inp}))
+            worst.rank, replace(base, score=inp)))
     sev = _severity(wait, steps, policy, policy.share_warn, policy.share_crit)
     if sev:
         labels = worst.wait_labels
@@ -152,7 +126,7 @@ def diagnose_step_time(
             + (f"; of it: {top}" if top else ""),
             "inspect the hot wait frames: logging, host syncs such as .item(), "
             "checkpointing and eval inside the loop",
-            worst.rank, {**base, "wait_labels": labels, "rank_score": wait}))
+            worst.rank, replace(base, wait_labels=labels, score=wait)))
     if findings:
         return sorted(findings, key=finding_order)
     if compute >= policy.compute_bound:
@@ -238,13 +212,13 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     how = (f"the other ranks wait {amount(excess)} per step for it in the synchronizing phase"
            if synced else f"it carries {amount(excess)} more work per step than the median rank")
     step = f"the typical {step_ms:.0f} ms step" if step_ms is not None else "the typical step"
-    evidence: dict[str, Any] = {
-        "score": excess, "rank_score": excess, "excess_share": excess, "input_excess_share": ex_input,
-        "compute_excess_share": ex_compute, "synchronized": synced,
-        "excess_ms": None if step_ms is None else excess * step_ms,
-        "input_excess_ms": None if step_ms is None else ex_input * step_ms,
-        "compute_excess_ms": None if step_ms is None else ex_compute * step_ms,
-    }
+    evidence = StragglerEvidence(
+        excess, synced, ex_input, ex_compute,
+        None if step_ms is None else excess * step_ms,
+        None if step_ms is None else ex_input * step_ms,
+        None if step_ms is None else ex_compute * step_ms,
+        {int(r.rank): RankBurden(*_burden(work[r.rank]), r.sync_wait_share) for r in ranks},
+    )
     return [Finding(
         kind, severity,
         f"rank {culprit.rank} slows the job: {what}",
@@ -272,13 +246,20 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
             f"{head.why}; {100 * sync_share:.0f}% of that wait is device sync while the rank's GPU is {util:.0f}% "
             "busy: the time belongs to GPU kernels queued by forward/backward/optimizer",
             "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
-            head.worst_rank, {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
+            head.worst_rank, _with_gpu(head, util, sync_share))
         return sorted((compute if f is head else f for f in findings), key=finding_order)
     if util < policy.gpu_starving:
         starving = Finding(
             head.kind, head.severity, head.summary + f"; the GPU is idle {100 - util:.0f}% of the time",
             f"{head.why}; device sync is {100 * sync_share:.0f}% of the wait but the GPU is only {util:.0f}% "
             "busy: it waits for the host, not the other way round", head.action, head.worst_rank,
-            {**head.evidence, "gpu_sm_util": util, "device_sync_share": sync_share})
+            _with_gpu(head, util, sync_share))
         return [starving if f is head else f for f in findings]
     return findings
+
+
+def _with_gpu(head: Finding, util: float, sync_share: float) -> StepEvidence | None:
+    """The head finding's evidence with what the GPU told."""
+    if not isinstance(head.evidence, StepEvidence):
+        return None
+    return replace(head.evidence, gpu_sm_util=util, device_sync_share=sync_share)

@@ -1,10 +1,12 @@
-"""Readable text from a final_summary.json document: diagnosis first, then evidence."""
+"""Readable text from a summary: diagnosis first, then evidence."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.report import PhaseRow, RankStepTime, Report, StepTimeReport
+from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES, REGISTRY
 
 _HEAD = {p.name: p.head for p in REGISTRY}
@@ -22,118 +24,166 @@ def _clock(epoch: float | None) -> str:
     return "?" if epoch is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
 
 
-def _mb(x: int | None) -> str:
+def _mb(x: float | None) -> str:
     return "-" if x is None else f"{x / 2**20:.0f} MB"
 
 
-def _diag_block(title: str, d: dict[str, Any]) -> list[str]:
-    lines = [f"{title}  [{d['status']}] {d['severity']}: {d['summary']}"]
-    if d.get("why"):
-        lines.append(f"  why:  {d['why']}")
-    if d.get("action"):
-        lines.append(f"  next: {d['action']}")
+def _diag_block(title: str, d: Finding) -> list[str]:
+    lines = [f"{title}  [{d.status}] {d.severity}: {d.summary}"]
+    if d.why:
+        lines.append(f"  why:  {d.why}")
+    if d.action:
+        lines.append(f"  next: {d.action}")
     return lines
 
 
-def _table(st: dict[str, Any]) -> list[str]:
+def rank_note(r: RankStepTime) -> str | None:
+    """A rank's sampling problems with the coverage they cost: beside the numbers they weaken."""
+    if not r.problem_count:
+        return None
+    coverage = "coverage unknown" if r.coverage is None else f"coverage {100 * r.coverage:.1f}%"
+    more = f" ({r.problem_count} problems, the last)" if r.problem_count > 1 else ""
+    return f"rank {r.rank}: {coverage}; sampling problem{more}: {r.problems[-1].line()}"
+
+
+def _phase_row(label: str, row: PhaseRow) -> str:
+    return (f"  {label:<12}{'':>6}{_ms(row.step_ms):>9}"
+            + "".join(f"{_ms(row.phases_ms.get(p)):>10}" for p in PHASES))
+
+
+def _table(st: StepTimeReport) -> list[str]:
     head = f"  {'Rank':<12}{'Steps':>6}{'Step ms':>9}" + "".join(f"{_HEAD[p]:>10}" for p in PHASES)
     rows = [head]
-    for rank, r in st["ranks"].items():
-        phases = r.get("phases_ms") or {}
-        steps = f"{r['steps']}+" if r["step_ms"] is None else str(r["steps"])
-        rows.append(f"  {rank:<12}{steps:>6}{_ms(r['step_ms']):>9}"
+    for rank, r in st.ranks.items():
+        phases = r.phases_ms or {}
+        steps = f"{r.steps}+" if r.step_ms is None else str(r.steps)
+        rows.append(f"  {rank:<12}{steps:>6}{_ms(r.step_ms):>9}"
                     + "".join(f"{_ms(phases.get(p)):>10}" for p in PHASES))
-    if st.get("median"):
-        m, w = st["median"], st["worst"]
-        rows.append(f"  {'Median':<12}{'':>6}{_ms(m['step_ms']):>9}"
-                    + "".join(f"{_ms(m['phases_ms'][p]):>10}" for p in PHASES))
-        rows.append(f"  {'Worst (r' + str(w['rank']) + ')':<12}{'':>6}{_ms(w['step_ms']):>9}"
-                    + "".join(f"{_ms(w['phases_ms'].get(p)):>10}" for p in PHASES))
-        rows.append(f"  Skew {st['skew_pct']:.1f}%   WAIT share {100 * st['wait_share']:.1f}%")
-    if st.get("step_time_note"):
-        rows.append(f"  {st['step_time_note']}")
-    for rank, r in st["ranks"].items():
-        shares = r.get("shares")
-        if shares:
-            rows.append(f"  rank {rank} shares: " + ", ".join(
-                f"{p} {100 * shares[p]:.1f}%" for p in PHASES))
-        if r.get("wait_labels"):
+        note = rank_note(r)
+        if note:
+            rows.append(f"    ! {note}")
+    if st.median is not None and st.worst is not None:
+        rows.append(_phase_row("Median", st.median))
+        rows.append(_phase_row(f"Worst (r{st.worst.rank})", st.worst))
+        rows.append(f"  Skew {st.skew_pct or 0.0:.1f}%   WAIT share {100 * (st.wait_share or 0.0):.1f}%")
+    if st.step_time_note:
+        rows.append(f"  {st.step_time_note}")
+    for rank, r in st.ranks.items():
+        if r.shares:
+            shares = r.shares
+            rows.append(f"  rank {rank} shares: " + ", ".join(f"{p} {100 * shares[p]:.1f}%" for p in PHASES))
+        if r.wait_labels:
             rows.append(f"  rank {rank} wait: " + ", ".join(
-                f"{k} {100 * v:.0f}%" for k, v in list(r["wait_labels"].items())[:5]))
-        if r.get("loop"):
-            rows.append(f"  rank {rank} loop: {r['loop']} on thread {r.get('thread') or '?'}")
+                f"{k} {100 * v:.0f}%" for k, v in list(r.wait_labels.items())[:5]))
+        if r.loop:
+            rows.append(f"  rank {rank} loop: {r.loop} on thread {r.thread or '?'}")
     return rows
 
 
-def render_text(s: dict[str, Any]) -> str:
-    samp = s["sampling"]
-    win = samp["window"]
-    span_s = (win["end"] - win["start"]) if win["start"] is not None and win["end"] is not None else 0.0
-    out = [f"traceml-attach summary: {s['run_name']}"]
-    for t in s.get("targets", []):
-        state = "exited" if t.get("exited") else "running"
-        status = f" (status {t['exit_status']})" if t.get("exit_status") is not None else ""
-        out.append(f"Target: pid {t['pid']}  {' '.join(t.get('cmd') or [])[:90]}  [{state}{status}]")
-    for rank, r in (s.get("ranks") or {}).items():
-        if r["status"] != "alive" or r["restarts"]:
-            extra = f" with status {r['exit_status']}" if r.get("exit_status") is not None else ""
-            out.append(f"Rank {rank}: {r['status']}{extra}; pids {', '.join(map(str, r['pids']))}"
-                       + (f", {r['restarts']} restart(s)" if r["restarts"] else ""))
-    out.append(f"Window: {_clock(win['start'])} for {span_s:.1f} s; {samp['backend']} "
-               f"{samp['version'] or ''} at {samp['rate_hz']} Hz, {samp['samples'] or 0} samples, "
-               f"{samp['errors'] or 0} errors")
+def _head(s: Summary) -> list[str]:
+    rep = s.report
+    samp = rep.sampling
+    win = samp.window
+    span_s = (win.end - win.start) if win.start is not None and win.end is not None else 0.0
+    out = [f"traceml-attach summary: {s.run_name}"]
+    for t in rep.targets:
+        state = "exited" if t.exited else "running"
+        status = f" (status {t.exit_status})" if t.exit_status is not None else ""
+        out.append(f"Target: pid {t.pid}  {' '.join(t.cmd)[:90]}  [{state}{status}]")
+    for rank, r in rep.ranks.items():
+        if r.status != "alive" or r.restarts:
+            extra = f" with status {r.exit_status}" if r.exit_status is not None else ""
+            out.append(f"Rank {rank}: {r.status}{extra}; pids {', '.join(map(str, r.pids))}"
+                       + (f", {r.restarts} restart(s)" if r.restarts else ""))
+    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {samp.backend} "
+               f"{samp.version or ''} at {samp.rate_hz} Hz, {samp.samples or 0} samples, "
+               f"{samp.errors or 0} errors")
     out.append("")
-    p = s["primary_diagnosis"]
-    out.append(f"PRIMARY  [{p['status']}] {p['severity']}: {p['summary']}")
+    p = rep.primary_diagnosis
+    out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")
+    if samp.diagnosis.kind == "SAMPLING_FAILED":   # a thread of ours failed: before anything it may have left stale
+        out += _diag_block("FAILED ", samp.diagnosis)
     out.append("")
-    st = s["step_time"]
-    out += _diag_block("Step Time", st["diagnosis"])
-    for extra in st.get("findings", [])[1:]:
-        out.append(f"  also [{extra['status']}] {extra['severity']}: {extra['summary']}")
-    out += _table(st)
-    out.append("")
-    for rank, phases in s.get("hot_frames", {}).items():
+    return out
+
+
+def _hot(rep: Report) -> list[str]:
+    out = []
+    for rank, phases in rep.hot_frames.items():
         if not phases:
             continue
         out.append(f"Hot frames (rank {rank}; share of each phase)")
         for phase in PHASES:
-            for h in (phases.get(phase) or [])[:3]:
-                via = f"  via {h['via']}" if h.get("via") else ""
-                out.append(f"  {phase:<10}{100 * h['share']:>4.0f}%  {h['frame']}{via}")
+            for h in phases.get(phase, ())[:3]:
+                via = f"  via {h.via}" if h.via else ""
+                out.append(f"  {phase:<10}{100 * h.share:>4.0f}%  {h.frame}{via}")
         out.append("")
-    out += _diag_block("Step Memory", s["step_memory"]["diagnosis"])
-    for source in ("gpu", "host"):
-        mem = s["step_memory"].get(source)
-        if not mem or not mem.get("ranks"):
+    return out
+
+
+def _memory(rep: Report) -> list[str]:
+    sm = rep.step_memory
+    out = _diag_block("Step Memory", sm.diagnosis)
+    for mem in (sm.gpu, sm.host):
+        if mem is None or not mem.ranks:
             continue
-        label = "GPU memory (NVML: reserved + context)" if source == "gpu" else "host RSS + workers"
-        out.append(f"  {label}: median peak {_mb(mem['median_peak_bytes'])}, worst peak "
-                   f"{_mb(mem['worst_peak_bytes'])} (rank {mem['worst_rank']}), skew {mem['skew_pct']}%")
-        for rank, r in mem["ranks"].items():
-            bands = r.get("head_mid_tail_bytes")
-            trend = " → ".join(_mb(b) for b in bands) if bands else "too few samples"
-            out.append(f"    rank {rank}: head/mid/tail {trend}")
-    out += _diag_block("System", s["system"]["diagnosis"])
-    host = s["system"].get("host") or {}
-    out.append(f"  host CPU {host.get('cpu_percent_median', '-')}% (median), RAM peak "
-               f"{_mb(host.get('mem_used_peak_bytes'))} of {_mb(host.get('mem_total_bytes'))}")
-    out += _diag_block("Process", s["process"]["diagnosis"])
-    for i, g in (s["system"].get("gpus") or {}).items():
-        out.append(f"  GPU {i}: util {g['util_percent_median']}% (median), memory peak "
-                   f"{None if g['mem_used_peak'] is None else round(100 * g['mem_used_peak'])}%, "
-                   f"temp peak {g['temp_c_peak']} C")
-    for rank, r in (s["process"].get("ranks") or {}).items():
-        cpu = r["cpu_percent_median"]
-        gpu = f", GPU memory peak {_mb(r['gpu_mem_peak_bytes'])}" if r.get("gpu_mem_peak_bytes") else ""
-        out.append(f"  rank {rank}: pid {r['pid']} CPU {'-' if cpu is None else f'{cpu:.0f}'}% (median), RSS peak "
-                   f"{_mb(r['rss_peak_bytes'])} with {_n(r['workers'])} workers, {_n(r['threads'])} threads{gpu}")
-    for note in s["process"].get("notes") or []:
+        label = "GPU memory (NVML: reserved + context)" if mem.source == "gpu" else "host RSS + workers"
+        out.append(f"  {label}: median peak {_mb(mem.median_peak_bytes)}, worst peak "
+                   f"{_mb(mem.worst_peak_bytes)} (rank {mem.worst_rank}), skew {mem.skew_pct}%")
+        for rank, r in mem.ranks.items():
+            trend = " → ".join(_mb(b) for b in r.head_mid_tail_bytes) if r.head_mid_tail_bytes else "too few samples"
+            pace = (f"; past warm-up {r.growth_bytes / 2**20:+.0f} MB over {r.judged_s:.0f} s"
+                    if r.growth_bytes is not None and r.judged_s else "")
+            out.append(f"    rank {rank}: head/mid/tail {trend}{pace}")
+    return out
+
+
+def _system_process(rep: Report) -> list[str]:
+    host = rep.system.host
+    out = _diag_block("System", rep.system.diagnosis)
+    cpu = "-" if host.cpu_percent_median is None else host.cpu_percent_median
+    out.append(f"  host CPU {cpu}% (median), RAM peak "
+               f"{_mb(host.mem_used_peak_bytes)} of {_mb(host.mem_total_bytes)}")
+    out += _diag_block("Process", rep.process.diagnosis)
+    for i, g in rep.system.window.gpus.items():
+        out.append(f"  GPU {i}: util {g.util_percent_median}% (median), memory peak "
+                   f"{None if g.mem_used_peak is None else round(100 * g.mem_used_peak)}%, "
+                   f"temp peak {g.temp_c_peak} C")
+    for rank, r in rep.process.ranks.items():
+        cpu_pct = r.cpu_percent_median
+        gpu = f", GPU memory peak {_mb(r.gpu_mem_peak_bytes)}" if r.gpu_mem_peak_bytes else ""
+        out.append(f"  rank {rank}: pid {r.pid} CPU {'-' if cpu_pct is None else f'{cpu_pct:.0f}'}% (median), "
+                   f"RSS peak {_mb(r.rss_peak_bytes)} with {_n(r.workers)} workers, {_n(r.threads)} threads{gpu}")
+    for note in rep.process.notes:
         out.append(f"  note: {note}")
-    problems = list(samp.get("problems") or [])
-    if samp.get("bad_frames"):
-        problems.append(f"{samp['bad_frames']} recorded frame(s) could not be decoded and were skipped")
-    if problems:
-        out.append("")
-        out.append("Problems while sampling:")
-        out += [f"  {line}" for line in problems]
+    return out
+
+
+def _sampling(rep: Report) -> list[str]:
+    samp = rep.sampling
+    problems = [p.line() for p in samp.problems]
+    if samp.problem_count > len(samp.problems):
+        problems.append(f"... {samp.problem_count - len(samp.problems)} more")
+    if samp.bad_frames:
+        problems.append(f"{samp.bad_frames} recorded frame(s) could not be decoded and were skipped")
+    if not problems:
+        return []
+    out = ["", *_diag_block("Sampling", samp.diagnosis)] if samp.diagnosis.kind != "NORMAL" else [""]
+    out.append("Problems while sampling:")
+    return out + [f"  {line}" for line in problems]
+
+
+def render_text(s: Summary) -> str:
+    rep = s.report
+    st = rep.step_time
+    out = _head(s)
+    out += _diag_block("Step Time", st.diagnosis)
+    for extra in st.findings[1:]:
+        out.append(f"  also [{extra.status}] {extra.severity}: {extra.summary}")
+    out += _table(st)
+    out.append("")
+    out += _hot(rep)
+    out += _memory(rep)
+    out += _system_process(rep)
+    out += _sampling(rep)
     return "\n".join(out) + "\n"

@@ -32,7 +32,7 @@ from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT,
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
-from traceml_attach.output.summary import build_summary
+from traceml_attach.output.summary import Summary, build_summary
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
 from traceml_attach.steps.classify import Rule
@@ -43,7 +43,7 @@ Tick = Callable[[Recording, Analysis, float], None]
 @dataclass
 class SessionResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     text: str
     code: int
 
@@ -127,7 +127,7 @@ class Session:
     def live_analysis(self) -> Analysis:
         return self.pipeline.window_analysis()
 
-    def summarize(self, final: bool = False) -> tuple[dict[str, Any], str]:
+    def summarize(self, final: bool = False) -> tuple[Summary, str]:
         """Write the summary of what was recorded so far (the newest LIVE_WINDOW_S in detail,
         the session's history as rollups); the session goes on unless ``final``."""
         self.drain()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.console import RenderableType
 from textual import events
@@ -17,6 +17,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Container
 from textual.widgets import Footer
 
+from traceml_attach.output.summary import Summary
 from traceml_attach.tui.feed import Feed, Finished, Notice, Update
 from traceml_attach.tui.present import move_phase, move_rank, present
 from traceml_attach.tui.viewmodel import Selection, ViewModel
@@ -57,8 +58,8 @@ class TraceApp(App[None]):
         super().__init__()
         self.feed = feed
         self.live_mode = mode
-        self.doc: dict[str, Any] | None = None      # what is on screen
-        self.newest: dict[str, Any] | None = None   # what arrived last (differs while paused)
+        self.doc: Summary | None = None      # what is on screen
+        self.newest: Summary | None = None   # what arrived last (differs while paused)
         self.selection = Selection()   # the user's choice; rank None follows the diagnosis
         self.view: ViewModel | None = None
         self.paused = False

@@ -9,22 +9,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from textual.message import Message
 
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.live import live_document, live_window
+from traceml_attach.output.live import analyze_live, live_document
 from traceml_attach.output.report import write_summary
-from traceml_attach.output.summary import build_summary
+from traceml_attach.output.summary import Summary, build_summary
 from traceml_attach.steps.classify import Rule
 
 
 class Update(Message):
     """A new live document. A newer one replaces one the UI has not handled yet."""
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: Summary) -> None:
         super().__init__()
         self.doc = doc
 
@@ -81,8 +81,8 @@ class RecordedFeed:
         self._writing = threading.Lock()   # s then q: one summary at a time into the same files
         self.write_error: OSError | None = None   # why the latest summary could not be written
 
-    def document(self) -> dict[str, Any]:
-        return live_document(self.rec, analyze(self.rec, self.rules, start_ns=live_window(self.rec)), self.run_name)
+    def document(self) -> Summary:
+        return live_document(self.rec, analyze_live(self.rec, self.rules), self.run_name)
 
     def start(self, app: Poster) -> None:
         self._app = app

@@ -1,12 +1,14 @@
-"""The pure view-model step: a live document (or a final summary) and a selection in,
-everything the panels draw out. No Textual, no clock, no I/O."""
+"""The pure view-model step: a summary (live or final) and a selection in, everything the
+panels draw out. It reads the typed report; no Textual, no clock, no I/O."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
-from traceml_attach.diagnose.analysis import rank_key
+from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.report import PhaseRow, RankStepTime
+from traceml_attach.output.render import rank_note
+from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import (
     DiagnosisVM,
@@ -79,27 +81,25 @@ def sparkline(values: list[int] | list[float]) -> str:
 
 # --- selection ----------------------------------------------------------------------------
 
-def rank_ids(doc: dict[str, Any]) -> tuple[str, ...]:
-    ids = set(doc["step_time"]["ranks"]) | set(doc.get("ranks") or {})
-    ids |= set((doc.get("process") or {}).get("ranks") or {})
-    return tuple(sorted(ids, key=rank_key))
+def rank_ids(doc: Summary) -> tuple[int, ...]:
+    return doc.report.rank_ids()
 
 
-def default_rank(doc: dict[str, Any], ids: tuple[str, ...]) -> str | None:
+def default_rank(doc: Summary, ids: tuple[int, ...]) -> int | None:
     """The rank a user wants first: the one the diagnosis names, else the slowest, else rank 0."""
-    st = doc["step_time"]
-    for candidate in (st["diagnosis"].get("worst_rank"), (st.get("worst") or {}).get("rank")):
-        if candidate is not None and str(candidate) in ids:
-            return str(candidate)
+    st = doc.report.step_time
+    for candidate in (st.diagnosis.worst_rank, st.worst.rank if st.worst else None):
+        if isinstance(candidate, int) and candidate in ids:
+            return candidate
     return ids[0] if ids else None
 
 
-def resolve(doc: dict[str, Any], ids: tuple[str, ...], sel: Selection) -> Selection:
+def resolve(doc: Summary, ids: tuple[int, ...], sel: Selection) -> Selection:
     rank = sel.rank if sel.rank in ids else default_rank(doc, ids)
     return Selection(rank, sel.phase if sel.phase in PHASES else PHASES[0])
 
 
-def move_rank(ids: tuple[str, ...], sel: Selection, by: int) -> Selection:
+def move_rank(ids: tuple[int, ...], sel: Selection, by: int) -> Selection:
     if not ids:
         return sel
     i = ids.index(sel.rank) if sel.rank in ids else 0
@@ -113,74 +113,81 @@ def move_phase(sel: Selection, by: int) -> Selection:
 
 # --- panels -------------------------------------------------------------------------------
 
-def _diagnosis(title: str, d: dict[str, Any]) -> DiagnosisVM:
-    return DiagnosisVM(title, d["status"], d["severity"], d["summary"], d.get("why") or "", d.get("action") or "")
+def _diagnosis(title: str, d: Finding) -> DiagnosisVM:
+    return DiagnosisVM(title, d.status, d.severity, d.summary, d.why, d.action)
 
 
-def present_header(doc: dict[str, Any], ids: tuple[str, ...], mode: str) -> HeaderVM:
-    live = doc.get("live") or {}
-    targets = doc.get("targets") or []
-    cmd = targets[0]["cmd"] if targets else []
+def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
+    live = doc.live
+    targets = doc.report.targets
+    cmd = targets[0].cmd if targets else ()
     script = next((a.rsplit("/", 1)[-1] for a in cmd[1:] if a.endswith(".py")), cmd[0] if cmd else "?")
-    pids = ", ".join(str(t["pid"]) for t in targets[:4]) + (" …" if len(targets) > 4 else "")
+    pids = ", ".join(str(t.pid) for t in targets[:4]) + (" …" if len(targets) > 4 else "")
     n = len(ids)
     target = f"{script} · pid {pids} · {n} rank{'s' if n != 1 else ''}"
-    samp = doc["sampling"]
-    win = samp["window"]
-    clock_ns = live.get("clock_ns")
-    epoch = clock_ns / 1e9 if clock_ns is not None else win.get("end")
+    samp = doc.report.sampling
+    win = samp.window
+    clock_ns = live.clock_ns if live else None
+    epoch = clock_ns / 1e9 if clock_ns is not None else win.end
     clock = NONE if epoch is None else time.strftime("%H:%M:%S", time.localtime(epoch))
-    elapsed = live.get("elapsed_s")
-    if elapsed is not None:
-        clock += f" · {duration(elapsed)}"
-    if mode == "LIVE" and live.get("warming_up"):
-        mode = f"WARMING UP ({live.get('steps_seen', 0)} steps seen)"
-    span = (win["end"] - win["start"]) if win.get("start") is not None and win.get("end") is not None else None
-    sampling = f"{samp['backend']} {samp.get('version') or ''} · {samp['rate_hz']} Hz · window {duration(span)}"
-    return HeaderVM(f"traceml attach · {doc['run_name']}", target, clock, mode, sampling)
+    if live is not None and live.elapsed_s is not None:
+        clock += f" · {duration(live.elapsed_s)}"
+    if mode == "LIVE" and live is not None and live.warming_up:
+        mode = f"WARMING UP ({live.steps_seen} steps seen)"
+    span = (win.end - win.start) if win.start is not None and win.end is not None else None
+    sampling = f"{samp.backend} {samp.version or ''} · {samp.rate_hz} Hz · window {duration(span)}"
+    return HeaderVM(f"traceml attach · {doc.run_name}", target, clock, mode, sampling)
 
 
-def present_rail(doc: dict[str, Any]) -> RailVM:
-    st = doc["step_time"]
-    live = doc.get("live") or {}
-    first = _diagnosis("Step time", st["diagnosis"])
-    if live.get("warming_up"):
-        first = DiagnosisVM("Step time", "WARMING UP", "pending",
-                            f"warming up ({live.get('steps_seen', 0)} steps seen)", first.why or first.summary,
-                            first.action)
-    items = [first]
-    items += [_diagnosis("also", f) for f in st.get("findings", [])[1:3]]
-    items.append(_diagnosis("Memory", doc["step_memory"]["diagnosis"]))
-    for title, key in (("System", "system"), ("Process", "process")):
-        d = doc[key]["diagnosis"]
-        if d["kind"] != "NORMAL":
+def present_rail(doc: Summary) -> RailVM:
+    rep = doc.report
+    st = rep.step_time
+    live = doc.live
+    first = _diagnosis("Step time", st.diagnosis)
+    if live is not None and live.warming_up:
+        first = DiagnosisVM("Step time", "WARMING UP", "pending", f"warming up ({live.steps_seen} steps seen)",
+                            first.why or first.summary, first.action)
+    sampling = rep.sampling.diagnosis
+    failed = [_diagnosis("Sampling", sampling)] if sampling.kind == "SAMPLING_FAILED" else []
+    items = [*failed, first]   # a thread of ours that failed goes first: what follows may be stale
+    items += [_diagnosis("also", f) for f in st.findings[1:3]]
+    items.append(_diagnosis("Memory", rep.step_memory.diagnosis))
+    for title, d in (("System", rep.system.diagnosis), ("Process", rep.process.diagnosis)):
+        if d.kind != "NORMAL":
             items.append(_diagnosis(title, d))
+    if sampling.kind != "NORMAL" and not failed:
+        items.append(_diagnosis("Sampling", sampling))
     return RailVM(tuple(items))
 
 
-def present_steps(doc: dict[str, Any], sel: Selection) -> StepTableVM:
-    st = doc["step_time"]
-    worst = st.get("worst") or {}
-    named = st["diagnosis"].get("worst_rank")
-    flagged = str(named if named is not None else worst.get("rank"))
+def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
+    st = doc.report.step_time
+    worst = st.worst
+    named = st.diagnosis.worst_rank
+    flagged = named if named is not None else (worst.rank if worst else None)
     rows = []
-    for rank, r in sorted(st["ranks"].items(), key=lambda kv: rank_key(kv[0])):
-        phases = r.get("phases_ms") or {}
-        shares = r.get("shares")
-        steps = str(r["steps"]) + ("+" if r.get("step_ms") is None else "")
-        rows.append(StepRow(f"r{rank}", "rank", steps, ms(r.get("step_ms"), unknown="?"),
-                            _cells(phases, shares), tuple(shares[p] for p in PHASES) if shares else None,
-                            selected=rank == sel.rank, flagged=rank == flagged))
-    if st.get("median"):
-        med = st["median"]
-        rows.append(StepRow("median", "median", "", ms(med["step_ms"]),
-                            tuple(ms(med["phases_ms"].get(p)) for p in PHASES), _shares(med)))
-        rows.append(StepRow(f"worst r{worst['rank']}", "worst", "", ms(worst["step_ms"]),
-                            tuple(ms(worst["phases_ms"].get(p)) for p in PHASES), _shares(worst)))
-    skew = NONE if st.get("skew_pct") is None else f"{st['skew_pct']:+.1f}%"
-    wait = NONE if st.get("wait_share") is None else f"{100 * st['wait_share']:.1f}%"
-    note = (st.get("step_time_note") or "") if rows else st["diagnosis"]["summary"]
-    return StepTableVM(tuple(rows), sel.phase, skew, wait, None if not worst else str(worst["rank"]), note)
+    for rank, r in sorted(st.ranks.items()):
+        shares = r.shares
+        steps = str(r.steps) + ("+" if r.step_ms is None else "")
+        rows.append(StepRow(f"r{rank}", "rank", steps, ms(r.step_ms, unknown="?"),
+                            _cells(r.phases_ms or {}, shares), tuple(shares[p] for p in PHASES) if shares else None,
+                            selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0))
+    if st.median is not None and worst is not None:
+        rows.append(StepRow("median", "median", "", ms(st.median.step_ms),
+                            tuple(ms(st.median.phases_ms.get(p)) for p in PHASES), _shares(st.median)))
+        rows.append(StepRow(f"worst r{worst.rank}", "worst", "", ms(worst.step_ms),
+                            tuple(ms(worst.phases_ms.get(p)) for p in PHASES), _shares(worst)))
+    skew = NONE if st.skew_pct is None else f"{st.skew_pct:+.1f}%"
+    wait = NONE if st.wait_share is None else f"{100 * st.wait_share:.1f}%"
+    note = (st.step_time_note or "") if rows else st.diagnosis.summary
+    return StepTableVM(tuple(rows), sel.phase, skew, wait, None if worst is None else str(worst.rank), note,
+                       _alerts(st.ranks, sel.rank))
+
+
+def _alerts(ranks: dict[int, RankStepTime], selected: int | None) -> tuple[str, ...]:
+    """Each rank's sampling problems with its coverage, the selected rank's first."""
+    order = sorted(ranks, key=lambda rank: (rank != selected, rank))
+    return tuple(note for rank in order if (note := rank_note(ranks[rank])))
 
 
 def _cells(phases_ms: dict[str, float], shares: dict[str, float] | None) -> tuple[str, ...]:
@@ -190,109 +197,102 @@ def _cells(phases_ms: dict[str, float], shares: dict[str, float] | None) -> tupl
     return tuple(ms(phases_ms.get(p)) for p in PHASES)
 
 
-def _shares(row: dict[str, Any]) -> tuple[float, ...] | None:
-    step = row.get("step_ms")
-    phases = row.get("phases_ms") or {}
-    if not step:
+def _shares(row: PhaseRow) -> tuple[float, ...] | None:
+    if not row.step_ms:
         return None
-    return tuple((phases.get(p) or 0.0) / step for p in PHASES)
+    return tuple((row.phases_ms.get(p) or 0.0) / row.step_ms for p in PHASES)
 
 
-def present_memory(doc: dict[str, Any], sel: Selection) -> MemoryVM:
-    sm = doc["step_memory"]
-    live = doc.get("live") or {}
-    source = live.get("memory_source") or ("gpu" if sm.get("gpu") else "host")
-    report = sm.get(source) or sm.get("host") or {}
-    series = live.get("memory_series") or {}
-    ranks = report.get("ranks") or {}
+def present_memory(doc: Summary, sel: Selection) -> MemoryVM:
+    sm = doc.report.step_memory
+    report = sm.shown
+    series = doc.live.memory_series if doc.live else {}
     rows = []
-    for rank in sorted(set(ranks) | set(series), key=rank_key):
-        r = ranks.get(rank) or {}
-        values = series.get(rank) or []
-        peak = r.get("peak_bytes", max(values) if values else None)
-        rows.append(MemoryRow(rank, sparkline(values), size(peak), signed_size(r.get("delta_bytes")),
-                              selected=rank == sel.rank, flagged=rank == report.get("worst_rank")))
-    label = "GPU memory (NVML: reserved + context)" if source == "gpu" else "host RSS + DataLoader workers"
-    skew = report.get("skew_pct")
-    return MemoryVM(label, tuple(rows), size(report.get("median_peak_bytes")), size(report.get("worst_peak_bytes")),
-                    report.get("worst_rank"), NONE if skew is None else f"{skew:+.1f}%")
+    for rank in sorted(set(report.ranks) | set(series)):
+        r = report.ranks.get(rank)
+        values = series.get(rank, ())
+        peak = r.peak_bytes if r is not None else (max(values) if values else None)
+        rows.append(MemoryRow(str(rank), sparkline(list(values)), size(peak),
+                              signed_size(r.delta_bytes if r is not None else None),
+                              selected=rank == sel.rank, flagged=rank == report.worst_rank))
+    label = "GPU memory (NVML: reserved + context)" if report.source == "gpu" else "host RSS + DataLoader workers"
+    skew = report.skew_pct
+    return MemoryVM(label, tuple(rows), size(report.median_peak_bytes), size(report.worst_peak_bytes),
+                    None if report.worst_rank is None else str(report.worst_rank),
+                    NONE if skew is None else f"{skew:+.1f}%")
 
 
-def present_system(doc: dict[str, Any]) -> SystemVM:
-    system = doc["system"]
-    host = system.get("host") or {}
-    used, total = host.get("mem_used_peak_bytes"), host.get("mem_total_bytes")
-    cpu = system["host_cpu_percent_median"]   # of the window (host's is of the whole recording)
+def present_system(doc: Summary) -> SystemVM:
+    system = doc.report.system
+    host = system.host
+    used, total = host.mem_used_peak_bytes, host.mem_total_bytes
+    window = system.window   # the window's (host's is of the whole recording)
     gpus = tuple(
-        GpuRow(i, pct(g.get("util_percent_median")), pct(g.get("mem_used_peak"), 100),
-               NONE if g.get("temp_c_peak") is None else f"{g['temp_c_peak']:.0f}°C",
-               pct(g.get("power_share_median"), 100))
-        for i, g in sorted((system.get("gpus") or {}).items(), key=lambda kv: rank_key(kv[0])))
-    d = system["diagnosis"]
-    return SystemVM(pct(cpu), f"{size(used)} / {size(total)}", used / total if used and total else None,
-                    gpus, d["status"], d["severity"], d["summary"])
+        GpuRow(str(i), pct(g.util_percent_median), pct(g.mem_used_peak, 100),
+               NONE if g.temp_c_peak is None else f"{g.temp_c_peak:.0f}°C", pct(g.power_share_median, 100))
+        for i, g in sorted(window.gpus.items()))
+    d = system.diagnosis
+    return SystemVM(pct(window.host_cpu_percent_median), f"{size(used)} / {size(total)}",
+                    used / total if used and total else None, gpus, d.status, d.severity, d.summary)
 
 
-def present_process(doc: dict[str, Any], sel: Selection) -> ProcessVM:
-    proc = doc["process"]
+def present_process(doc: Summary, sel: Selection) -> ProcessVM:
+    proc = doc.report.process
     rows = []
-    for rank, r in sorted((proc.get("ranks") or {}).items(), key=lambda kv: rank_key(kv[0])):
-        workers = NONE if r.get("workers") is None else str(r["workers"])
-        if r.get("workers_cpu_percent") is not None:
-            workers += f" ({r['workers_cpu_percent']:.0f}%)"
-        gpu = size(r.get("gpu_mem_peak_bytes"))
-        if r.get("gpu_sm_util_median") is not None:
-            gpu += f" · SM {r['gpu_sm_util_median']:.0f}%"
-        rows.append(ProcessRow(rank, str(r["pid"]), pct(r.get("cpu_percent_median")), size(r.get("rss_peak_bytes")),
-                               gpu, workers, NONE if r.get("threads") is None else str(r["threads"]),
-                               selected=rank == sel.rank))
-    d = proc["diagnosis"]
-    return ProcessVM(tuple(rows), tuple(proc.get("notes") or ()), d["status"], d["severity"], d["summary"])
+    for rank, r in sorted(proc.ranks.items()):
+        workers = NONE if r.workers is None else str(r.workers)
+        if r.workers_cpu_percent is not None:
+            workers += f" ({r.workers_cpu_percent:.0f}%)"
+        gpu = size(r.gpu_mem_peak_bytes)
+        if r.gpu_sm_util_median is not None:
+            gpu += f" · SM {r.gpu_sm_util_median:.0f}%"
+        rows.append(ProcessRow(str(rank), str(r.pid), pct(r.cpu_percent_median), size(r.rss_peak_bytes), gpu,
+                               workers, NONE if r.threads is None else str(r.threads), selected=rank == sel.rank))
+    d = proc.diagnosis
+    return ProcessVM(tuple(rows), proc.notes, d.status, d.severity, d.summary)
 
 
-def present_hot(doc: dict[str, Any], sel: Selection) -> HotFramesVM:
+def present_hot(doc: Summary, sel: Selection) -> HotFramesVM:
     rank, phase = sel.rank, sel.phase
-    frames = (doc.get("hot_frames") or {}).get(rank or "", {}).get(phase) or []
-    rows = tuple(HotRow(pct(h["share"], 100), f"{h['ms']:.0f} ms", h["frame"], h.get("via")) for h in frames)
-    r = doc["step_time"]["ranks"].get(rank or "") or {}
-    phase_ms = (r.get("phases_ms") or {}).get(phase)
+    frames = doc.report.hot_frames.get(rank, {}).get(phase, ()) if rank is not None else ()
+    rows = tuple(HotRow(pct(h.share, 100), f"{h.ms:.0f} ms", h.frame, h.via) for h in frames)
+    r = doc.report.step_time.ranks.get(rank) if rank is not None else None
+    phase_ms = (r.phases_ms or {}).get(phase) if r is not None else None
     if rows:
         note = ""
     elif rank is None:
         note = "no rank sampled yet"
     else:
         note = f"no {phase} samples on rank {rank} in this window"
-    return HotFramesVM(rank, phase, NONE if phase_ms is None else f"{phase_ms:.1f} ms/step", rows, note)
+    return HotFramesVM(None if rank is None else str(rank), phase,
+                       NONE if phase_ms is None else f"{phase_ms:.1f} ms/step", rows, note)
 
 
-def present_ranks(doc: dict[str, Any], ids: tuple[str, ...], sel: Selection) -> RanksVM:
-    status = doc.get("ranks") or {}
-    live = (doc.get("live") or {}).get("ranks") or {}
-    st = doc["step_time"]["ranks"]
+def present_ranks(doc: Summary, ids: tuple[int, ...], sel: Selection) -> RanksVM:
+    status = doc.report.ranks
+    steps = doc.report.step_time.ranks
     rows = []
     for rank in ids:
-        s = status.get(rank) or {}
-        state = s.get("status", "alive")
-        stall = live.get(rank) or {}
-        step = st.get(rank) or {}
-        if state == "exited":
-            code = s.get("exit_status")
-            detail = "exited" + (f" with status {code}" if code is not None else "")
-        elif stall.get("stalled"):
+        s = status.get(rank)
+        step = steps.get(rank)
+        state = s.status if s is not None else "alive"
+        if s is not None and s.status == "exited":
+            detail = "exited" + (f" with status {s.exit_status}" if s.exit_status is not None else "")
+        elif s is not None and s.stall is not None and s.stall.stalled:
             state = "stalled"
-            detail = f"no step for {stall['idle_s']:.0f} s, in {stall['what']}" + (
-                f" at {stall['where']}" if stall.get("where") else "")
+            detail = f"no step for {s.stall.idle_s:.0f} s, in {s.stall.what}" + (
+                f" at {s.stall.where}" if s.stall.where else "")
         else:
-            detail = f"{step.get('steps', 0)} steps · {ms(step.get('step_ms'))} ms"
-        if s.get("restarts"):
-            detail += f" · {s['restarts']} restart{'s' if s['restarts'] > 1 else ''}"
-        pid = s.get("pid", step.get("pid"))
-        rows.append(RankRow(rank, NONE if pid is None else str(pid), state, detail, selected=rank == sel.rank))
+            detail = f"{step.steps if step else 0} steps · {ms(step.step_ms if step else None)} ms"
+        if s is not None and s.restarts:
+            detail += f" · {s.restarts} restart{'s' if s.restarts > 1 else ''}"
+        pid = s.pid if s is not None else (step.pid if step is not None else None)
+        rows.append(RankRow(str(rank), NONE if pid is None else str(pid), state, detail, selected=rank == sel.rank))
     return RanksVM(tuple(rows))
 
 
-def present(doc: dict[str, Any], sel: Selection, mode: str = "LIVE") -> ViewModel:
-    """The whole screen's view-model for a live document (or a final summary) and a selection."""
+def present(doc: Summary, sel: Selection, mode: str = "LIVE") -> ViewModel:
+    """The whole screen's view-model for a summary (live or final) and a selection."""
     ids = rank_ids(doc)
     sel = resolve(doc, ids, sel)
     return ViewModel(

@@ -11,7 +11,7 @@ PHASE_HEADS = tuple(p.short for p in REGISTRY)   # column heads, in PHASES order
 
 @dataclass(frozen=True)
 class Selection:
-    rank: str | None = None   # None: the worst rank (or the first) when the data arrives
+    rank: int | None = None   # None: the worst rank (or the first) when the data arrives
     phase: str = "input"
 
 
@@ -49,6 +49,7 @@ class StepRow:
     shares: tuple[float, ...] | None        # phase shares of the step, for the bar
     selected: bool = False
     flagged: bool = False                   # the worst rank, or one a finding names
+    alert: bool = False                     # sampling problems cost this rank coverage (see the alerts)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class StepTableVM:
     wait_share: str                         # "8.0%" or "-"
     worst_rank: str | None
     note: str                               # what there is instead of rows, or what is unknown about them
+    alerts: tuple[str, ...] = ()            # per rank: its sampling problems and coverage, selected first
 
 
 @dataclass(frozen=True)
@@ -163,5 +165,5 @@ class ViewModel:
     process: ProcessVM
     hot: HotFramesVM
     ranks: RanksVM
-    rank_ids: tuple[str, ...]
+    rank_ids: tuple[int, ...]
     selection: Selection        # the selection as applied (rank filled in)

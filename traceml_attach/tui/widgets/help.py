@@ -26,7 +26,8 @@ HELP = """\
   with the numbers behind it (why) and what to try (next).
   The [b]step-time[/b] table gives each rank's typical step split into phases (ms), then
   the median rank and the worst one; skew is worst vs median; Wait* is time in no compute
-  phase (sync, logging, checkpoints...). The last 30 s of samples are used.
+  phase (sync, logging, checkpoints...). The last 30 s of samples are used. A rank marked
+  [b]![/b] lost samples (a py-spy window failed): its coverage and why are under the table.
   [b]Hot frames[/b] are the functions that cost the time inside the selected phase on the
   selected rank (self time of the innermost frame; "via" is the user code that called it).
   [b]Step memory[/b] trends cover the whole session: GPU memory from NVML (allocator reserved

@@ -1,5 +1,6 @@
 """The step-time table: per-rank phase times (ms per typical step), the median and worst
-rows, skew and WAIT share, with a stacked phase bar when there is room."""
+rows, skew and WAIT share, with a stacked phase bar when there is room; a rank whose sampling
+had problems is marked, with its coverage and the problem on a line below."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ class StepTable(Panel):
         skew_line = bool(totals) and height - 1 - len(totals) - 1 >= min(len(ranks), 1)
         if height - 1 - len(totals) - skew_line < 1:
             totals = totals[: max(height - 2, 0)]
-        room = max(height - 1 - len(totals) - skew_line, 1)
+        # a rank's sampling problems keep a line under the table while two rank rows would fit
+        alert_lines = 1 if model.alerts and height - 1 - len(totals) - skew_line >= 2 else 0
+        room = max(height - 1 - len(totals) - skew_line - alert_lines, 1)
         shown = window(len(ranks), selected, room if len(ranks) <= room else max(room - 1, 1))
         out = [self._head(model.phase, bar_w, width)]
         out += [self._row(ranks[i], model.phase, bar_w, width) for i in shown]
@@ -51,9 +54,11 @@ class StepTable(Panel):
         if skew_line:
             out.append(line(("Worst rank ", "dim"), (f"r{model.worst_rank}", "bold"), ("  Skew ", "dim"),
                             (model.skew, "bold"), ("  WAIT share ", "dim"), (model.wait_share, "bold"), width=width))
-        elif model.note and len(out) < height:
+        elif model.note and len(out) < height - alert_lines:
             # the step time is unknown: the cells are shares of the step, and this says why
             out.append(line((model.note, "yellow"), width=width))
+        for alert in model.alerts[: max(height - len(out), 0)]:
+            out.append(line(("! ", "bold yellow"), (alert, "yellow"), width=width))
         return out
 
     def _head(self, phase: str, bar_w: int, width: int) -> Text:
@@ -69,8 +74,12 @@ class StepTable(Panel):
     def _row(self, row: StepRow, phase: str, bar_w: int, width: int) -> Text:
         label_style = "bold red" if row.flagged else ("bold" if row.kind != "rank" else "")
         marker = "▶" if row.selected else " "
-        text = Text.assemble((f"{marker}{row.label:<{RANK_W - 1}}", label_style), f"{row.steps:>{STEPS_W}}",
-                             (f"{row.step_ms:>{STEP_W}}", "bold"), no_wrap=True)
+        if row.alert:   # its sampling had problems: see the alerts under the table
+            label = Text.assemble((f"{marker}{row.label}", label_style), (" !", "bold yellow"))
+            label.pad_right(RANK_W - len(label))
+        else:
+            label = Text(f"{marker}{row.label:<{RANK_W - 1}}", label_style)
+        text = Text.assemble(label, f"{row.steps:>{STEPS_W}}", (f"{row.step_ms:>{STEP_W}}", "bold"), no_wrap=True)
         for p, value in zip(PHASES, row.phases_ms, strict=True):
             text.append(f"{value:>{PHASE_W}}", "bold reverse" if row.selected and p == phase else "")
         if bar_w:

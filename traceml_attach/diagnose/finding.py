@@ -1,0 +1,190 @@
+"""A finding and its evidence: one frozen dataclass per kind of evidence, so that the summary,
+the text and the TUI read the numbers a rule judged by name, never by string key.
+
+Shares are fractions of a step (0..1); times are in the unit their name says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+STATUS = {
+    "NO_DATA": "NO DATA",
+    "WARMUP": "WARMUP",
+    "BALANCED": "BALANCED",
+    "INPUT_BOUND": "INPUT-BOUND",
+    "COMPUTE_BOUND": "COMPUTE-BOUND",
+    "WAIT_HEAVY": "WAIT-HEAVY",
+    "INPUT_STRAGGLER": "INPUT STRAGGLER",
+    "COMPUTE_STRAGGLER": "COMPUTE STRAGGLER",
+    "STRAGGLER": "STRAGGLER",
+    "HANG": "HANG",
+    "MEMORY_CREEP_EARLY": "MEMORY CREEP (EARLY)",
+}
+SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
+
+
+@dataclass(frozen=True)
+class StepEvidence:
+    """What a step-time finding (INPUT-BOUND, WAIT-HEAVY, COMPUTE-BOUND, BALANCED) judged: the
+    median rank's component shares of the typical step."""
+
+    TYPE: ClassVar[str] = "step"
+    steps: int                          # complete steps of the rank with the fewest
+    step_ms: float | None               # the median rank's typical step; None unless every rank's is known
+    input_share: float                  # input (DataLoader fetch + h2d)
+    wait_share: float
+    compute_share: float                # forward + backward + optimizer
+    score: float | None = None          # the share that crossed its threshold
+    wait_labels: dict[str, float] | None = None   # WAIT-HEAVY: the worst rank's wait, share by label
+    gpu_sm_util: float | None = None    # median per-process SM %, when the GPU refined the finding
+    device_sync_share: float | None = None   # ...and the median rank's share of wait in device sync
+
+
+@dataclass(frozen=True)
+class RankBurden:
+    """One rank's work as the straggler rule compared it, in shares of the step."""
+
+    input_share: float
+    compute_share: float
+    sync_wait_share: float | None   # blocked in the synchronizing phase (CPU counters); None without
+
+
+@dataclass(frozen=True)
+class StragglerEvidence:
+    """One rank slows the others (INPUT / COMPUTE STRAGGLER, STRAGGLER)."""
+
+    TYPE: ClassVar[str] = "straggler"
+    score: float                    # excess share: what the others wait for it (or its extra work) per step
+    synchronized: bool              # compared on blocked time (True) or on work per step (False)
+    input_excess_share: float
+    compute_excess_share: float
+    excess_ms: float | None         # the same in ms per step; None when the step time is unknown
+    input_excess_ms: float | None
+    compute_excess_ms: float | None
+    ranks: dict[int, RankBurden]    # what was compared, per rank
+
+
+@dataclass(frozen=True)
+class RankStack:
+    """Where one rank stands in a hang."""
+
+    phase: str                  # "backward", "wait/collective"
+    where: str | None           # innermost user-code frame, "fn (file:line)"
+    src: str | None             # its source line
+    stack: tuple[str, ...]      # outermost first
+
+
+@dataclass(frozen=True)
+class HangEvidence:
+    TYPE: ClassVar[str] = "hang"
+    idle_s: float                       # since the last step boundary, on the rank idle the shortest
+    ranks: dict[int, RankStack]
+    odd_ranks: tuple[int, ...]          # the ranks not where the others are (empty: all in one place)
+    common_stack: tuple[str, ...] | None   # where the others are, when there are odd ones
+
+
+@dataclass(frozen=True)
+class MemoryEvidence:
+    """What the step-memory finding judged: the series of ``source`` over the window."""
+
+    TYPE: ClassVar[str] = "memory"
+    source: str                         # "gpu" (NVML) or "host" (RSS with DataLoader workers)
+    worst_rank: int | None              # the rank with the highest peak
+    worst_peak_bytes: int | None
+    median_peak_bytes: float | None
+    capacity_bytes: int | None          # the worst rank's device, GPU only
+    head_mid_tail_bytes: tuple[int, int, int] | None   # the named rank's medians of each third
+    growth_bytes: int | None = None     # creep: the median rank's rise past the warm-up
+    bytes_per_s: float | None = None    # creep: its pace
+    judged_s: float | None = None       # creep: seconds judged after the warm-up
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """One device over the window (NVML)."""
+
+    util_percent_median: float | None
+    mem_used_peak: float | None         # share of the device's memory
+    temp_c_peak: float | None
+    power_share_median: float | None    # of the power limit
+
+
+@dataclass(frozen=True)
+class SystemEvidence:
+    """The host and devices over the window, as the system rules judged them."""
+
+    TYPE: ClassVar[str] = "system"
+    host_cpu_percent_median: float | None
+    host_mem_peak: float | None         # share of host RAM
+    gpus: dict[int, GpuStats]
+
+
+@dataclass(frozen=True)
+class ProcessRank:
+    """One rank's process over the window (a row of the process table)."""
+
+    rank: int
+    pid: int
+    cpu_percent_median: float | None    # the main process (100 = one core)
+    rss_peak_bytes: int | None          # with its DataLoader workers
+    threads: int | None
+    workers: int | None                 # child processes (DataLoader workers)
+    workers_cpu_percent: float | None
+    workers_rss_bytes: int | None
+    gpu_mem_peak_bytes: int | None
+    gpu_capacity_bytes: int | None
+    gpu_sm_util_median: float | None
+
+
+@dataclass(frozen=True)
+class ProcessEvidence(ProcessRank):
+    """A process finding's evidence: the row of the rank it names."""
+
+    TYPE: ClassVar[str] = "process"
+
+
+@dataclass(frozen=True)
+class SamplingEvidence:
+    TYPE: ClassVar[str] = "sampling"
+    problems: int                       # error events recorded in the session
+    failures: int                       # ...of them, a sampler or analysis thread that failed
+    kinds: dict[str, int]               # count by kind
+    ranks: tuple[int, ...]              # the ranks they concern
+    lowest_coverage: float | None       # the lowest coverage among those ranks
+
+
+Evidence = (StepEvidence | StragglerEvidence | HangEvidence | MemoryEvidence | SystemEvidence | ProcessEvidence
+            | SamplingEvidence)
+EVIDENCE_TYPES: tuple[type, ...] = (StepEvidence, StragglerEvidence, HangEvidence, MemoryEvidence, SystemEvidence,
+                                    ProcessEvidence, SamplingEvidence)
+
+
+@dataclass(frozen=True)
+class Finding:
+    _json_derived: ClassVar[tuple[str, ...]] = ("status",)
+    kind: str
+    severity: str            # info | warning | critical
+    summary: str             # one line
+    why: str                 # the numbers behind it
+    action: str              # what to do next
+    worst_rank: int | str | None = None   # the rank it names: a rank label given as a str becomes its int
+    # Typed evidence. A rule that still passes a dict (memory.py, system.py) gets its evidence
+    # typed by the analysis (diagnose/sections.py): a report never holds a dict here.
+    evidence: Evidence | dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.worst_rank, str) and self.worst_rank.isdigit():
+            object.__setattr__(self, "worst_rank", int(self.worst_rank))
+
+    @property
+    def status(self) -> str:
+        return STATUS.get(self.kind, self.kind.replace("_", " "))
+
+
+def finding_order(f: Finding) -> tuple[int, bool, float]:
+    """Sort key of a window's findings: most severe first, stragglers before the rest, then
+    the larger score."""
+    score = f.evidence.score if isinstance(f.evidence, StepEvidence | StragglerEvidence) else None
+    return (-SEVERITY_ORDER[f.severity], "STRAGGLER" not in f.kind, -(score or 0.0))

@@ -1,0 +1,261 @@
+"""The typed report ``analyze`` returns: every diagnosis of one window with its evidence.
+
+The summary JSON is its serialization (output/summary.py, field names as here), and the text,
+the live document and the TUI read it; none of them re-derive a number. Ranks are ints; a
+``dict[int, ...]`` is keyed by rank. Shares are fractions (0..1), percentages say ``percent``
+or ``pct``, and every other unit is in the name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from traceml_attach.diagnose.finding import Finding, HangEvidence, ProcessRank, StragglerEvidence, SystemEvidence
+from traceml_attach.steps.hotframes import HotFrame
+
+# Error kinds that mean a thread of ours stopped working (its traceback in the message): the
+# summary and the TUI show them as a failed state. Every other error kind is a sampling problem
+# that costs coverage (a py-spy window that failed, a rank refused at attach).
+FAILED_KINDS = frozenset({"sampler_failed", "analysis_failed"})
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One error event of the recording."""
+
+    _json_derived: ClassVar[tuple[str, ...]] = ("failed",)
+    ts: float                 # seconds since the epoch
+    pid: int | None
+    rank: int | None          # the rank of ``pid``; None for an error of no rank (the analysis thread)
+    kind: str                 # "pyspy_failed", "permission", "sampler_failed", "analysis_failed", ...
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        return self.kind in FAILED_KINDS
+
+    def line(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Clock:
+    """How a rank's steps were counted (steps/timeline.py StepClock)."""
+
+    method: str                       # "comb", "wraps", ...
+    visible: float | None             # chance that a step boundary shows as a wrap
+    concentration: float | None
+    reason: str | None                # why the step time is unknown
+    suggested_rate_hz: int | None     # a --rate that would tell it
+    step_upper_ms: float | None       # what the step is known to be shorter than
+
+
+@dataclass(frozen=True)
+class RankStepTime:
+    rank: int
+    pid: int
+    steps: int                              # counted (a lower bound when step_ms is None)
+    step_ms: float | None                   # the typical step; None when it cannot be known
+    phases_ms: dict[str, float] | None      # per typical step, by phase
+    shares: dict[str, float] | None         # share of the step, by phase
+    wait_labels: dict[str, float]           # share of the wait phase, by label
+    loop: str | None
+    thread: str | None
+    coverage: float | None                  # share of the window in which the training thread was seen
+    sync_wait_ms: float | None              # per step, blocked in synchronizing phases
+    sync_wait_share: float | None
+    clock: Clock | None
+    problems: tuple[Problem, ...] = ()      # the rank's newest sampling problems (by its pid)
+    problem_count: int = 0                  # all of them in the recording
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """The median or the worst rank's row of the step table."""
+
+    step_ms: float | None
+    phases_ms: dict[str, float]
+    rank: int | None = None                 # the worst row's rank
+
+
+@dataclass(frozen=True)
+class StepTimeReport:
+    _json_derived: ClassVar[tuple[str, ...]] = ("diagnosis",)
+    findings: tuple[Finding, ...]           # most severe first; never empty
+    ranks: dict[int, RankStepTime]
+    step_time_known: bool
+    step_time_note: str | None              # why the step time is unknown, and what would tell it
+    median: PhaseRow | None
+    worst: PhaseRow | None
+    skew_pct: float | None                  # worst rank's step over the median's, in percent
+    wait_share: float | None                # median rank's wait share
+
+    @property
+    def diagnosis(self) -> Finding:
+        return self.findings[0]
+
+    @property
+    def hang(self) -> Finding | None:
+        return next((f for f in self.findings if isinstance(f.evidence, HangEvidence)), None)
+
+    @property
+    def stragglers(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if isinstance(f.evidence, StragglerEvidence))
+
+
+@dataclass(frozen=True)
+class RankMemoryTrend:
+    rank: int
+    samples: int
+    peak_bytes: int
+    head_mid_tail_bytes: tuple[int, int, int] | None   # medians of each third of the samples
+    delta_bytes: int | None                           # tail minus head
+    capacity_bytes: int | None
+    growth_bytes: int | None = None    # past the warm-up: tail minus head of its time thirds
+    bytes_per_s: float | None = None   # ...the pace of that rise (memory.py Trend)
+    judged_s: float | None = None      # ...over this many seconds
+
+
+@dataclass(frozen=True)
+class MemorySource:
+    """One memory source's per-rank trends."""
+
+    source: str                          # "gpu" or "host"
+    ranks: dict[int, RankMemoryTrend]
+    median_peak_bytes: float | None
+    worst_peak_bytes: int | None
+    worst_rank: int | None
+    skew_pct: float | None
+
+
+@dataclass(frozen=True)
+class StepMemoryReport:
+    diagnosis: Finding
+    source: str                          # the series trends are shown for: "gpu" with GPU readings, else "host"
+    host: MemorySource
+    gpu: MemorySource | None
+    notes: tuple[str, ...]               # how NVML's readings were matched to ranks
+
+    @property
+    def shown(self) -> MemorySource:
+        return self.gpu if self.source == "gpu" and self.gpu is not None else self.host
+
+
+@dataclass(frozen=True)
+class HostTotals:
+    """The host over the whole recording held."""
+
+    cpu_percent_median: float | None
+    mem_used_peak_bytes: int | None
+    mem_total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class SystemReport:
+    diagnosis: Finding                   # evidence: the window's SystemEvidence, always
+    findings: tuple[str, ...]            # the kind of every system finding
+    host: HostTotals
+
+    @property
+    def window(self) -> SystemEvidence:
+        ev = self.diagnosis.evidence
+        return ev if isinstance(ev, SystemEvidence) else SystemEvidence(None, None, {})
+
+
+@dataclass(frozen=True)
+class ProcessReport:
+    diagnosis: Finding                   # evidence: the named rank's row
+    findings: tuple[str, ...]
+    ranks: dict[int, ProcessRank]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Window:
+    start: float | None                  # seconds since the epoch
+    end: float | None
+
+
+@dataclass(frozen=True)
+class SamplingReport:
+    diagnosis: Finding                   # SAMPLING FAILED, SAMPLING PROBLEMS or NORMAL
+    backend: str
+    version: str | None
+    rate_hz: int
+    samples: int | None                  # stack samples py-spy took (all windows of the session)
+    errors: int | None                   # samples py-spy could not take
+    windows: int                         # py-spy recording windows
+    window: Window                       # the window analysed
+    problems: tuple[Problem, ...]        # the first of the session's error events
+    problem_count: int                   # all of them
+    bad_frames: int                      # recorded frames that could not be decoded
+
+    @property
+    def failures(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.failed)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A rank's last step boundary and call path, from the window's end."""
+
+    stalled: bool                        # no step for the hang time and an unchanging stack
+    idle_s: float                        # since the last step boundary
+    what: str                            # phase ("wait/collective")
+    where: str | None                    # innermost user-code frame
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    rank: int
+    pid: int                             # its newest process
+    pids: tuple[int, ...]                # every process it had (elastic restarts)
+    status: str                          # alive | exited | restarted
+    exit_status: int | None
+    restarts: int
+    stall: Stall | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int
+    rank: int | None                     # RANK from the environment; None for a lone process
+    cmd: tuple[str, ...]
+    exit_status: int | None
+    exited: bool
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The primary diagnosis in four fields (the step-time diagnosis)."""
+
+    kind: str
+    status: str
+    severity: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class Report:
+    _json_derived: ClassVar[tuple[str, ...]] = ("primary_diagnosis",)
+    targets: tuple[Target, ...]
+    end_reason: str | None               # stopped | duration | target_exited; None while running
+    ranks: dict[int, RankStatus]
+    step_time: StepTimeReport
+    step_memory: StepMemoryReport
+    system: SystemReport
+    process: ProcessReport
+    hot_frames: dict[int, dict[str, tuple[HotFrame, ...]]]   # rank -> phase -> best first
+    sampling: SamplingReport
+    # The whole-session part (the rollup history's steps, phase totals and memory trend) goes
+    # here as one more section, ``session: SessionReport | None = None``: the serializer follows
+    # the field, docs/summary-schema.md needs its table (tests/test_summary_schema.py says so).
+
+    @property
+    def primary_diagnosis(self) -> Headline:
+        d = self.step_time.diagnosis
+        return Headline(d.kind, d.status, d.severity, d.summary)
+
+    def rank_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.step_time.ranks) | set(self.ranks) | set(self.process.ranks)))

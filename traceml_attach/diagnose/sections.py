@@ -1,0 +1,169 @@
+"""The step-time, rank and sampling sections of the report, from the window's per-rank
+statistics and the recording's metadata and error events."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from traceml_attach.diagnose.finding import Finding, SamplingEvidence
+from traceml_attach.diagnose.hang import rank_state
+from traceml_attach.diagnose.ranks import pid_ranks, rank_of
+from traceml_attach.diagnose.report import (
+    Clock,
+    PhaseRow,
+    Problem,
+    RankStatus,
+    RankStepTime,
+    SamplingReport,
+    Stall,
+    StepTimeReport,
+    Target,
+    Window,
+)
+from traceml_attach.diagnose.step import unknown_step_note
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import StepTimePolicy
+from traceml_attach.steps.phases import PHASES
+from traceml_attach.steps.steptime import RankStepStats
+from traceml_attach.steps.timeline import StepClock, Timeline
+
+MAX_PROBLEMS = 20        # error events listed in the sampling section (all are counted)
+MAX_RANK_PROBLEMS = 3    # ...and the newest, on each rank's row
+
+
+def _round(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _rounded(d: dict[str, float] | None, nd: int = 3) -> dict[str, float] | None:
+    return None if d is None else {k: round(v, nd) for k, v in d.items()}
+
+
+def problems(rec: Recording) -> list[Problem]:
+    """The recording's error events, each with the rank of its process."""
+    ranks = pid_ranks(rec)
+    return [Problem(round(e.ts_ns / 1e9, 3), e.pid, ranks.get(e.pid) if e.pid is not None else None, e.kind,
+                    e.message) for e in rec.errors]
+
+
+def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen: list[Problem]) -> StepTimeReport:
+    """The step table: each rank's row (with the sampling problems of its processes in ``seen``),
+    the median and worst rows, skew and WAIT share."""
+    by_rank: dict[int, list[Problem]] = {}
+    for p in seen:
+        if p.rank is not None:
+            by_rank.setdefault(p.rank, []).append(p)
+    ranks = {}
+    for r in stats:
+        own = by_rank.get(int(r.rank), [])
+        ranks[int(r.rank)] = RankStepTime(
+            int(r.rank), r.pid, r.steps, _round(r.step_ms), _rounded(r.phases_ms), _rounded(r.shares, 4),
+            _rounded(r.wait_labels, 4) or {}, r.loop, r.thread, _round(r.coverage), _round(r.sync_wait_ms),
+            _round(r.sync_wait_share, 4), _clock(r.clock), tuple(own[-MAX_RANK_PROBLEMS:]), len(own))
+    measured = [r for r in stats if r.step_ms is not None and r.phases_ms]
+    known = bool(measured) and len(measured) == len([r for r in stats if r.shares])
+    if not measured:
+        return StepTimeReport(tuple(findings), ranks, known, unknown_step_note(stats), None, None, None, None)
+    med_step = statistics.median(r.step_ms or 0.0 for r in measured)
+    med_phases = {p: round(statistics.median((r.phases_ms or {})[p] for r in measured), 3) for p in PHASES}
+    worst = max(measured, key=lambda r: r.step_ms or 0.0)
+    return StepTimeReport(
+        tuple(findings), ranks, known, unknown_step_note(stats),
+        PhaseRow(round(med_step, 3), med_phases),
+        PhaseRow(_round(worst.step_ms), _rounded(worst.phases_ms) or {}, int(worst.rank)),
+        round(100 * ((worst.step_ms or 0.0) - med_step) / med_step, 2) if med_step else None,
+        round(statistics.median((r.shares or {})["wait"] for r in measured), 4))
+
+
+def _clock(c: StepClock | None) -> Clock | None:
+    if c is None:
+        return None
+    return Clock(c.method, _round(c.visible), _round(c.concentration), c.reason, c.suggested_rate_hz,
+                 _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1))
+
+
+def rank_status(rec: Recording, timelines: dict[str, Timeline], pids: dict[str, int],
+                policy: StepTimePolicy) -> dict[int, RankStatus]:
+    """alive / exited (with its status when it could be read) / restarted, per rank, and where
+    each sampled rank stands at the window's end."""
+    processes: dict[int, list[int]] = {}
+    for index, pid in enumerate(rec.targets):
+        processes.setdefault(int(rank_of(rec, pid, index)), []).append(pid)
+    for label, pid in pids.items():   # sampled, but no target frame names it
+        processes.setdefault(int(label), [pid])
+    restarts = Counter(rank for _, rank, _, _ in rec.restarts)
+    out = {}
+    for rank in sorted(processes):
+        pid = processes[rank][-1]
+        ex = rec.exits.get(pid)
+        status = "exited" if ex else ("restarted" if restarts[rank] else "alive")
+        tl = timelines.get(str(rank))
+        state = rank_state(str(rank), tl) if tl is not None else None
+        stall = None if state is None else Stall(state.stalled(policy), round(state.idle_s, 1), state.what, state.where)
+        out[rank] = RankStatus(rank, pid, tuple(processes[rank]), status, ex.status if ex else None, restarts[rank],
+                               stall)
+    return out
+
+
+def targets(rec: Recording) -> tuple[Target, ...]:
+    return tuple(Target(t.pid, t.rank, t.cmd, rec.exits[t.pid].status if t.pid in rec.exits else None,
+                        t.pid in rec.exits) for t in rec.targets.values())
+
+
+def sampling_section(rec: Recording, start_ns: int | None, end_ns: int | None, seen: list[Problem],
+                     recent: list[Problem], steps: StepTimeReport) -> SamplingReport:
+    """``seen``: the recording's error events; ``recent``: those of the window analysed."""
+    windows = [w for ws in rec.windows.values() for w in ws]
+    counted = bool(windows) and any(w.samples is not None for w in windows)
+    erred = bool(windows) and any(w.errors is not None for w in windows)
+    total = rec.totals.get("error_events", len(seen))
+    return SamplingReport(
+        _sampling_finding(seen, recent, total, steps),
+        rec.hello.get("backend", "py-spy"), rec.hello.get("backend_version"), rec.rate_hz,
+        # whole-session totals (Recording.trim keeps them), as long as a window said how many
+        rec.totals["samples"] if counted else None, rec.totals["errors"] if erred else None,
+        rec.totals["windows"],
+        Window(_seconds(start_ns), _seconds(end_ns)),
+        tuple(seen[:MAX_PROBLEMS]), total, rec.bad_frames)
+
+
+def _seconds(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e9, 3)
+
+
+def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, steps: StepTimeReport) -> Finding:
+    """SAMPLING FAILED when a thread of ours failed (critical when it failed in the window: its
+    numbers may be stale), SAMPLING PROBLEMS when errors cost coverage (a warning when in the window)."""
+    if not seen:
+        return Finding("NORMAL", "info", "every sampler ran without an error", "", "")
+    concerned = recent or seen
+    ranks = tuple(sorted({p.rank for p in concerned if p.rank is not None}))
+    coverage = [c for r in ranks if r in steps.ranks and (c := steps.ranks[r].coverage) is not None]
+    failed = [p for p in seen if p.failed]
+    evidence = SamplingEvidence(total, len(failed), dict(Counter(p.kind for p in seen)), ranks,
+                                min(coverage) if coverage else None)
+    named = ranks[0] if len(ranks) == 1 else None
+    if failed:
+        last = failed[-1]
+        now = last in recent
+        who = "the analysis thread" if last.kind == "analysis_failed" else (
+            f"the sampler of rank {last.rank}" if last.rank is not None else "a sampler")
+        times = f" ({len(failed)} times)" if len(failed) > 1 else ""
+        when = "" if now else " before this window"
+        return Finding("SAMPLING_FAILED", "critical" if now else "warning",
+                       f"{who} failed{times}{when}: {last.message.splitlines()[0][:120]}",
+                       f"the last {last.kind}: {last.message}",
+                       ("the numbers here may be stale or incomplete; " if now else "it ran again afterwards; ")
+                       + "this is a bug in traceml-attach: report it with this summary", last.rank, evidence)
+    plural = "s" if total != 1 else ""
+    if not recent:
+        return Finding("SAMPLING_PROBLEMS", "info", f"{total} sampling problem{plural} before this window, none in it",
+                       f"the last: {seen[-1].line()}", "nothing in this window's numbers is missing", named, evidence)
+    where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
+    low = evidence.lowest_coverage
+    lowest = f"; lowest coverage {100 * low:.1f}%" if low is not None else ""
+    return Finding("SAMPLING_PROBLEMS", "warning", f"{len(recent)} sampling problem{'s' if len(recent) != 1 else ''} "
+                   f"in this window{where}{lowest}", f"the last: {recent[-1].line()}",
+                   "the step numbers of those ranks cover less of the window: see each rank's note in the step table",
+                   named, evidence)
