@@ -240,7 +240,7 @@ class Headline:
 class Report:
     _json_derived: ClassVar[tuple[str, ...]] = ("primary_diagnosis",)
     targets: tuple[Target, ...]
-    end_reason: str | None               # stopped | duration | target_exited; None while running
+    end_reason: str | None               # stopped | duration | target_exited | sampling_failed; None while running
     ranks: dict[int, RankStatus]
     step_time: StepTimeReport
     step_memory: StepMemoryReport

@@ -151,8 +151,7 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
             f"the sampler of rank {last.rank}" if last.rank is not None else "a sampler")
         times = f" ({len(failed)} times)" if len(failed) > 1 else ""
         when = "" if now else " before this window"
-        return Finding("SAMPLING_FAILED", "critical" if now else "warning",
-                       f"{who} failed{times}{when}: {last.message.splitlines()[0][:120]}",
+        return Finding("SAMPLING_FAILED", "critical" if now else "warning", f"{who} failed{times}{when}",
                        f"the last {last.kind}: {last.message}",
                        ("the numbers here may be stale or incomplete; " if now else "it ran again afterwards; ")
                        + "this is a bug in traceml-attach: report it with this summary", last.rank, evidence)
