@@ -37,7 +37,8 @@ from agent.wire import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}
-MAX_CONSECUTIVE_FAILURES = 3
+MAX_CONSECUTIVE_FAILURES = 3   # ...in a row, before the first success: stop sampling
+MAX_PAUSE_S = 60.0             # after a success, failures pause sampling at most this long
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class Sampler:
         self._window_index = 0
         self._covered_until: int | None = None
         self._failures = 0
+        self._sampled = False        # a window has given spans (py-spy works on this process)
+        self._resume_at = 0.0        # monotonic time before which no window starts (a pause)
         self._status: int | None = None
         self._names: ThreadNames | None = None   # set in begin(): names across this target's dumps
 
@@ -104,7 +107,9 @@ class Sampler:
     def _sample(self, stop: threading.Event) -> str:
         cfg = self.config
         windows: deque[RecordWindow] = deque()
-        stop_at: dict[int, float] = {}
+        # when each running window is to be stopped; keyed by the window itself (an id() would be
+        # reused by a later window once this one is freed, which then stopped at once)
+        stop_at: dict[RecordWindow, float] = {}
         next_start = time.monotonic()
         next_threads = next_start + cfg.threads_every_s
         next_proc = next_start
@@ -116,16 +121,18 @@ class Sampler:
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                if now >= next_start:
+                if now >= next_start and now >= self._resume_at:
                     if windows:
-                        stop_at[id(windows[-1])] = now + cfg.overlap_s
+                        stop_at[windows[-1]] = now + cfg.overlap_s
                     windows.append(self._start_window())
                     next_start = now + cfg.window_s - cfg.overlap_s
                 for window in windows:
-                    if now >= stop_at.get(id(window), math.inf):
+                    if now >= stop_at.get(window, math.inf):
                         window.stop()
                 while windows and not windows[0].running():
-                    if not self._finish(windows.popleft()):
+                    finished = windows.popleft()
+                    stop_at.pop(finished, None)
+                    if not self._finish(finished):
                         reason = "pyspy_failed"
                         return reason
                 if now >= next_cpu:
@@ -181,8 +188,21 @@ class Sampler:
                 return True
             self._error(result.failure.kind, str(result.failure))
             self._failures += 1
-            return result.failure.kind not in FATAL_KINDS and self._failures < MAX_CONSECUTIVE_FAILURES
+            if result.failure.kind in FATAL_KINDS:
+                return False
+            if self._failures < MAX_CONSECUTIVE_FAILURES:
+                return True
+            if not self._sampled:
+                return False   # py-spy never worked on this process: it will not start to
+            # It worked before (a loaded machine, a target busy in a long native call): pause,
+            # longer after each further failure, and try again for as long as the target lives.
+            pause = min(self.config.window_s * 2 ** (self._failures - MAX_CONSECUTIVE_FAILURES), MAX_PAUSE_S)
+            self._resume_at = time.monotonic() + pause
+            self._error("sampling_paused", f"{self._failures} py-spy windows in a row failed on process {self.pid}: "
+                        f"sampling pauses for {pause:.0f} s and tries again")
+            return True
         self._failures = 0
+        self._sampled = True
         self._emit_window(index, result)
         return True
 

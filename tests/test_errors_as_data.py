@@ -17,8 +17,8 @@ import pytest
 from agent import discovery
 from agent.node import NodeAgent
 from agent.procstats import ProcPoller
-from agent.pyspy import RecordWindow
-from agent.sampler import SamplerConfig
+from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
+from agent.sampler import Sampler, SamplerConfig
 from agent.wire import FrameWriter
 from tests.conftest import ROOT, traceml
 from traceml_attach.cli.errors import EXIT_INTERNAL, EXIT_PYSPY, EXIT_USAGE
@@ -195,3 +195,44 @@ def test_replay_tui_write_failure_is_not_reported_as_written(tmp_path: Path, mon
     assert code == EXIT_USAGE
     assert "could not write the summary into" in one_line(err)
     assert "summary written" not in err
+
+
+# -- py-spy failing for a while on a process it sampled before ---------------------------------
+
+class Scripted:
+    """A finished window whose result is given."""
+
+    def __init__(self, index: int, ok: bool) -> None:
+        self.index = index
+        now = time.time_ns()
+        spans = [RawSpan(1, now, 1_000_000, (("main", "train.py", 3),))] if ok else []
+        failure = None if ok else PySpyError("pyspy_failed", "py-spy failed: killed by SIGINT")
+        self.result = WindowResult(spans, now if ok else None, now + 1_000_000 if ok else None,
+                                   1 if ok else 0, 0, failure)
+
+    def collect(self) -> WindowResult:
+        return self.result
+
+
+def test_failures_after_sampling_worked_pause_and_retry_instead_of_stopping(sleeper, monkeypatch):
+    # GIVEN a sampler whose py-spy worked once, then failed 6 windows in a row
+    sampler = Sampler(sleeper, "py-spy", SamplerConfig(window_s=0.5))
+    monkeypatch.setattr(sampler, "_gone", lambda: False)
+    frames: list[dict] = []
+    sampler.writer.listen(frames.append)
+    assert sampler._finish(Scripted(1, ok=True))
+    verdicts = [sampler._finish(Scripted(i, ok=False)) for i in range(2, 8)]
+    # THEN it never gives up: past 3 failures it pauses, longer each time, and says so
+    assert all(verdicts)
+    paused = [f for f in frames if f["k"] == "error" and f["kind"] == "sampling_paused"]
+    assert len(paused) == 4 and "sampling pauses for" in paused[0]["msg"]
+    assert sampler._resume_at > time.monotonic()
+    # AND a window that works again resets the count
+    assert sampler._finish(Scripted(8, ok=True)) and sampler._failures == 0
+
+
+def test_failures_before_any_sample_stop_the_sampler(sleeper, monkeypatch):
+    sampler = Sampler(sleeper, "py-spy", SamplerConfig())
+    monkeypatch.setattr(sampler, "_gone", lambda: False)
+    verdicts = [sampler._finish(Scripted(i, ok=False)) for i in range(1, 4)]
+    assert verdicts == [True, True, False]
