@@ -33,6 +33,7 @@ from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
+from traceml_attach.runtime.heap import release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
 from traceml_attach.steps.classify import Rule
@@ -148,6 +149,9 @@ class Session:
         return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
 
 
+TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)
+
+
 class Analyst(threading.Thread):
     """The analysis thread of a running session (see the module doc). A tick that raises is
     recorded as an ``analysis_failed`` error frame, with the end of its traceback, and the next
@@ -165,8 +169,12 @@ class Analyst(threading.Thread):
 
     def run(self) -> None:
         next_tick = self.started + self.tick_s
+        next_trim = self.started + TRIM_EVERY_S
         while not self.done.is_set():
             self.session.drain(wait_s=0.1)
+            if time.monotonic() >= next_trim:
+                next_trim += TRIM_EVERY_S
+                release_free_memory()
             if self.on_tick is None or time.monotonic() < next_tick:
                 continue
             next_tick = max(next_tick + self.tick_s, time.monotonic())
