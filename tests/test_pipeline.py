@@ -91,3 +91,18 @@ def test_replaying_a_file_gives_the_pipeline_of_the_live_frames(tmp_path: Path):
     assert problem is None
     assert replayed.history == live.history
     assert replayed.window_analysis().findings == live.window_analysis().findings
+
+
+def test_the_report_covers_the_whole_session_and_memory_reaches_back(long_run):
+    pipeline, _, _ = long_run
+    an = pipeline.window_analysis()
+    session = an.report.session
+    assert session is not None and session.duration_s > 150
+    for rank, history in pipeline.history.ranks.items():
+        row = session.ranks[int(rank)]
+        assert row.steps == history.steps and row.step_ms_mean is not None
+        # the memory trend: one point per rollup before the window, then the window's samples
+        series = an.memory_series[rank]
+        assert series[0][0] - pipeline.history.origin_ns < 15e9
+        window = [t for t, _ in series if an.start_ns is not None and t >= an.start_ns]
+        assert len(window) >= 20 and len(series) > len(window)

@@ -22,6 +22,7 @@ from traceml_attach.diagnose.report import (
     ProcessReport,
     Report,
     SamplingReport,
+    SessionReport,
     StepMemoryReport,
     StepTimeReport,
     SystemReport,
@@ -34,7 +35,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 TOP = "Top level"
 SECTIONS: dict[type, str] = {StepTimeReport: "step_time", StepMemoryReport: "step_memory", SystemReport: "system",
-                             ProcessReport: "process", SamplingReport: "sampling"}
+                             ProcessReport: "process", SamplingReport: "sampling", SessionReport: "session"}
 SHARED: dict[type, str] = {Finding: "Finding", Problem: "Problem",
                            **{t: f"Evidence: {t.TYPE}" for t in EVIDENCE_TYPES}}
 # what the keys of a JSON object stand for, by the field that holds it (one name per level)

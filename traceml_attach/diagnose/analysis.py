@@ -11,8 +11,10 @@ from traceml_attach.diagnose.hang import detect_hang
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.report import Report
 from traceml_attach.diagnose.sections import problems, rank_status, sampling_section, step_time_section, targets
+from traceml_attach.diagnose.session import session_section
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
 from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
+from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.classify import Rule
@@ -51,9 +53,12 @@ def analyze(
     start_ns: int | None = None,
     end_ns: int | None = None,
     memory_from_ns: int | None = None,
+    history: History | None = None,
 ) -> Analysis:
     """Diagnose the recording's spans inside [start_ns, end_ns) (default: all of it). Memory
-    trends need a longer view than step times: ``memory_from_ns`` starts theirs earlier."""
+    trends need a longer view than step times: ``memory_from_ns`` starts theirs earlier. With
+    the session's rollup ``history``, the report has its whole-session section and the memory
+    trends reach back to the session's start."""
     span_range = rec.time_range()
     if span_range is None:
         start, end = start_ns, end_ns
@@ -73,18 +78,20 @@ def analyze(
             timelines = share_period(timelines, rec.rate_hz)
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
-    return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns)
+    return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)
 
 
 def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int | None, pids: dict[str, int],
              timelines: dict[str, Timeline], stats: list[RankStepStats], hot: dict[str, dict[str, list[HotFrame]]],
-             memory_from_ns: int | None = None) -> Analysis:
+             memory_from_ns: int | None = None, history: History | None = None) -> Analysis:
     """The Analysis of the ranks' timelines, statistics and hot frames in [start, end): where
     ``analyze`` and the live ``IncrementalAnalyzer`` (diagnose/incremental.py) meet."""
     lo, hi = start or 0, end or (1 << 62)
     gpu = rank_gpu(rec, pids, lo, hi)
     findings = _step_findings(stats, timelines, gpu, policy)
-    if memory_from_ns is None or memory_from_ns >= lo:
+    if history is not None:
+        memory, series = memory_section(rec, lo, hi, gpu, history)
+    elif memory_from_ns is None or memory_from_ns >= lo:
         memory, series = memory_section(rec, lo, hi, gpu)
     else:
         memory, series = memory_section(rec, memory_from_ns, hi, rank_gpu(rec, pids, memory_from_ns, hi))
@@ -96,6 +103,7 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
         system_section(rec, lo, hi, findings[0].kind), process_section(rec, pids, gpu, lo, hi),
         {int(rank): {phase: tuple(rows) for phase, rows in hot[rank].items()} for rank in timelines},
         sampling_section(rec, start, end, seen, recent, step_time),
+        session_section(history) if history is not None else None,
     )
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
 

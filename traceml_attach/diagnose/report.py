@@ -237,6 +237,34 @@ class Headline:
 
 
 @dataclass(frozen=True)
+class RankSession:
+    """One rank over the whole session, from the rollup history."""
+
+    rank: int
+    steps: int                              # steps counted over the session
+    step_ms_mean: float | None              # mean step; None unless every step counted had a known time
+    shares: dict[str, float] | None         # phase totals over step totals, by phase
+    rss_peak_bytes: int | None              # host RSS with the DataLoader workers
+    rss_last_bytes: int | None
+    gpu_mem_peak_bytes: int | None
+    cpu_percent_median: float | None        # median of the rollups' medians
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """The whole session, kept as rollups (ingest/history.py) however long it ran: the other
+    sections detail the newest LIVE_WINDOW_S only."""
+
+    start: float | None                     # seconds since the epoch: the first span seen
+    duration_s: float                       # data folded into rollups so far
+    rollup_s: float                         # the newest rollup's length (rollups merge in pairs as they age)
+    rollups: int                            # per rank, at most ingest.history.MAX_BUCKETS
+    ranks: dict[int, RankSession]
+    host_cpu_percent_median: float | None
+    host_mem_peak_bytes: int | None
+
+
+@dataclass(frozen=True)
 class Report:
     _json_derived: ClassVar[tuple[str, ...]] = ("primary_diagnosis",)
     targets: tuple[Target, ...]
@@ -248,9 +276,7 @@ class Report:
     process: ProcessReport
     hot_frames: dict[int, dict[str, tuple[HotFrame, ...]]]   # rank -> phase -> best first
     sampling: SamplingReport
-    # The whole-session part (the rollup history's steps, phase totals and memory trend) goes
-    # here as one more section, ``session: SessionReport | None = None``: the serializer follows
-    # the field, docs/summary-schema.md needs its table (tests/test_summary_schema.py says so).
+    session: SessionReport | None = None  # the whole session (None for an analysis without a history)
 
     @property
     def primary_diagnosis(self) -> Headline:

@@ -30,7 +30,9 @@ from traceml_attach.diagnose.report import (
     StepMemoryReport,
     SystemReport,
 )
+from traceml_attach.diagnose.session import with_history
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
+from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 
 MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
@@ -45,19 +47,28 @@ def host_memory_series(rec: Recording, lo: int, hi: int) -> MemorySeries:
     return out
 
 
-def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu) -> tuple[StepMemoryReport, MemorySeries]:
+def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu, history: History | None = None
+                   ) -> tuple[StepMemoryReport, MemorySeries]:
     """The step-memory section over [lo, hi], and the series its trends are shown for (GPU
-    memory when there are GPU readings, else host RSS)."""
+    memory when there are GPU readings, else host RSS). With the session's ``history``, the
+    series start with its rollups, and the warm-up is counted from the session's start."""
     host_series = host_memory_series(rec, lo, hi)
-    host = diagnose_memory("host", host_series, {})
-    gpu_report = diagnose_memory("gpu", gpu.memory, gpu.capacity) if gpu.memory else None
+    gpu_series = gpu.memory
+    started = None
+    if history is not None and history.origin_ns is not None:
+        host_series = with_history(host_series, history, "rss")
+        gpu_series = with_history(gpu_series, history, "gpu_mem") if gpu_series else gpu_series
+        started = history.origin_ns
+    host = diagnose_memory("host", host_series, {}, sampling_started_ns=started)
+    gpu_report = (diagnose_memory("gpu", gpu_series, gpu.capacity, sampling_started_ns=started)
+                  if gpu_series else None)
     finding = combine(gpu_report, host)
     judged = gpu_report if gpu_report is not None and finding is gpu_report.finding else host
     section = StepMemoryReport(
         replace(finding, evidence=_memory_evidence(finding, judged)),
         "gpu" if gpu.memory else "host",
         _source(host), _source(gpu_report) if gpu_report else None, tuple(gpu.notes))
-    return section, (gpu.memory if gpu.memory else host_series)
+    return section, (gpu_series if gpu_series else host_series)
 
 
 def _source(report: MemoryReport) -> MemorySource:

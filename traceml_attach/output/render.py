@@ -107,6 +107,36 @@ def _head(s: Summary) -> list[str]:
     return out
 
 
+SESSION_RANKS = 8   # rank rows of the session block; the rest are summed up in one line
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _session(rep: Report) -> list[str]:
+    """The whole session from its rollups: the sections above detail only the newest window."""
+    ses = rep.session
+    if ses is None or not ses.ranks:
+        return []
+    out = [f"Session  {_duration(ses.duration_s)} from {_clock(ses.start)} (rollups of {ses.rollup_s:.0f} s; "
+           "the sections above cover the newest window)"]
+    rows = list(ses.ranks.values())
+    for r in rows[:SESSION_RANKS]:
+        mean = "step time unknown" if r.step_ms_mean is None else f"mean step {r.step_ms_mean:.1f} ms"
+        shares = (", " + ", ".join(f"{p} {100 * r.shares[p]:.0f}%" for p in PHASES if r.shares[p] >= 0.005)
+                  if r.shares else "")
+        out.append(f"  rank {r.rank}: {r.steps} steps, {mean}{shares}; RSS peak {_mb(r.rss_peak_bytes)}"
+                   + (f", GPU memory peak {_mb(r.gpu_mem_peak_bytes)}" if r.gpu_mem_peak_bytes else ""))
+    if len(rows) > SESSION_RANKS:
+        out.append(f"  ... {len(rows) - SESSION_RANKS} more ranks, {sum(r.steps for r in rows[SESSION_RANKS:])} steps")
+    return [*out, ""]
+
+
 def _hot(rep: Report) -> list[str]:
     out = []
     for rank, phases in rep.hot_frames.items():
@@ -182,6 +212,7 @@ def render_text(s: Summary) -> str:
         out.append(f"  also [{extra.status}] {extra.severity}: {extra.summary}")
     out += _table(st)
     out.append("")
+    out += _session(rep)
     out += _hot(rep)
     out += _memory(rep)
     out += _system_process(rep)

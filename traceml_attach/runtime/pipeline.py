@@ -48,7 +48,7 @@ class Pipeline:
         final summary details (the history holds the rest of the session)."""
         span_range = self.rec.time_range()
         start = None if span_range is None else span_range[1] - int(LIVE_WINDOW_S * _NS)
-        return analyze(self.rec, self.rules, start_ns=start)
+        return analyze(self.rec, self.rules, start_ns=start, history=self.history)
 
     def finish(self) -> None:
         """Fold everything still open (the last, partial bucket included): the session ended."""
