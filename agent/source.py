@@ -9,12 +9,15 @@ downstream a pure function of the recording.
 from __future__ import annotations
 
 import ast
-import linecache
 import os
 from functools import lru_cache
 
 MAX_SOURCE_BYTES = 2 * 1024 * 1024
 MAX_LINE_CHARS = 240
+# Bounded caches, so that a days-long attach holds a fixed amount: the files whose lines are
+# kept (``linecache`` kept every file it read, once per rank, for ever), and the lines described.
+SOURCE_FILES_KEPT = 32
+LINES_DESCRIBED = 8192
 _LIBRARY_MARKERS = ("/site-packages/", "/dist-packages/", "/lib/python3")
 
 
@@ -58,13 +61,23 @@ def _with_ranges(real_path: str) -> tuple[tuple[int, int, str], ...]:
     return tuple(ranges)
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=SOURCE_FILES_KEPT)
+def _lines(real_path: str) -> tuple[str, ...]:
+    try:
+        with open(real_path, encoding="utf-8", errors="replace") as fh:
+            return tuple(fh.read().splitlines())
+    except OSError:
+        return ()
+
+
+@lru_cache(maxsize=LINES_DESCRIBED)
 def describe(pid: int, path: str, line: int) -> tuple[str | None, str | None]:
     """(source line, enclosing with-items joined by '; ') for a frame; None when unreadable."""
     real = _resolve(pid, path)
     if real is None or line <= 0:
         return None, None
-    src = linecache.getline(real, line).strip()[:MAX_LINE_CHARS] or None
+    lines = _lines(real)
+    src = lines[line - 1].strip()[:MAX_LINE_CHARS] or None if line <= len(lines) else None
     if is_library(path):
         return src, None
     withs = [items for first, last, items in _with_ranges(real) if first <= line <= last]
