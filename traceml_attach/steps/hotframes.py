@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+import functools
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
-from traceml_attach.ingest.model import CodeFrame
+from traceml_attach.ingest.model import CodeFrame, Stack
 from traceml_attach.steps.timeline import Timeline, user_frame
 
 
@@ -19,26 +22,53 @@ class HotFrame:
 
 def hot_frames(tl: Timeline, top: int = 5) -> dict[str, list[HotFrame]]:
     """Per phase, the innermost functions with the most time, best first."""
-    per_phase: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    lines: dict[tuple[str, str, str], Counter[tuple[int, str | None]]] = defaultdict(Counter)
-    totals: Counter[str] = Counter()
-    vias: dict[int, str | None] = {}   # by id() of a stack the segments hold: a window repeats few
+    by_stack: dict[int, list] = {}   # id(stack) -> [stack, phase, ns]: a window repeats a few stacks
     for seg in tl.segments:
-        stack = seg.span.stack
-        if id(stack) not in vias:
-            caller = user_frame(stack[:-1])
-            vias[id(stack)] = caller.where if caller else None
-        leaf = stack[-1]
+        entry = by_stack.get(id(seg.span.stack))
+        if entry is None:
+            by_stack[id(seg.span.stack)] = [seg.span.stack, seg.phase, seg.dur_ns]
+        else:
+            entry[2] += seg.dur_ns
+    return hot_frames_of([(stack[-1], via(stack), phase, ns) for stack, phase, ns in by_stack.values()], top)
+
+
+def via(stack: Stack) -> str | None:
+    """The innermost user-code frame above the leaf: the caller to look at."""
+    caller = user_frame(stack[:-1])
+    return caller.where if caller else None
+
+
+def hot_frames_of(weighted: Iterable[tuple[CodeFrame, str | None, str, int]], top: int = 5
+                  ) -> dict[str, list[HotFrame]]:
+    """``hot_frames`` from each distinct stack's leaf, ``via``, phase and time (in order of
+    first appearance)."""
+    per_phase: dict[str, dict[tuple[str, str], int]] = {}
+    lines: dict[tuple[str, str, str], dict[tuple[int, str | None], int]] = {}
+    totals: dict[str, int] = {}
+    for leaf, caller, phase, ns in weighted:
         key = (leaf.name, leaf.file)
-        per_phase[seg.phase][key] += seg.dur_ns
-        lines[(seg.phase, *key)][(leaf.line, vias[id(stack)])] += seg.dur_ns
-        totals[seg.phase] += seg.dur_ns
+        functions = per_phase.get(phase)
+        if functions is None:
+            functions = per_phase[phase] = {}
+        functions[key] = functions.get(key, 0) + ns
+        at = lines.get((phase, *key))
+        if at is None:
+            at = lines[(phase, *key)] = {}
+        where = (leaf.line, caller)
+        at[where] = at.get(where, 0) + ns
+        totals[phase] = totals.get(phase, 0) + ns
     out: dict[str, list[HotFrame]] = {}
-    for phase, counter in per_phase.items():
+    for phase, functions in per_phase.items():
         rows = []
-        for (name, path), ns in counter.most_common(top):
-            (line, via), _ = lines[(phase, name, path)].most_common(1)[0]
-            where = CodeFrame(name, path, line, None, None).where
-            rows.append(HotFrame(where, via, ns / totals[phase], ns / 1e6))
+        # Counter.most_common: the largest first, equal ones in order of first appearance
+        for (name, path), ns in heapq.nlargest(top, functions.items(), key=itemgetter(1)):
+            at = lines[(phase, name, path)]
+            line, caller = max(at, key=at.__getitem__)
+            rows.append(HotFrame(_where(name, path, line), caller, ns / totals[phase], ns / 1e6))
         out[phase] = rows
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _where(name: str, path: str, line: int) -> str:
+    return CodeFrame(name, path, line, None, None).where

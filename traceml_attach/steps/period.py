@@ -131,8 +131,12 @@ def jitter(intervals: Sequence[float], period: float, rate_hz: float) -> float:
     """The steps' own spread (ns, one standard deviation per step): the robust spread of every
     interval about its nearest multiple of ``period``, per √n (n steps' jitter adds up), less the
     blur of where the samples fell (a Laplace of scale 1/rate: variance 2/rate²)."""
-    residuals = sorted(abs(i - n * period) / math.sqrt(n)
-                       for i, n in zip(intervals, step_counts(intervals, period), strict=True))
+    sqrt = math.sqrt
+    residuals = []
+    for i in intervals:
+        n = max(1, round(i / period))   # step_counts
+        residuals.append(abs(i - n * period) / sqrt(n))
+    residuals.sort()
     if not residuals:
         return 0.01 * period
     total = 1.4826 * residuals[len(residuals) // 2]
@@ -149,10 +153,12 @@ def pinned(intervals: Sequence[float], counts: Sequence[int], period: float, rat
     MAX_STEP_ERROR / 3 of the period (three standard errors). The blur of the intervals'
     ends is symmetric and shrinks in the intervals of several steps; it does not count here."""
     whole = sum(1 for n in counts if n == 1)
-    total = sum(counts)
-    if not whole:
-        return False
-    se = 1.2533 * jitter(intervals, period, rate_hz) * math.sqrt(max(1 / whole - 1 / total, 0.0))
+    return whole > 0 and pins_median(whole, sum(counts), jitter(intervals, period, rate_hz), period)
+
+
+def pins_median(whole: int, total: int, jitter_ns: float, period: float) -> bool:
+    """``pinned`` for ``whole`` steps seen whole of ``total``, steps jittering by ``jitter_ns``."""
+    se = 1.2533 * jitter_ns * math.sqrt(max(1 / whole - 1 / total, 0.0))
     return se <= MAX_STEP_ERROR / 3 * period
 
 
@@ -164,20 +170,47 @@ def count_posteriors(intervals: Sequence[float], period: float, unseen: float | 
     and by n steps' jitter (measured on the intervals near one period)."""
     if not intervals:
         return []
-    spread = math.hypot(jitter(intervals, period, rate_hz), 1e9 / max(rate_hz, 1.0))
-    blur = 1e9 / max(rate_hz, 1.0)
-    log_miss = 0.0 if unseen is None else math.log(min(max(unseen, 1e-12), 0.999))
-    out = []
-    for i in intervals:
-        guess = max(1, round(i / period))
-        scores = {}
+    count = Posterior(period, count_spread(intervals, period, rate_hz), unseen, rate_hz)
+    return [count(i) for i in intervals]
+
+
+def count_spread(intervals: Sequence[float], period: float, rate_hz: float) -> float:
+    """How far (ns, one standard deviation per step) an interval strays from its multiple of
+    ``period``: the steps' jitter and the blur of where the samples fell."""
+    return math.hypot(jitter(intervals, period, rate_hz), 1e9 / max(rate_hz, 1.0))
+
+
+class Posterior:
+    """Intervals' most probable step counts and how sure each is (see ``count_posteriors``), at
+    one period and spread (``count_spread`` of the intervals they belong to); the terms that
+    depend on the count alone are worked out once."""
+
+    def __init__(self, period: float, spread: float, unseen: float | None, rate_hz: float) -> None:
+        self.period = period
+        blur = 1e9 / max(rate_hz, 1.0)
+        self.log_miss = 0.0 if unseen is None else math.log(min(max(unseen, 1e-12), 0.999))
+        self.terms: dict[int, tuple[float, float]] = {}   # n -> (2·var, ½·log var)
+        self.blur2, self.spread2 = blur * blur, spread * spread
+
+    def _terms(self, n: int) -> tuple[float, float]:
+        terms = self.terms.get(n)
+        if terms is None:
+            var = self.blur2 + n * self.spread2
+            terms = self.terms[n] = (2 * var, 0.5 * math.log(var))
+        return terms
+
+    def __call__(self, interval: float) -> tuple[int, float]:
+        period = self.period
+        guess = max(1, round(interval / period))
+        scores = []
+        best, top = 0, -math.inf
         for n in range(max(1, guess - 1), guess + 2):
-            var = blur * blur + n * spread * spread
-            scores[n] = (n - 1) * log_miss - (i - n * period) ** 2 / (2 * var) - 0.5 * math.log(var)
-        top = max(scores.values())
-        best = max(scores, key=lambda n: scores[n])
-        out.append((best, 1.0 / sum(math.exp(v - top) for v in scores.values())))
-    return out
+            two_var, half_log = self._terms(n)
+            score = (n - 1) * self.log_miss - (interval - n * period) ** 2 / two_var - half_log
+            scores.append(score)
+            if score > top:   # the first of equal scores, as max() over them in order
+                best, top = n, score
+        return best, 1.0 / sum(math.exp(v - top) for v in scores)
 
 
 def refine_map(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from traceml_attach.policy import TYPICAL_MAX
@@ -32,21 +33,62 @@ class RankStepStats:
     active_shares: dict[str, float] | None = None
 
 
+@dataclass(frozen=True)
+class StepTotals:
+    """The sums over a timeline's steps that its statistics are ratios of (times in ns). The
+    batch analysis adds them up once per window; the live tracker keeps them as running sums."""
+
+    steps: int                     # every step, covered or not
+    steps_ns: int
+    covered: int                   # steps whose time is attributed to phases
+    covered_ns: int
+    phases_ns: dict[str, int]      # over the covered steps
+    typical_ns: int                # the covered steps up to TYPICAL_MAX typical steps (all if none is)
+    typical_phases_ns: dict[str, int]
+    measured: int                  # covered steps with CPU counters
+    measured_ns: int
+    blocked_ns: dict[str, int]     # time blocked in synchronizing phases, over the measured steps
+
+
+def typical_limit_ns(step_ms: float | None) -> float | None:
+    """A covered step longer than this is not typical (an eval, a checkpoint)."""
+    return None if step_ms is None else TYPICAL_MAX * step_ms * 1e6
+
+
+def step_totals(steps: Sequence[Step], step_ms: float | None) -> StepTotals:
+    covered = [s for s in steps if s.covered]
+    limit = typical_limit_ns(step_ms)
+    typical = [s for s in covered if limit is None or s.dur_ns <= limit] or covered
+    measured = [s for s in covered if s.blocked_sync_ns is not None]
+    return StepTotals(
+        len(steps), sum(s.dur_ns for s in steps), len(covered), sum(s.dur_ns for s in covered),
+        {p: sum(s.phases_ns[p] for s in covered) for p in PHASES},
+        sum(s.dur_ns for s in typical), {p: sum(s.phases_ns[p] for s in typical) for p in PHASES},
+        len(measured), sum(s.dur_ns for s in measured),
+        {p: sum((s.blocked_sync_ns or {}).get(p, 0) for s in measured) for p in PHASES},
+    )
+
+
 def rank_stats(rank: str, tl: Timeline) -> RankStepStats:
+    step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
+    return stats_of(rank, tl, step_totals(tl.steps, step_ms))
+
+
+def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
+    """A rank's statistics from its timeline and the sums over its steps."""
     loop = f"{tl.loop.name} ({tl.loop.file})" if tl.loop else None
     wait_total = sum(tl.wait_labels_ns.values())
     ranked = sorted(tl.wait_labels_ns.items(), key=lambda kv: -kv[1])
     labels = {k: v / wait_total for k, v in ranked} if wait_total else {}
     # steps inside a sampler drop-out count, but their time is no phase's
-    steps = tuple(s for s in tl.steps if s.covered)
     coverage = tl.coverage
-    if tl.steps and coverage is not None:
-        coverage *= sum(s.dur_ns for s in steps) / sum(s.dur_ns for s in tl.steps)
-    if not steps:
+    if totals.steps and coverage is not None:
+        coverage *= totals.covered_ns / totals.steps_ns
+    if not totals.covered:
         return RankStepStats(rank, tl.pid, 0, None, None, None, None, labels, tl.clock, loop,
                              tl.thread_name, coverage=coverage)
-    total = sum(s.dur_ns for s in steps)
-    shares = {p: sum(s.phases_ns[p] for s in steps) / total for p in PHASES}
+    total = totals.covered_ns
+    shares = {p: totals.phases_ns[p] / total for p in PHASES}
     norm = sum(shares.values()) or 1.0
     shares = {p: v / norm for p, v in shares.items()}
     step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
@@ -54,14 +96,12 @@ def rank_stats(rank: str, tl: Timeline) -> RankStepStats:
     # steps longer than TYPICAL_MAX typical steps (an occasional eval or checkpoint). Per-step
     # shares are quantized by sampling (a 4 ms phase is absent from most 10 ms-sampled
     # steps), so their median is biased towards 0 for short phases; this ratio is not.
-    typical = [s for s in steps if step_ms is None or s.dur_ns <= TYPICAL_MAX * step_ms * 1e6] or list(steps)
-    typical_ns = sum(s.dur_ns for s in typical)
     component = {
-        name: sum(s.phases_ns[p] for s in typical for p in phases) / typical_ns
+        name: sum(totals.typical_phases_ns[p] for p in phases) / totals.typical_ns
         for name, phases in COMPONENTS.items()
     }
     phases_ms = {p: shares[p] * step_ms for p in PHASES} if step_ms is not None else None
-    sync_share, active_shares = _sync(steps, shares)
+    sync_share, active_shares = _sync(totals, shares)
     return RankStepStats(
         rank, tl.pid, tl.step_count, step_ms, phases_ms, shares, component, labels, tl.clock, loop,
         tl.thread_name,
@@ -70,17 +110,16 @@ def rank_stats(rank: str, tl: Timeline) -> RankStepStats:
     )
 
 
-def _sync(steps: tuple[Step, ...], shares: dict[str, float]) -> tuple[float | None, dict[str, float] | None]:
+def _sync(totals: StepTotals, shares: dict[str, float]) -> tuple[float | None, dict[str, float] | None]:
     """The share of the step blocked in synchronizing phases, and each phase's share less it:
     totals over the window, so a step that was counted wrong does not move them."""
-    measured = [s for s in steps if s.blocked_sync_ns is not None]
-    if len(measured) < max(2, len(steps) // 2):
+    if totals.measured < max(2, totals.covered // 2):
         return None, None
-    total = sum(s.dur_ns for s in measured)
+    total = totals.measured_ns
     active = dict(shares)
     blocked_all = 0
     for phase in PHASES:
-        blocked = sum((s.blocked_sync_ns or {}).get(phase, 0) for s in measured)
+        blocked = totals.blocked_ns[phase]
         blocked_all += blocked
         active[phase] = max(0.0, shares[phase] - blocked / total)
     return blocked_all / total, active

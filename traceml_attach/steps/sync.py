@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from traceml_attach.steps.period import map_counts
 from traceml_attach.steps.timeline import StepClock, Timeline, edge_steps, expand, without_period
+from traceml_attach.steps.tracker import RankTracker
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
 
@@ -86,3 +87,59 @@ def share_period(timelines: dict[str, Timeline], rate_hz: int) -> dict[str, Time
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
         out[rank] = replace(tl, steps=expand(tl.intervals, counts, tl.clock.unseen), clock=clock)
     return out
+
+
+# A live reference stays while no rank is clearly better: among equals (ranks that see their loop
+# alike), each one's warm checks come at other times, and the best would change every tick.
+REF_MARGIN = 0.1
+
+
+def _better(new: tuple[float, float], old: tuple[float, float]) -> bool:
+    """``new`` (a rank's ``quality``) beats ``old`` by more than REF_MARGIN."""
+    (new_unseen, new_q), (old_unseen, old_q) = (-new[0], new[1]), (-old[0], old[1])
+    if new_unseen < (1 - REF_MARGIN) * old_unseen:
+        return True
+    return new_unseen <= old_unseen and new_q > (1 + REF_MARGIN) * old_q
+
+
+def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None) -> tuple[dict[str, Timeline], str | None]:
+    """``share_period`` for live trackers. Each rank's intervals are counted on the reference's
+    period: the batch aligns them with the boundaries of a reference that saw every one, which
+    counts an interval as one step where the reference has none around it (a hole, the window's
+    edge); live, the reference's period is refit every few seconds, which follows a drifting
+    step too. The reference of the last tick (``ref``) stays while no rank is clearly better;
+    returns the timelines and the reference."""
+    own = {rank: t for rank, t in trackers.items() if t.clock.known}
+    if not own:
+        for t in trackers.values():
+            t.count_own()
+        return {rank: t.timeline() for rank, t in trackers.items()}, None
+    best = max(own, key=lambda r: own[r].quality)
+    if ref not in own or _better(own[best].quality, own[ref].quality):
+        ref = best
+    reference = own[ref]
+    period = reference.clock.period_ns
+    assert period is not None
+    for rank, t in own.items():
+        assert t.clock.period_ns is not None
+        both_saw_all = t.clock.method == "wraps" and reference.clock.method == "wraps"
+        if both_saw_all and abs(t.clock.period_ns - period) > AGREE * period:
+            reason = (f"ranks that synchronize every step measured different step periods "
+                      f"({period / 1e6:.1f} ms on rank {ref}, {t.clock.period_ns / 1e6:.1f} ms on rank {rank})")
+            unknown = StepClock("unknown", None, None, None, reason)
+            for each in trackers.values():
+                each.count_ones()
+            return {r: each.timeline(unknown) for r, each in trackers.items()}, ref
+    reference.count_own()
+    ref_tl = reference.timeline()
+    out = {}
+    for rank, t in trackers.items():
+        if rank == ref:
+            out[rank] = ref_tl
+        elif not t.intervals:
+            t.count_own()
+            out[rank] = t.timeline()
+        else:
+            t.count_joint(period)
+            out[rank] = t.timeline(t.joint_clock(ref_tl.clock))
+    return out, ref

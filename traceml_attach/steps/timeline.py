@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import overload
 
 from agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo
@@ -71,6 +73,40 @@ class Segment:
     label: str | None
     span: Span
     decider: int | None  # index of the deciding frame in span.stack
+
+
+class SegmentView(Sequence[Segment]):
+    """A live window's segments, made on demand from its spans (a live tick reads two of them):
+    each span with its stack's verdict, the first and last clipped to [start_ns, end_ns)."""
+
+    __slots__ = ("end_ns", "spans", "start_ns", "verdicts")
+
+    def __init__(self, spans: Sequence[Span], verdicts: dict[int, tuple[str, str | None, int | None]],
+                 start_ns: int, end_ns: int) -> None:
+        self.spans = spans
+        self.verdicts = verdicts   # id(stack) -> (phase, label, deciding frame)
+        self.start_ns, self.end_ns = start_ns, end_ns
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def _segment(self, span: Span) -> Segment:
+        phase, label, decider = self.verdicts[id(span.stack)]
+        lo, hi = max(span.ts_ns, self.start_ns), min(span.end_ns, self.end_ns)
+        if (lo, hi) != (span.ts_ns, span.end_ns):
+            span = Span(span.pid, span.tid, lo, hi - lo, span.stack)
+        return Segment(span.ts_ns, span.dur_ns, phase, label, span, decider)
+
+    @overload
+    def __getitem__(self, index: int) -> Segment: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Segment, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Segment | tuple[Segment, ...]:
+        if isinstance(index, slice):
+            return tuple(self._segment(span) for span in self.spans[index])
+        return self._segment(self.spans[index])
 
 
 @dataclass(frozen=True)
@@ -124,15 +160,16 @@ class Timeline:
     tid: int | None
     thread_name: str | None
     loop: LoopFrame | None
-    segments: tuple[Segment, ...]
-    steps: tuple[Step, ...]             # intervals expanded by their step counts
+    # tuples from build_timeline; views of a live tracker's logs (steps/logs.py) from it
+    segments: Sequence[Segment]
+    steps: Sequence[Step]               # intervals expanded by their step counts
     clock: StepClock
     wait_labels_ns: dict[str, int]
-    bounds: tuple[int, ...] = ()
+    bounds: Sequence[int] = ()
     stuck_since_ns: int | None = None   # start of the final run of one unchanging call path
     end_ns: int | None = None           # end of the sampled window for this thread
     coverage: float | None = None       # share of [start, end) with a stack seen on this thread
-    intervals: tuple[Step, ...] = ()    # between consecutive observed wraps (none across a hole)
+    intervals: Sequence[Step] = ()      # between consecutive observed wraps (none across a hole)
     rate_hz: int = 100
     start_seen_ns: int | None = None    # start of the sampled window for this thread
 
@@ -158,10 +195,16 @@ def clip_spans(spans: Sequence[Span], start_ns: int, end_ns: int) -> list[Span]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _library(path: str) -> bool:
+    """``is_library``, once per file (a live tick asks it of every rank's stack)."""
+    return is_library(path)
+
+
 def user_frame(stack: Stack) -> CodeFrame | None:
     """The innermost frame of the user's own code (not the standard library or a package)."""
     for frame in reversed(stack):
-        if not is_library(frame.file):
+        if not _library(frame.file):
             return frame
     return None
 
@@ -204,43 +247,57 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: li
     return presence.most_common(1)[0][0] if presence else None
 
 
-def _wraps(spans: Sequence[Span], depth: int, ident: tuple[str, str]) -> int:
-    count, prev = 0, None
-    for span in spans:
-        if len(span.stack) > depth and (span.stack[depth].name, span.stack[depth].file) == ident:
-            line = span.stack[depth].line
-            if prev is not None and line < prev:
-                count += 1
-            prev = line
-    return count
-
-
 def find_loop(spans: Sequence[Span]) -> LoopFrame | None:
     """The training loop's frame on the thread's dominant call path (see module doc)."""
-    total = sum(s.dur_ns for s in spans)
-    if total == 0:
-        return None
-    path = list(spans)
-    candidates: list[LoopFrame] = []
-    for depth in range(128):
-        weights: Counter[tuple[str, str]] = Counter()
-        for s in path:
-            if len(s.stack) > depth:
-                weights[(s.stack[depth].name, s.stack[depth].file)] += s.dur_ns
-        if not weights:
-            break
-        ident, weight = weights.most_common(1)[0]
-        if weight < MIN_PATH_SHARE * total or is_library(ident[1]):
-            break
-        path = [s for s in path if len(s.stack) > depth
-                and (s.stack[depth].name, s.stack[depth].file) == ident]
-        wraps = _wraps(path, depth, ident)
-        if wraps:
-            candidates.append(LoopFrame(depth, ident[0], ident[1], wraps))
+    by_stack: dict[int, list] = {}   # id(stack) -> [stack, ns], in order of first appearance
+    for s in spans:
+        entry = by_stack.get(id(s.stack))
+        if entry is None:
+            by_stack[id(s.stack)] = [s.stack, s.dur_ns]
+        else:
+            entry[1] += s.dur_ns
+    candidates = loop_candidates(spans, [(stack, ns) for stack, ns in by_stack.values()])
     if not candidates:
         return None
     most = max(c.wraps for c in candidates)
     return next(c for c in candidates if c.wraps >= OUTER_TIE * most)
+
+
+def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]) -> list[LoopFrame]:
+    """The frames on the dominant call path of ``spans`` (one thread's, in time order) that
+    wrap, outermost first, given each distinct stack's time among them (in order of first
+    appearance): the path is walked on the stacks, and the wraps of every frame on it are
+    counted in one pass over the spans."""
+    total = sum(ns for _, ns in weighted)
+    if total == 0:
+        return []
+    path = list(weighted)
+    walk: list[tuple[int, tuple[str, str]]] = []
+    reach: dict[int, int] = {}   # id(stack) -> how many frames of the walk it follows
+    for depth in range(128):
+        weights: Counter[tuple[str, str]] = Counter()
+        for stack, ns in path:
+            if len(stack) > depth:
+                weights[(stack[depth].name, stack[depth].file)] += ns
+        if not weights:
+            break
+        ident, weight = weights.most_common(1)[0]
+        if weight < MIN_PATH_SHARE * total or _library(ident[1]):
+            break
+        path = [(st, ns) for st, ns in path if len(st) > depth and (st[depth].name, st[depth].file) == ident]
+        walk.append((depth, ident))
+        for stack, _ in path:
+            reach[id(stack)] = len(walk)
+    wraps = [0] * len(walk)
+    prev: list[int | None] = [None] * len(walk)
+    for span in spans:
+        for k in range(reach.get(id(span.stack), 0)):
+            line = span.stack[walk[k][0]].line
+            last = prev[k]
+            if last is not None and line < last:
+                wraps[k] += 1
+            prev[k] = line
+    return [LoopFrame(depth, ident[0], ident[1], w) for (depth, ident), w in zip(walk, wraps, strict=True) if w]
 
 
 def _boundaries(spans: Sequence[Span], loop: LoopFrame) -> list[int]:
@@ -463,9 +520,13 @@ def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -
 
 def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFrame | None,
            rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
-    durations = [s.dur_ns for s in intervals]
-    ones = tuple(1 for _ in intervals)
-    unseen = _unseen(segments, loop, rate_hz)
+    return clock_of([s.dur_ns for s in intervals], _unseen(segments, loop, rate_hz), rate_hz)
+
+
+def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
+    """The step clock of the intervals between observed wraps, and each one's step count;
+    ``unseen`` is the chance that sampling misses a boundary (``_unseen``)."""
+    ones = tuple(1 for _ in durations)
     if len(durations) >= 2 and unseen is not None and unseen <= MAX_UNSEEN:
         # every boundary is visible: the intervals are the steps (but for clear multiples), and
         # they may drift (a job that slows down) without a fixed period to fit

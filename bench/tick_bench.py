@@ -1,0 +1,132 @@
+"""Benchmark of the live analysis tick over a long session: incremental vs batch.
+
+A recorded stream is replayed fast as a long session of many ranks: the two-rank torchrun
+stream of tests/fixtures (8 s) cloned under new PIDs and ranks (as bench/tui_bench.py does) and
+repeated back to back in time (tests/live_streams.py: timestamps and cumulative CPU counters
+shifted, each stack defined once as the agent's interner does). Frames are fed in order into a
+Recording; at every second of the data clock the live analysis runs on the newest
+LIVE_WINDOW_S of spans, then the Recording is trimmed to the last 40 s, as a live session does.
+Reported, CPU time per tick in ms (median, 95th percentile, worst):
+
+  incremental   IncrementalAnalyzer.tick(rec) -> Analysis, every tick of the session, and
+                of it: steps (the per-rank trackers: timelines, statistics, hot frames) and
+                conclude (findings, memory, system and process sections: the report)
+  batch         analyze(rec, rules, start_ns=end - LIVE_WINDOW_S), every --batch-every-th tick
+  spans read    the new spans an incremental tick reads (its work is proportional to them)
+
+With --repeat N the session is replayed N times and each tick keeps its least CPU time: the
+same tick is the same work each time, and the least of N is the one other processes on a busy
+machine disturbed least.
+
+and the incremental tick in the session's second minute and its last, to show that it does
+not grow with the session. The agent's py-spy windows end every ~2 s, all ranks' together:
+about every other tick has new spans to read (~2,100 at 64 ranks), the others none.
+
+    python bench/tick_bench.py [--ranks 64] [--minutes 60] [--batch-every 60] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import traceml_attach.diagnose.incremental as incremental  # noqa: E402
+from tests.live_streams import NS, repeated, ticks  # noqa: E402
+from traceml_attach.diagnose.analysis import analyze  # noqa: E402
+from traceml_attach.ingest.stream import Recording  # noqa: E402
+from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402
+from traceml_attach.steps.classify import load_rules  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "ddp_input_straggler.msgpack"
+RETAIN_NS = 40 * NS   # raw data a live session keeps behind the newest span
+
+
+def stats(xs: list[float]) -> str:
+    p95 = sorted(xs)[max(round(0.95 * len(xs)) - 1, 0)]
+    return f"median {statistics.median(xs):.1f}, p95 {p95:.1f}, worst {max(xs):.1f} ms"
+
+
+def session(minutes: float, ranks: int, batch_every: int) -> tuple[list[tuple[float, float, float, int]], list[float]]:
+    """One replayed session: per tick (data s, tick ms, conclude ms, spans read); batch ms."""
+    conclude_s = 0.0
+    conclude = incremental.conclude
+
+    def timed_conclude(*a, **k):  # type: ignore[no-untyped-def]
+        nonlocal conclude_s
+        c0 = time.process_time()
+        try:
+            return conclude(*a, **k)
+        finally:
+            conclude_s += time.process_time() - c0
+
+    incremental.conclude = timed_conclude
+    try:
+        rules = load_rules()
+        rec = Recording()
+        live = incremental.IncrementalAnalyzer(rules)
+        window_ns = int(LIVE_WINDOW_S * NS)
+        rows: list[tuple[float, float, float, int]] = []
+        batch_ms: list[float] = []
+        origin = None
+        for end in ticks(repeated(FIXTURE, minutes * 60, ranks), rec):
+            origin = end if origin is None else origin
+            read = sum(t.spans_read for t in live.trackers.values())
+            conclude_s = 0.0
+            c0 = time.process_time()
+            live.tick(rec, end)
+            tick_ms = 1e3 * (time.process_time() - c0)
+            read = sum(t.spans_read for t in live.trackers.values()) - read
+            rows.append(((end - origin) / NS, tick_ms, 1e3 * conclude_s, read))
+            if len(rows) % batch_every == 0:
+                c0 = time.process_time()
+                analyze(rec, rules, start_ns=end - window_ns)
+                batch_ms.append(1e3 * (time.process_time() - c0))
+            rec.trim(end - RETAIN_NS)
+        return rows, batch_ms
+    finally:
+        incremental.conclude = conclude
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--minutes", type=float, default=60.0)
+    ap.add_argument("--batch-every", type=int, default=60, help="time the batch analysis every N-th tick")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="replay the session N times and keep each tick's least CPU time (a busy machine)")
+    args = ap.parse_args()
+    gc.freeze()   # as a live session does at start-up
+
+    started = time.perf_counter()
+    runs = [session(args.minutes, args.ranks, args.batch_every) for _ in range(args.repeat)]
+    elapsed = time.perf_counter() - started
+    rows = [min(tick, key=lambda r: r[1]) for tick in zip(*(run for run, _ in runs), strict=True)]
+    batch_ms = [min(b) for b in zip(*(b for _, b in runs), strict=True)]
+    print(f"{args.ranks} ranks, {rows[-1][0] / 60:.1f} min of data replayed {args.repeat}x in {elapsed:.0f} s; "
+          f"live window {LIVE_WINDOW_S:.0f} s, a tick every second of data ({len(rows)} ticks)")
+    steady = rows[int(LIVE_WINDOW_S):]   # once the window is full
+    print(f"  incremental: {stats([r[1] for r in steady])}")
+    print(f"    steps:     {stats([r[1] - r[2] for r in steady])}")
+    print(f"    conclude:  {stats([r[2] for r in steady])}")
+    if batch_ms:
+        print(f"  batch:       {stats(batch_ms)} ({len(batch_ms)} ticks)")
+    with_data = [r for r in steady if r[3]]
+    spans = statistics.median(r[3] for r in with_data)
+    print(f"  ticks with new spans: {len(with_data)} of {len(steady)}, {spans:.0f} spans each (median): "
+          f"incremental {stats([r[1] for r in with_data])}")
+    for label, lo, hi in (("minute 2", 60, 120), (f"minute {args.minutes:.0f}", args.minutes * 60 - 60, 1e12)):
+        part = [r for r in rows if lo <= r[0] < hi]
+        if part:
+            print(f"  {label}: incremental {stats([r[1] for r in part])}; steps {stats([r[1] - r[2] for r in part])}; "
+                  f"{sum(r[3] for r in part) / len(part):.0f} spans read per tick")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""The live analysis (diagnose/incremental.py, steps/tracker.py) against the batch analysis it
+stands for. Fed a recording as it arrives and asked at every second of data, it must give what
+``analyze`` gives for the same 30 s window: the same thread and loop, the step count within one
+step or 2%, the step time within 2% and known where the batch's is, the same diagnosis. And the
+work of a tick must not grow with the session."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from tests.live_streams import NS, arriving, repeated, ticks
+from tests.simulator import Job, RankWork, job, simulate
+from tests.streams import read_frames
+from tests.test_simulated_steps import issue_ddp
+from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import LIVE_WINDOW_S
+from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.timeline import OUTER_TIE, LoopFrame, Timeline, loop_candidates
+from traceml_attach.steps.tracker import LOOP_TIE_MARGIN, pick_loop
+
+RULES = load_rules()
+FIXTURES = Path(__file__).parent / "fixtures"
+WINDOW_NS = int(LIVE_WINDOW_S * NS)
+
+
+def near_tie(tl: Timeline) -> bool:
+    """The batch's loop is one of nested loops within LOOP_TIE_MARGIN of find_loop's tie, where
+    the tracker keeps the one it had (the batch's own choice flips between windows there)."""
+    spans = [seg.span for seg in tl.segments]
+    weighted: dict[int, list] = {}
+    for span in spans:
+        weighted.setdefault(id(span.stack), [span.stack, 0])[1] += span.dur_ns
+    candidates = loop_candidates(spans, [(stack, ns) for stack, ns in weighted.values()])
+    if len(candidates) < 2:
+        return False
+    most = max(c.wraps for c in candidates)
+    choice = next(c for c in candidates if c.wraps >= OUTER_TIE * most)
+    return any(c is not choice and ((c.depth < choice.depth and c.wraps >= (OUTER_TIE - LOOP_TIE_MARGIN) * most)
+                                    or (c.depth > choice.depth and choice.wraps < (OUTER_TIE + LOOP_TIE_MARGIN) * most))
+               for c in candidates)
+
+
+def aligned_shortfall(tl: Timeline) -> int:
+    """Steps the batch leaves out of a rank on a shared clock: it aligns the rank's intervals
+    with the reference's step boundaries, and counts one step where the reference has none
+    around an interval (a hole, the window's edge); the tracker counts it on the period."""
+    if tl.clock.method != "joint" or not tl.clock.period_ns:
+        return 0
+    shortfall = 0
+    for interval in tl.intervals:
+        steps = sum(1 for s in tl.steps if interval.start_ns <= s.start_ns < interval.end_ns)
+        if steps == 1:
+            shortfall += max(round(interval.dur_ns / tl.clock.period_ns) - 1, 0)
+    return shortfall
+
+
+def differences(live: Analysis, batch: Analysis) -> list[str]:
+    out = []
+    if list(live.timelines) != list(batch.timelines):
+        return [f"ranks {list(live.timelines)} != {list(batch.timelines)}"]
+    for a, b in zip(live.ranks, batch.ranks, strict=True):
+        ta, tb = live.timelines[a.rank], batch.timelines[b.rank]
+        if ta.tid != tb.tid:
+            out.append(f"rank {a.rank}: thread {ta.tid} != {tb.tid}")
+        if near_tie(tb):
+            continue
+        where_a = ta.loop and (ta.loop.depth, ta.loop.name)
+        where_b = tb.loop and (tb.loop.depth, tb.loop.name)
+        if where_a != where_b:
+            out.append(f"rank {a.rank}: loop {where_a} != {where_b}")
+            continue
+        if abs(a.steps - b.steps) > max(1, 0.02 * b.steps) + aligned_shortfall(tb):
+            out.append(f"rank {a.rank}: {a.steps} steps != {b.steps} ({ta.clock.method}, {tb.clock.method})")
+        if (a.step_ms is None) != (b.step_ms is None):
+            out.append(f"rank {a.rank}: step time {a.step_ms} != {b.step_ms} ({tb.clock.reason or ta.clock.reason})")
+        elif a.step_ms is not None and b.step_ms is not None and abs(a.step_ms / b.step_ms - 1) > 0.02:
+            out.append(f"rank {a.rank}: step time {a.step_ms:.2f} != {b.step_ms:.2f} ms")
+    if live.findings[0].kind != batch.findings[0].kind:
+        out.append(f"diagnosis {live.findings[0].kind} != {batch.findings[0].kind}")
+    return out
+
+
+@pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler"])
+def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
+    # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
+    rec, live = Recording(), IncrementalAnalyzer(RULES)
+    seen = []
+    for end in ticks(repeated(FIXTURES / f"{name}.msgpack", 75), rec):
+        # WHEN the live view asks at every second of data
+        got = live.tick(rec, end)
+        # THEN it gets the batch analysis of the same window
+        want = analyze(rec, RULES, start_ns=end - WINDOW_NS)
+        assert got.start_ns == want.start_ns and got.end_ns == want.end_ns
+        problems = differences(got, want)
+        assert not problems, (round((end - rec.time_range()[0]) / NS, 1), problems)
+        seen.append(got)
+    assert len(seen) >= 70
+    assert all(r.step_ms is not None for r in seen[-1].ranks)
+
+
+JOBS = {
+    # every boundary seen: 130 ms steps, half of them input, at 100 Hz
+    "wraps": (job(130, "input", 0.5, rng=random.Random(2), jitter=0.05), 100, {}),
+    # issue 9's first row: input 93% of an 83 ms step, a `while True: next(it)` loop (a comb fit)
+    "while_next": (Job((RankWork(77.0, 0.0, 2.0, 3.0, 1.0),), jitter=0.03, shape="while_next"), 100, {}),
+    # issue 9's DDP input straggler: rank 0 waits in backward, its clock is rank 1's
+    "ddp_straggler": (issue_ddp("input"), 100, {}),
+    # three synchronized ranks, two waiting 80% of a 50 ms step, a train_step() loop at 200 Hz
+    "nested_ddp": (job(50, "wait", 0.8, ranks=3, rng=random.Random(3), jitter=0.05, shape="nested"), 200, {}),
+    # a sampler that stalls for 250 ms once a second: drop-outs, every boundary otherwise seen
+    "drop_outs": (Job((RankWork(100.0, 0.0, 40.0, 50.0, 10.0),), jitter=0.03), 100,
+                  {"stall_rate": 1.0, "stall_ms": 250}),
+    # steps too short for the rate: unknown both ways
+    "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
+}
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_simulated_jobs_get_the_batch_analysis_at_every_tick(name):
+    the_job, rate_hz, faults = JOBS[name]
+    full, _ = simulate(the_job, rate_hz, 40.0, seed=7, **faults)
+    live = IncrementalAnalyzer(RULES)
+    for rec in arriving(full):
+        end = rec.time_range()[1]
+        got = live.tick(rec)
+        want = analyze(rec, RULES, start_ns=end - WINDOW_NS)
+        problems = differences(got, want)
+        assert not problems, (round((end - full.time_range()[0]) / NS, 1), problems)
+
+
+def test_a_tick_reads_only_the_new_spans_and_holds_only_the_window():
+    # GIVEN ten minutes of a two-rank job, trimmed to the last 40 s as a live session does
+    rec, live = Recording(), IncrementalAnalyzer(RULES)
+    read, held = [], []
+    fed = 0
+    for end in ticks(repeated(FIXTURES / "ddp_input_straggler.msgpack", 600), rec):
+        before = sum(t.spans_read for t in live.trackers.values())
+        live.tick(rec, end)
+        read.append(sum(t.spans_read for t in live.trackers.values()) - before)
+        held.append(sum(len(q) + t.intervals for t in live.trackers.values() for q in t.by_tid.values()))
+        fed = sum(len(spans) + rec.trimmed.get(pid, 0) for pid, spans in rec.spans.items())
+        rec.trim(end - 40 * NS)
+    # THEN every span was read exactly once...
+    assert sum(read) == fed
+    # ...a tick reads as much in the tenth minute as in the second (the new spans only)...
+    assert len(read) >= 590
+    early, late = statistics.mean(read[60:120]), statistics.mean(read[-60:])
+    assert abs(late / early - 1) < 0.05, (early, late)
+    # ...and what the trackers hold (spans and intervals of the window) does not grow
+    assert max(held[-60:]) <= 1.05 * max(held[60:120]), (max(held[60:120]), max(held[-60:]))
+
+
+def test_trimming_the_recording_changes_nothing():
+    # GIVEN the same stream into a recording trimmed to 40 s and one that keeps everything
+    frames = list(repeated(FIXTURES / "ddp_input_straggler.msgpack", 90))
+    kept, trimmed = Recording(), Recording()
+    a, b = IncrementalAnalyzer(RULES), IncrementalAnalyzer(RULES)
+    for end, _ in zip(ticks(iter(frames), kept), ticks(iter(frames), trimmed), strict=True):
+        got, want = b.tick(trimmed, end), a.tick(kept, end)
+        trimmed.trim(end - 40 * NS)
+        # THEN the live analysis reads the same spans, by their absolute index
+        assert [(r.steps, r.step_ms, r.shares) for r in got.ranks] == \
+            [(r.steps, r.step_ms, r.shares) for r in want.ranks]
+    assert sum(trimmed.trimmed.values()) > 0
+
+
+def test_an_earlier_window_starts_over():
+    rec = Recording()
+    for frame in read_frames(FIXTURES / "balanced.msgpack"):
+        rec.add(frame)
+    first, last = rec.time_range() or (0, 0)
+    live = IncrementalAnalyzer(RULES)
+    live.tick(rec, last)
+    # a recording read again from an earlier point: the analyzer forgets what it carried
+    again = live.tick(rec, (first + last) // 2)
+    fresh = IncrementalAnalyzer(RULES).tick(rec, (first + last) // 2)
+    assert [(r.steps, r.step_ms) for r in again.ranks] == [(r.steps, r.step_ms) for r in fresh.ranks]
+
+
+def test_a_nested_loop_near_the_tie_keeps_its_frame():
+    def loops(outer_wraps: int) -> list[LoopFrame]:
+        return [LoopFrame(2, "train", "t.py", outer_wraps), LoopFrame(3, "train_step", "t.py", 100)]
+    # find_loop takes the outer loop with 80% of the inner one's wraps...
+    assert pick_loop(loops(81), None).name == "train"
+    assert pick_loop(loops(79), None).name == "train_step"
+    # ...a tracker on the inner loop keeps it up to 82%, one on the outer loop down to 78%
+    assert pick_loop(loops(81), loops(81)[1]).name == "train_step"
+    assert pick_loop(loops(83), loops(83)[1]).name == "train"
+    assert pick_loop(loops(79), loops(79)[0]).name == "train"
+    assert pick_loop(loops(77), loops(77)[0]).name == "train_step"

@@ -1,0 +1,96 @@
+"""The live view's analysis, carried from tick to tick.
+
+``IncrementalAnalyzer.tick(rec)`` gives the Analysis that ``analyze(rec, rules,
+start_ns=end - LIVE_WINDOW_S)`` gives, at a cost that does not grow with the session: each
+rank's RankTracker (steps/tracker.py) reads only the spans that arrived since the last tick
+and forgets those that left the window; synchronized ranks share one clock as in
+``sync.share_period``; the statistics and hot frames come from running sums. What follows the
+per-rank timelines (findings, GPU, hang, the report) is ``analysis.conclude``, as for the batch.
+
+Full step-clock fits (~40 µs per interval) are rationed: a rank whose clock has never been
+fitted for its thread and loop gets one at once; retries of an unknown clock and fits asked
+for by a failed warm check share FIT_BUDGET intervals a tick (at least one fit runs), oldest
+request first.
+
+One analyzer follows one recording forward in data time; given an earlier end than the last
+one (a recording read again), it starts over.
+"""
+
+from __future__ import annotations
+
+from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
+from traceml_attach.diagnose.ranks import rank_pids, synchronized
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
+from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.steptime import stats_of
+from traceml_attach.steps.sync import share_tracked
+from traceml_attach.steps.tracker import RankTracker
+
+FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
+GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
+
+
+class IncrementalAnalyzer:
+    """Analyses the newest ``window_s`` of a growing recording, one tick at a time."""
+
+    def __init__(self, rules: list[Rule], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
+                 window_s: float = LIVE_WINDOW_S) -> None:
+        self.rules = rules
+        self.policy = policy
+        self.window_ns = int(window_s * 1e9)
+        self.trackers: dict[int, RankTracker] = {}
+        self.reference: str | None = None   # the rank that sets a synchronized job's clock
+        self.last_end_ns: int | None = None
+        self.created = 0
+
+    def tick(self, rec: Recording, end_ns: int | None = None) -> Analysis:
+        """The Analysis of [end_ns - window, end_ns) (default: up to the newest span)."""
+        span_range = rec.time_range()
+        if span_range is None:
+            return analyze(rec, self.rules, self.policy)
+        end = span_range[1] if end_ns is None else end_ns
+        start = end - self.window_ns
+        if self.last_end_ns is not None and end < self.last_end_ns:
+            self.trackers, self.reference = {}, None
+        self.last_end_ns = end
+        pids = rank_pids(rec, start, end)
+        trackers = {}
+        for pid in pids.values():
+            tracker = self.trackers.get(pid)
+            if tracker is None:
+                tracker = RankTracker(pid, self.rules, rec.rate_hz, stagger=self.created * GOLDEN)
+                self.created += 1
+            tracker.advance(rec, start, end)
+            trackers[pid] = tracker
+        self.trackers = trackers   # a rank's old process (an elastic restart) is dropped
+        self._fit(end)
+        by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
+        if synchronized(rec, pids):
+            timelines, self.reference = share_tracked(by_rank, self.reference)
+        else:
+            for tracker in by_rank.values():
+                tracker.count_own()
+            timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
+        stats = []
+        for rank, tl in timelines.items():
+            step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
+            stats.append(stats_of(rank, tl, by_rank[rank].totals(step_ms)))
+        hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
+        return conclude(rec, self.policy, start, end, pids, timelines, stats, hot)
+
+    def _fit(self, now_ns: int) -> None:
+        """Full clock fits: the ones that cannot wait, then the rest within FIT_BUDGET."""
+        spent = 0
+        waiting = []
+        for tracker in self.trackers.values():
+            if tracker.fit_now:
+                tracker.cold(now_ns)
+            elif tracker.cold_due:
+                waiting.append(tracker)
+        waiting.sort(key=lambda t: t.last_cold_ns or 0)
+        for tracker in waiting:
+            if spent and spent + tracker.cold_cost > FIT_BUDGET:
+                break
+            tracker.cold(now_ns)
+            spent += tracker.cold_cost

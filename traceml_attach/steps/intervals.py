@@ -1,0 +1,501 @@
+"""A live window's intervals between observed wraps: counted on a carried step clock, expanded
+into steps and summed as they come and go. This is the live half of ``timeline._clock``,
+``timeline.expand`` and ``steptime.step_totals``; tracker.py describes the whole design.
+
+Each interval is counted once, when it closes, on the clock carried from the last fit (the
+posterior of ``period.count_posteriors``, with the spread of that fit). A known clock is
+checked warm every REFIT_S: its period is total time over total steps of the intervals on its
+comb, kept as running sums (``refine_map``'s estimator), and the comb's concentration at one,
+two and three periods, the share of unsure counts and the jitter are kept or recomputed
+cheaply, for ``fit_period``'s own checks. A failed check, a new thread or loop, or an unknown
+clock (every RETRY_S, or as its intervals grow) asks for a full fit like the batch's
+(``clock_of``), which the caller rations (``cold_cost``); with fewer than MIN_INTERVALS
+intervals a full fit is cheap and runs every tick.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from itertools import chain
+from operator import attrgetter
+from typing import Protocol
+
+from traceml_attach.steps.logs import Log, LogView
+from traceml_attach.steps.period import (
+    HARMONIC_KEEP,
+    INLIER,
+    MAX_AMBIGUOUS,
+    MIN_CONCENTRATION,
+    MIN_INTERVALS,
+    MIN_RAYLEIGH_Z,
+    MIN_SAMPLES_PER_STEP,
+    SURE,
+    Posterior,
+    count_spread,
+    jitter,
+    pins_median,
+)
+from traceml_attach.steps.phases import PHASES
+from traceml_attach.steps.steptime import StepTotals, typical_limit_ns
+from traceml_attach.steps.timeline import DROPOUT_UNSEEN, MAX_UNSEEN, Step, StepClock, clock_of, expand
+
+NS = 1_000_000_000
+REFIT_S = 8.0              # a known clock is checked warm this often (staggered over the ranks)
+RETRY_S = 15.0             # an unknown clock is fitted again this often, or when its intervals grew...
+RETRY_GROWTH = 1.25        # ...by a quarter, or at each new interval while there are fewer than
+CHEAP_FIT = 40             # this many (a full fit costs ~40 µs per interval)
+RECOUNT = 0.02             # intervals are recounted when their counting period moved by this much
+RETRIG = 0.005             # the comb's running sums are recomputed when the period moved by this much
+TAIL = 8                   # an interval this close to the newest is re-expanded in place
+SAME_PERIOD = 0.005        # a shared period this close to the rank's own counts with the own spread
+RID = attrgetter("rid")
+
+
+class Swallowing(Protocol):
+    """Whether an interval's long spans are far longer than their stacks' usual spans (the
+    tracker knows the spans; see ``timeline._intervals``)."""
+
+    def swallowing(self, long_spans: Sequence[tuple[int, int]]) -> bool: ...
+
+    def forget_usual(self) -> None: ...
+
+
+class Interval:
+    """An interval between two observed wraps, with its step counts and its steps."""
+
+    __slots__ = ("alive", "dur", "inlier", "long_spans", "n", "n_own", "p_own", "pending", "rid", "step", "steps",
+                 "sync", "trig")
+
+    def __init__(self, rid: int, step: Step) -> None:
+        self.rid = rid
+        self.step = step
+        self.dur = step.dur_ns
+        self.n_own = 1           # steps on the rank's own clock...
+        self.p_own = 1.0         # ...how sure that count is...
+        self.inlier = False      # ...and whether it sits on that clock's comb
+        self.trig: tuple[float, ...] | None = None   # cos, sin of kθ, k = 1..3, θ = 2π dur / trig period
+        self.n = 1               # steps it counts as (own, shared or one each)
+        self.steps: tuple[Step, ...] = (step,)
+        self.long_spans: tuple[tuple[int, int], ...] = ()  # (id(stack), ns) of its spans ≥ 8 sampling intervals
+        self.sync: tuple[tuple[int, int, str], ...] = ()   # (lo, hi, phase) to read blocked time from
+        self.pending = False     # its CPU counter has not reached its end yet
+        self.alive = True        # still in the window
+
+
+def _trig(dur: float, period: float) -> tuple[float, ...]:
+    theta = 2 * math.pi * dur / period
+    c, s = math.cos(theta), math.sin(theta)
+    c2, s2 = c * c - s * s, 2 * c * s
+    return (c, s, c2, s2, c * c2 - s * s2, s * c2 + c * s2)
+
+
+class IntervalWindow:
+    """The intervals of one thread's window, in time order (see the module doc)."""
+
+    def __init__(self, rate_hz: int, stagger: float, spans: Swallowing) -> None:
+        self.rate_hz = rate_hz
+        self.interval_ns = 1e9 / max(rate_hz, 1)
+        self.stagger = stagger
+        self.spans = spans
+        self.records: list[Interval] = []
+        self.intervals: Log[Step] = Log()     # each record's interval Step, in step with records
+        self.flat: Log[Step] = Log()          # every record's steps in order, while flat_ok
+        self.flat_ok = True
+        self.rid = 0
+        self.durs = array("q")                # every step's duration, sorted
+        self.n_steps = self.steps_ns = self.covered = self.covered_ns = self.measured = self.measured_ns = 0
+        self.n_total = 0
+        self.phases_ns = dict.fromkeys(PHASES, 0)
+        self.blocked_ns = dict.fromkeys(PHASES, 0)
+        self.clock = StepClock("unknown", None)
+        self.unseen: float | None = None
+        self.certain = False
+        self.count_period: float | None = None   # own counts were made with this period...
+        self.spread = 0.0                         # ...and this posterior spread
+        self.trig_period: float | None = None
+        self.mode = "own"                         # own | joint | ones: what ``n`` counts
+        self.joint_period: float | None = None
+        self.joint_spread = 0.0
+        self.joint_count: Posterior | None = None   # counts on the shared period...
+        self.joint_same = False                     # ...unless it is the own one
+        self.own_count: Posterior | None = None
+        self.next_warm_ns: int | None = None
+        self.last_cold_ns: int | None = None
+        self.cold_m = 0
+        self.cold_due = False
+        self.fitted = False                       # fitted since this window began
+        self._reset_own_sums()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    # --- intervals coming and going ----------------------------------------------------------
+
+    def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
+            long_spans: Sequence[tuple[int, int]], sync: Sequence[tuple[int, int, str]], pending: bool) -> Interval:
+        swallowing = self.certain and bool(long_spans) and self.spans.swallowing(long_spans)
+        self.rid += 1
+        step = Step(start, end, phases, blocked, swallowing=swallowing)
+        record = Interval(self.rid, step)
+        record.long_spans, record.sync, record.pending = tuple(long_spans), tuple(sync), pending
+        if self.own_count is not None:
+            self._count_own(record)
+        if self.trig_period is not None:
+            record.trig = _trig(record.dur, self.trig_period)
+        if self.mode == "own" or (self.mode == "joint" and self.joint_same):
+            record.n = record.n_own
+        elif self.mode == "joint" and self.joint_count is not None:
+            record.n = self.joint_count(record.dur)[0]
+        if record.n != 1:
+            record.steps = self._expand(record)
+        self.records.append(record)
+        self.intervals.append(step)
+        if self.flat_ok:
+            self.flat.extend(record.steps)
+        self._add(record, 1)
+        self._own_sums(record, 1)
+        return record
+
+    def drop_before(self, start_ns: int | None) -> None:
+        """Forget the intervals that begin before ``start_ns`` (None: all of them)."""
+        k = 0
+        while k < len(self.records) and (start_ns is None or self.records[k].step.start_ns < start_ns):
+            k += 1
+        if not k:
+            return
+        gone = self.records[:k]
+        for record in gone:
+            self._add(record, -1)
+            self._own_sums(record, -1)
+            record.alive = False
+        del self.records[:k]
+        self.intervals.drop(k)
+        if self.flat_ok:
+            self.flat.drop(sum(len(r.steps) for r in gone))
+
+    def restep(self, record: Interval, step: Step) -> None:
+        """Replace an interval's measurement (its CPU counter came, its swallowing changed)."""
+        if step == record.step or not record.alive:
+            return
+        record.step = step
+        self.intervals[self._index(record)] = step
+        self._set_steps(record, self._expand(record))
+
+    def _index(self, record: Interval) -> int:
+        return bisect.bisect_left(self.records, record.rid, key=RID)
+
+    def _expand(self, record: Interval) -> tuple[Step, ...]:
+        if record.n == 1:
+            return (record.step,)
+        return expand((record.step,), (record.n,), self.unseen)
+
+    def _set_steps(self, record: Interval, steps: tuple[Step, ...]) -> None:
+        old = record.steps
+        self._add(record, -1)
+        if self.flat_ok:
+            i = self._index(record)
+            if len(self.records) - i <= TAIL:
+                end = len(self.flat) - sum(len(r.steps) for r in self.records[i + 1:])
+                self.flat.splice(end - len(old), end, steps)
+            else:
+                self.flat_ok = False
+        record.steps = steps
+        self._add(record, 1)
+
+    def _set_n(self, record: Interval, n: int) -> None:
+        if n != record.n:
+            record.n = n
+            self._set_steps(record, self._expand(record))
+
+    def _add(self, record: Interval, sign: int) -> None:
+        """Add (1) or take away (-1) an interval's steps from the running step totals."""
+        self.n_total += sign * record.n
+        if len(record.steps) == 1:   # most intervals: one step, covered
+            step = record.steps[0]
+            dur = step.dur_ns
+            if sign > 0:
+                bisect.insort(self.durs, dur)
+            else:
+                del self.durs[bisect.bisect_left(self.durs, dur)]
+            self.n_steps += sign
+            self.steps_ns += sign * dur
+            if step.covered:
+                self.covered += sign
+                self.covered_ns += sign * dur
+                phases_ns = self.phases_ns
+                for phase, ns in step.phases_ns.items():
+                    phases_ns[phase] += sign * ns
+                blocked = step.blocked_sync_ns
+                if blocked is not None:
+                    self.measured += sign
+                    self.measured_ns += sign * dur
+                    for phase, ns in blocked.items():
+                        self.blocked_ns[phase] += sign * ns
+            return
+        for step in record.steps:
+            dur = step.dur_ns
+            self.n_steps += sign
+            self.steps_ns += sign * dur
+            if sign > 0:
+                bisect.insort(self.durs, dur)
+            else:
+                del self.durs[bisect.bisect_left(self.durs, dur)]
+            if not step.covered:
+                continue
+            self.covered += sign
+            self.covered_ns += sign * dur
+            for phase, ns in step.phases_ns.items():
+                self.phases_ns[phase] += sign * ns
+            if step.blocked_sync_ns is not None:
+                self.measured += sign
+                self.measured_ns += sign * dur
+                for phase, ns in step.blocked_sync_ns.items():
+                    self.blocked_ns[phase] += sign * ns
+
+    def _reexpand(self) -> None:
+        """Every interval expanded again (its count or the clock's certainty changed)."""
+        self.flat_ok = False
+        self.durs = array("q")
+        self.n_steps = self.steps_ns = self.covered = self.covered_ns = self.measured = self.measured_ns = 0
+        self.n_total = 0
+        self.phases_ns = dict.fromkeys(PHASES, 0)
+        self.blocked_ns = dict.fromkeys(PHASES, 0)
+        for record in self.records:
+            record.steps = self._expand(record)
+            self._add(record, 1)
+
+    # --- the own clock -----------------------------------------------------------------------
+
+    def _reset_own_sums(self) -> None:
+        self.inl_ns = self.inl_n = self.ambiguous = self.whole = self.own_total = 0
+        self.trig_sums = [0.0] * 6
+
+    def _counters(self) -> None:
+        """The posteriors that count new intervals, for the clocks as they now stand. On a shared
+        period within SAME_PERIOD of the rank's own (the same step, nearly always), the own
+        count serves both."""
+        rate = self.rate_hz
+        period = self.count_period
+        self.own_count = None if period is None else Posterior(period, self.spread, self.unseen, rate)
+        self.joint_same, self.joint_count = False, None
+        if self.mode == "joint" and self.joint_period is not None:
+            self.joint_same = period is not None and abs(self.joint_period / period - 1) <= SAME_PERIOD
+            if not self.joint_same:
+                self.joint_count = Posterior(self.joint_period, self.joint_spread, self.unseen, rate)
+
+    def _count_own(self, record: Interval) -> None:
+        assert self.own_count is not None
+        n, p = self.own_count(record.dur)
+        period = self.own_count.period
+        record.n_own, record.p_own = n, p
+        record.inlier = abs(record.dur - n * period) <= INLIER * n * period
+
+    def _own_sums(self, record: Interval, sign: int) -> None:
+        if record.inlier:
+            self.inl_ns += sign * record.dur
+            self.inl_n += sign * record.n_own
+        self.ambiguous += sign * (record.p_own < SURE)
+        self.whole += sign * (record.n_own == 1)
+        self.own_total += sign * record.n_own
+        trig = record.trig
+        if trig is not None:
+            sums = self.trig_sums
+            sums[0] += sign * trig[0]
+            sums[1] += sign * trig[1]
+            sums[2] += sign * trig[2]
+            sums[3] += sign * trig[3]
+            sums[4] += sign * trig[4]
+            sums[5] += sign * trig[5]
+
+    def _recount_own(self, period: float | None, counts: Iterable[int] | None = None) -> None:
+        """Every interval counted again on the own clock of ``period`` (None: one step each); a
+        full fit's ``counts`` stand (the same MAP counts, as ``refine_map`` left them)."""
+        self.count_period = self.trig_period = period
+        self._reset_own_sums()
+        if period is not None:
+            self.spread = count_spread([float(r.dur) for r in self.records], period, self.rate_hz)
+        self._counters()
+        given: Iterable[int | None] = counts if counts is not None else [None] * len(self.records)
+        for record, n in zip(self.records, given, strict=True):
+            if period is None:
+                record.n_own, record.p_own, record.inlier, record.trig = 1, 1.0, False, None
+            else:
+                self._count_own(record)
+                if n is not None and n != record.n_own:
+                    record.n_own = n
+                    record.inlier = abs(record.dur - n * period) <= INLIER * n * period
+                record.trig = _trig(record.dur, period)
+            self._own_sums(record, 1)
+        if self.mode == "own" or (self.mode == "joint" and self.joint_same):
+            self._recount(lambda r: r.n_own)
+
+    def _recount(self, count: Callable[[Interval], int]) -> None:
+        changed = False
+        for record in self.records:
+            n = count(record)
+            if n != record.n:
+                record.n = n
+                changed = True
+        if changed:
+            self._reexpand()
+
+    def set_unseen(self, unseen: float | None) -> None:
+        if unseen != self.unseen:
+            self.unseen = unseen
+            self._counters()
+        certain = unseen is not None and unseen < DROPOUT_UNSEEN
+        if certain == self.certain:
+            return
+        self.certain = certain   # a sampler drop-out's steps are expanded otherwise
+        if certain:
+            self.spans.forget_usual()
+            for record in self.records:
+                if record.long_spans:
+                    swallowing = self.spans.swallowing(record.long_spans)
+                    if swallowing != record.step.swallowing:
+                        record.step = replace(record.step, swallowing=swallowing)
+                        self.intervals[self._index(record)] = record.step
+        self._reexpand()
+
+    def keep(self, now_ns: int, unseen: Callable[[], float | None]) -> None:
+        """Once a tick: a cheap full fit, a warm check when due, or a full fit asked for;
+        ``unseen`` measures the chance that a boundary goes unseen, when needed."""
+        m = len(self.records)
+        if m < MIN_INTERVALS:
+            self.cold(now_ns, unseen())
+        elif self.clock.known:
+            if self.next_warm_ns is None or now_ns >= self.next_warm_ns:
+                self._warm(now_ns, unseen())
+        elif m != self.cold_m and (m < CHEAP_FIT or m >= RETRY_GROWTH * self.cold_m or self.last_cold_ns is None
+                                   or now_ns - self.last_cold_ns >= RETRY_S * NS):
+            self.cold_due = True
+
+    @property
+    def cold_cost(self) -> int:
+        """What a full fit costs, in intervals (~40 µs each)."""
+        return len(self.records)
+
+    def cold(self, now_ns: int, unseen: float | None) -> None:
+        """Fit the clock as the batch does (``clock_of``) on the window's intervals."""
+        self.set_unseen(unseen)
+        durations = [r.dur for r in self.records]
+        clock, counts = clock_of(durations, self.unseen, self.rate_hz)
+        self.clock = clock
+        self.last_cold_ns, self.cold_m, self.cold_due, self.fitted = now_ns, len(durations), False, True
+        self.next_warm_ns = now_ns + int(REFIT_S * NS * (1 + self.stagger))
+        self._recount_own(clock.period_ns, counts)
+
+    def _warm(self, now_ns: int, unseen: float | None) -> None:
+        """Check the carried clock on the window's intervals; a failed check asks for a full fit."""
+        self.next_warm_ns = now_ns + int(REFIT_S * NS)
+        self.set_unseen(unseen)
+        m = len(self.records)
+        wraps = m >= 2 and self.unseen is not None and self.unseen <= MAX_UNSEEN
+        if (self.clock.method == "wraps") != wraps or not self.inl_n or self.count_period is None:
+            self.cold_due = True
+            return
+        period = self.inl_ns / self.inl_n
+        if abs(period / self.count_period - 1) > RECOUNT:
+            self._recount_own(period)
+            period = self.inl_ns / self.inl_n if self.inl_n else period
+        durs = [float(r.dur) for r in self.records]
+        jit = jitter(durs, period, self.rate_hz)
+        self.spread = math.hypot(jit, self.interval_ns)
+        if self.trig_period is None or abs(period / self.trig_period - 1) > RETRIG:
+            self.trig_period = period
+            self.trig_sums = [0.0] * 6
+            for record in self.records:
+                record.trig = _trig(record.dur, period)
+                for k, v in enumerate(record.trig):
+                    self.trig_sums[k] += v
+        if self.mode == "joint" and self.joint_period is not None:
+            near = abs(self.joint_period / period - 1) <= SAME_PERIOD
+            self.joint_spread = self.spread if near else count_spread(durs, self.joint_period, self.rate_hz)
+        self._counters()
+        if self.certain:
+            self.spans.forget_usual()
+            for record in self.records:
+                if record.long_spans:
+                    self.restep(record, replace(record.step, swallowing=self.spans.swallowing(record.long_spans)))
+        ok = self.whole > 0 and pins_median(self.whole, self.own_total, jit, period)
+        r_bar = None
+        if not wraps:
+            r_bar = math.hypot(self.trig_sums[0], self.trig_sums[1]) / m
+            longest = sorted(durs)[m // 10] * 1.2 + 2 * self.interval_ns   # fit_period's longest candidate
+            harmonic = any(k * period <= longest and HARMONIC_KEEP * r_bar <= math.hypot(
+                self.trig_sums[2 * k - 2], self.trig_sums[2 * k - 1]) / m for k in (2, 3))
+            ok = (ok and not harmonic and period >= MIN_SAMPLES_PER_STEP * self.interval_ns
+                  and r_bar >= MIN_CONCENTRATION and m * r_bar * r_bar >= MIN_RAYLEIGH_Z
+                  and self.ambiguous <= MAX_AMBIGUOUS * m)
+        if not ok:
+            self.cold_due = True
+            return
+        self.clock = StepClock("wraps" if wraps else "comb", period, m / self.own_total, r_bar, unseen=self.unseen)
+
+    # --- counting on a shared clock ----------------------------------------------------------
+
+    def count_own(self) -> None:
+        if self.mode != "own":
+            self.mode = "own"
+            self._recount(lambda r: r.n_own)
+
+    def count_ones(self) -> None:
+        if self.mode != "ones":
+            self.mode = "ones"
+            self._recount(lambda r: 1)
+
+    def count_joint(self, period: float) -> None:
+        """Count the intervals in steps of another rank's ``period`` (synchronized ranks)."""
+        if self.mode == "joint" and self.joint_period and abs(period / self.joint_period - 1) <= RECOUNT:
+            return
+        self.mode = "joint"
+        self.joint_period = period
+        near = self.count_period is not None and abs(period / self.count_period - 1) <= SAME_PERIOD
+        self.joint_spread = self.spread if near else count_spread([float(r.dur) for r in self.records], period,
+                                                                   self.rate_hz)
+        self._counters()
+        count = self.joint_count
+        self._recount(lambda r: r.n_own if count is None else count(r.dur)[0])
+
+    @property
+    def quality(self) -> tuple[float, float]:
+        """As ``sync._quality``: the rank that shows its loop best sets a shared clock."""
+        unseen = self.clock.unseen if self.clock.unseen is not None else 1.0
+        return (-unseen, len(self.records) * (self.clock.concentration or 1.0) ** 2)
+
+    @property
+    def visible(self) -> float:
+        return len(self.records) / self.n_total if self.n_total else 1.0
+
+    # --- what the batch gives ----------------------------------------------------------------
+
+    def steps(self) -> LogView[Step]:
+        if not self.flat_ok:
+            self.flat.reset(chain.from_iterable(r.steps for r in self.records))
+            self.flat_ok = True
+        return self.flat.view()
+
+    def median_step(self) -> float:
+        durs = self.durs
+        n = len(durs)
+        if not n:
+            return 0.0
+        return float(durs[n // 2]) if n % 2 else (durs[n // 2 - 1] + durs[n // 2]) / 2
+
+    def totals(self, step_ms: float | None) -> StepTotals:
+        """The running sums over the window's steps (``steptime.step_totals``)."""
+        typical_ns, typical = self.covered_ns, dict(self.phases_ns)
+        limit = typical_limit_ns(step_ms)
+        if limit is not None and self.durs and self.durs[-1] > limit:   # rare: an eval, a checkpoint
+            longer = [s for r in self.records for s in r.steps if s.covered and s.dur_ns > limit]
+            if longer and len(longer) < self.covered:
+                for step in longer:
+                    typical_ns -= step.dur_ns
+                    for phase, ns in step.phases_ns.items():
+                        typical[phase] -= ns
+        return StepTotals(self.n_steps, self.steps_ns, self.covered, self.covered_ns, dict(self.phases_ns),
+                          typical_ns, typical, self.measured, self.measured_ns, dict(self.blocked_ns))

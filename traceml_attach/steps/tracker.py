@@ -1,0 +1,667 @@
+"""One process's live timeline, carried from tick to tick: every span is read once.
+
+``build_timeline`` reads a whole window each time it is asked. A live view asks every second
+for a 30 s window that moved by one second, so nearly all of that work (64 ranks: ~0.7 s a
+tick) is repeated. A RankTracker keeps one process's window and moves it instead:
+
+- **Spans** are read once, from the Recording's absolute index (``trimmed`` + position: the
+  Recording may drop old spans from the front), and kept per thread in time order; those
+  that ended before the window leave from the front.
+- **Each distinct stack** (the Recording interns them) is looked at once while it is in the
+  window: background or not, its phase without a loop and at the loop frame, its line at the
+  loop depth, its call path, its caller for the hot frames. Its time on the training thread
+  is kept per stack, so the wait labels, the dominant line and the hot frames come from a few
+  dozen stacks, never from the window's thousand spans.
+- **The training thread** is chosen every tick from running per-thread sums, like
+  ``pick_thread``; the current one stays unless a rival has THREAD_KEEP times its time.
+- **The loop frame** is carried and looked for again every LOOP_RECHECK_S (more often while
+  the window is young or none was found); near the tie between nested loops the current one
+  stays (LOOP_TIE_MARGIN). A new thread or loop rebuilds the rank's state from its window.
+- **Step boundaries** are found as spans arrive. The open interval since the last boundary
+  is carried; each interval is measured once, when it closes (its blocked time once the CPU
+  counter has reached its end), and leaves when its first boundary leaves the window.
+- **The step clock, the counts and the step statistics** are kept by an IntervalWindow
+  (intervals.py): counted as they close on a carried clock, checked warm every few seconds,
+  fitted like the batch when a check fails; running sums for ``steptime.StepTotals``.
+- **Hot frames** (shares of the window per function) are worked out from the per-stack times
+  every HOT_S: ~15 rows a rank, the largest per-tick cost left once the rest is incremental.
+
+Where the result differs from the batch (tests/test_tracker.py holds it to the batch): the
+part of the window's first span before the window counts for the thread and loop choices and
+the dominant line (the batch clips it); the thread and loop keep their choice near ties; a
+clock that passes its warm checks is refined, not fitted afresh, and is checked every few
+seconds, not every tick; the hot frames are up to HOT_S old; an interval's ``swallowing`` (a
+sampler drop-out) is judged only while it can matter (the clock is certain, ``expand``); and a
+synchronized rank's intervals are counted on the reference's period, not aligned with its
+boundaries (sync.share_tracked).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from operator import itemgetter
+
+from traceml_attach.ingest.model import Span, Stack, ThreadInfo
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.steps.classify import Rule, classify
+from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
+from traceml_attach.steps.intervals import Interval, IntervalWindow
+from traceml_attach.steps.logs import Log
+from traceml_attach.steps.period import visit_samples
+from traceml_attach.steps.phases import PHASES, WORK_PHASES
+from traceml_attach.steps.steptime import StepTotals
+from traceml_attach.steps.timeline import (
+    BACKGROUND_FUNCS,
+    MAX_SPAN_GAP_INTERVALS,
+    MAX_SPAN_NS,
+    OUTER_TIE,
+    SWALLOW_RATIO,
+    SYNC_PHASES,
+    LoopFrame,
+    SegmentView,
+    StepClock,
+    Timeline,
+    edge_steps,
+    find_loop,
+    loop_candidates,
+    thread_label,
+)
+
+NS = 1_000_000_000
+LOOP_RECHECK_S = 30.0      # the loop frame is looked for again this often...
+NO_LOOP_RECHECK_S = 5.0    # ...and at most this long apart while none was found
+LOOP_TIE_MARGIN = 0.02     # the current loop frame stays this close to find_loop's tie between nested loops
+THREAD_KEEP = 1.1          # another thread becomes the training thread with this much more training time
+PENDING_S = 5.0            # an interval's CPU counter is awaited at most this long (data time)
+_NONE: Log[Span] = Log()   # no thread's spans
+HOT_S = 5.0                # the hot frames (shares of the 30 s window) are worked out again this often
+
+
+class _StackInfo:
+    """What the tracker knows of one distinct stack while it is in the window."""
+
+    __slots__ = ("background", "decider", "depth_line", "epoch", "label", "leaf", "loop_line", "ns",
+                 "path", "phase", "refs", "segs", "stack", "via", "work")
+
+    def __init__(self, stack: Stack, rules: list[Rule]) -> None:
+        self.stack = stack
+        self.refs = 0            # spans of any thread in the window
+        self.ns = 0              # time on the training thread in the window
+        self.segs = 0            # segments on the training thread in the window
+        self.background = any(f.name in BACKGROUND_FUNCS for f in stack)
+        self.work = classify(stack, rules, None).phase in WORK_PHASES
+        self.path = tuple((f.name, f.file) for f in stack)
+        self.leaf = stack[-1]
+        self.via = via(stack)
+        self.epoch = -1          # the loop the fields below are for (RankTracker.epoch)
+        self.phase = "wait"
+        self.label: str | None = None
+        self.decider: int | None = None
+        self.depth_line: int | None = None   # its line at the loop's depth (any frame)
+        self.loop_line: int | None = None    # its line in the loop frame, when the loop frame is there
+
+
+def busy_at(rows: list[tuple[int, int, int]], ts_ns: int) -> float | None:
+    """``CpuCounter.at`` on the recording's rows (time order), without copying them."""
+    i = bisect.bisect_left(rows, ts_ns, key=_TS)
+    if i == len(rows) or (i == 0 and rows[0][0] != ts_ns):
+        return None
+    t1, on1, rq1 = rows[i]
+    if t1 == ts_ns:
+        return on1 + rq1
+    t0, on0, rq0 = rows[i - 1]
+    b0, b1 = on0 + rq0, on1 + rq1
+    return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
+
+
+_TS = itemgetter(0)
+_NO_PHASES = dict.fromkeys(PHASES, 0)
+
+
+def _where(loop: LoopFrame | None) -> tuple[int, str, str] | None:
+    return None if loop is None else (loop.depth, loop.name, loop.file)
+
+
+def pick_loop(candidates: list[LoopFrame], current: LoopFrame | None) -> LoopFrame | None:
+    """``find_loop``'s choice (the outermost frame with OUTER_TIE of the most wraps), but the
+    current frame stays within LOOP_TIE_MARGIN of that tie: nested loops that wrap about as
+    often would otherwise flip between checks, each flip a rebuild."""
+    if not candidates:
+        return None
+    most = max(c.wraps for c in candidates)
+    choice = next(c for c in candidates if c.wraps >= OUTER_TIE * most)
+    mine = next((c for c in candidates if _where(c) == _where(current)), None)
+    if mine is None or mine is choice:
+        return choice
+    if mine.depth < choice.depth:   # the current one is outer: it stays a little below the tie
+        return mine if mine.wraps >= (OUTER_TIE - LOOP_TIE_MARGIN) * most else choice
+    return mine if choice.wraps < (OUTER_TIE + LOOP_TIE_MARGIN) * most else choice
+
+
+class RankTracker:
+    """One process's window, moved tick by tick (see the module doc)."""
+
+    def __init__(self, pid: int, rules: list[Rule], rate_hz: int, stagger: float = 0.0) -> None:
+        self.pid = pid
+        self.rules = rules
+        self.rate_hz = rate_hz
+        self.hole_ns = MAX_SPAN_GAP_INTERVALS * int(1e9 / max(rate_hz, 1))
+        self.long_ns = 8 * 1e9 / max(rate_hz, 1)   # a span this long may have swallowed a boundary
+        self.stagger = stagger % 1.0
+        self.next_index: int | None = None   # absolute index of the next span to read
+        self.spans_read = 0                  # how many spans were read, in all
+        self.start_ns = self.end_ns = 0
+        self.first_ns: int | None = None     # the first tick with data
+        self.stacks: dict[int, _StackInfo] = {}
+        self.by_tid: dict[int, Log[Span]] = {}   # each thread's spans in the window
+        self.presence: dict[int, int] = {}   # per thread: time outside background code
+        self.score: dict[int, int] = {}      # per thread: time in training phases
+        self.tid: int | None = None
+        self.loop: LoopFrame | None = None
+        self.epoch = 0
+        self.next_loop_ns: int | None = None
+        self.loop_checks = 0
+        self.names: dict[int, ThreadInfo] = {}
+        self.cpu: list[tuple[int, int, int]] = []
+        self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
+        self._out: tuple = ()                # this tick's clipped edges, per-stack times and wait labels
+        self._joint: tuple | None = None     # (what it was made of, the shared clock as this rank's)
+        self._hot: dict[str, list[HotFrame]] | None = None
+        self._hot_due = 0
+        self._hot_epoch = -1
+        self._reset_thread()
+
+    def _reset_thread(self) -> None:
+        for info in self.stacks.values():
+            info.ns = info.segs = 0
+        self.seg_count = 0                         # spans of the training thread read (its segments)
+        self.seg_ns = 0                            # their time in the window
+        self.prev_end: int | None = None
+        self.last_path: tuple[tuple[str, str], ...] | None = None
+        self.stuck_since: int | None = None
+        self.dominant: int | None = None
+        self.visits: deque[list[int]] = deque()   # [end, ns] of each visit outside the dominant line
+        self.visit_ns = 0
+        self.in_visit = False
+        self.prev_line: int | None = None
+        self.prev_loop_end = 0
+        self.bounds: Log[int] = Log()
+        self.bound_prev: Log[int] = Log()          # end of the loop-frame span before each bound
+        self.open_start: int | None = None
+        self.open_spans: list[tuple[Span, _StackInfo]] = []
+        self.open_hole = False
+        self.pending: list[Interval] = []
+        self.usual = {}
+        self.window = IntervalWindow(self.rate_hz, self.stagger, self)
+
+    # --- reading spans -----------------------------------------------------------------------
+
+    def advance(self, rec: Recording, start_ns: int, end_ns: int) -> None:
+        """Read the new spans that start before end_ns, forget those that ended by start_ns,
+        and keep the thread, loop and clock up to date."""
+        spans = rec.spans.get(self.pid, [])
+        base = rec.trimmed.get(self.pid, 0)
+        if self.next_index is None:
+            i = bisect.bisect_left(spans, start_ns - MAX_SPAN_NS, key=lambda s: s.ts_ns)
+        else:
+            i = max(self.next_index - base, 0)
+        self.names = rec.threads.get(self.pid, {})
+        self.cpu = rec.cpu.get(self.pid, [])
+        self.start_ns, self.end_ns = start_ns, end_ns
+        n, begin = len(spans), i
+        while i < n and spans[i].ts_ns < end_ns:
+            i += 1
+        self.next_index = base + i
+        self.spans_read += i - begin
+        if self.first_ns is None and n:
+            self.first_ns = end_ns
+        mine = self._read(spans[begin:i])
+        if mine:
+            self._segments(mine)
+        grew = bool(mine)
+        self._expire(start_ns)
+        self._choose_thread()
+        young = self.first_ns is not None and end_ns - self.first_ns < LOOP_RECHECK_S * NS
+        if self.next_loop_ns is None or end_ns >= self.next_loop_ns or (self.loop is None and grew and young):
+            self._check_loop()
+        if self.pending:
+            self._resolve_pending()
+        self.window.keep(end_ns, self._measure_unseen)
+
+    def _read(self, new: list[Span]) -> list[tuple[Span, _StackInfo]]:
+        """The new spans into their threads' windows; returns the training thread's, with their
+        stacks' infos (its segments)."""
+        stacks, by_tid, presence, score, rules, chosen = (self.stacks, self.by_tid, self.presence, self.score,
+                                                          self.rules, self.tid)
+        mine = []
+        for span in new:
+            stack = span.stack
+            info = stacks.get(id(stack))
+            if info is None:
+                info = stacks[id(stack)] = _StackInfo(stack, rules)
+            info.refs += 1
+            tid = span.tid
+            queue = by_tid.get(tid)
+            if queue is None:
+                queue = by_tid[tid] = Log()
+            queue.append(span)
+            if not info.background:
+                presence[tid] = presence.get(tid, 0) + span.dur_ns
+                if info.work:
+                    score[tid] = score.get(tid, 0) + span.dur_ns
+            if tid == chosen:
+                mine.append((span, info))
+        return mine
+
+    def _classify(self, info: _StackInfo) -> None:
+        loop = self.loop
+        verdict = classify(info.stack, self.rules, loop.depth if loop else None)
+        info.phase, info.label, info.decider = verdict.phase, verdict.label, verdict.depth
+        info.depth_line = info.loop_line = None
+        if loop is not None and len(info.stack) > loop.depth:
+            frame = info.stack[loop.depth]
+            info.depth_line = frame.line
+            if frame.name == loop.name and frame.file == loop.file:
+                info.loop_line = frame.line
+        info.epoch = self.epoch
+
+    def _thread_spans(self) -> Log[Span]:
+        """The training thread's spans in the window: its segments."""
+        return self.by_tid.get(self.tid, _NONE) if self.tid is not None else _NONE
+
+    def _segments(self, items: Iterable[tuple[Span, _StackInfo]]) -> None:
+        """Spans of the training thread in time order (its segments): the holes between them,
+        the call path, the visits outside the dominant line and the step boundaries, as
+        ``timeline._holes``, ``_stuck_since``, ``_unseen`` and ``_boundaries`` find them."""
+        epoch, loop, dominant, hole_ns, start_ns = self.epoch, self.loop, self.dominant, self.hole_ns, self.start_ns
+        prev_end, last_path, stuck = self.prev_end, self.last_path, self.stuck_since
+        visits, in_visit, prev_line, prev_loop_end = self.visits, self.in_visit, self.prev_line, self.prev_loop_end
+        open_start, open_spans, open_hole = self.open_start, self.open_spans, self.open_hole
+        count = seg_ns = visit_ns = 0
+        for span, info in items:
+            if info.epoch != epoch:
+                self._classify(info)
+            ts, dur = span.ts_ns, span.dur_ns
+            end = ts + dur
+            count += 1
+            seg_ns += dur
+            info.ns += dur
+            info.segs += 1
+            if prev_end is not None and ts - prev_end > hole_ns:
+                open_hole = True   # the interval across a hole is dropped
+            prev_end = end
+            path = info.path
+            if path is not last_path and path != last_path:
+                stuck = ts
+            last_path = path
+            if loop is None:
+                continue
+            if info.depth_line == dominant:
+                in_visit = False
+            elif in_visit:
+                visit = visits[-1]
+                visit[0] = end
+                visit[1] += dur
+                visit_ns += dur
+            else:
+                visits.append([end, dur])
+                visit_ns += dur
+                in_visit = True
+            line = info.loop_line
+            if line is not None:
+                if prev_line is not None and line < prev_line:   # a wrap: a step boundary
+                    self.bounds.append(ts)
+                    self.bound_prev.append(prev_loop_end)
+                    if open_start is not None and not open_hole and open_start >= start_ns:
+                        self._close(open_start, ts, open_spans)
+                    open_start, open_spans, open_hole = ts, [], False
+                prev_line, prev_loop_end = line, end
+            if open_start is not None:
+                open_spans.append((span, info))
+        self.seg_count += count
+        self.seg_ns += seg_ns
+        self.visit_ns += visit_ns
+        self.prev_end, self.last_path, self.stuck_since = prev_end, last_path, stuck
+        self.in_visit, self.prev_line, self.prev_loop_end = in_visit, prev_line, prev_loop_end
+        self.open_start, self.open_spans, self.open_hole = open_start, open_spans, open_hole
+
+    def _expire(self, start_ns: int) -> None:
+        stacks = self.stacks
+        for tid in list(self.by_tid):
+            queue = self.by_tid[tid]
+            chosen = tid == self.tid
+            gone_ns = gone_presence = gone_score = 0
+            while queue and queue[0].ts_ns + queue[0].dur_ns <= start_ns:
+                span = queue.popleft()
+                dur = span.dur_ns
+                info = stacks[id(span.stack)]
+                if not info.background:
+                    gone_presence += dur
+                    if info.work:
+                        gone_score += dur
+                if chosen:
+                    gone_ns += dur
+                    info.ns -= dur
+                    info.segs -= 1
+                info.refs -= 1
+                if not info.refs:
+                    del stacks[id(span.stack)]
+            if gone_presence:
+                self.presence[tid] -= gone_presence
+            if gone_score:
+                self.score[tid] -= gone_score
+            self.seg_ns -= gone_ns
+            if not queue:
+                del self.by_tid[tid]
+                self.presence.pop(tid, None)
+                self.score.pop(tid, None)
+        while self.visits and self.visits[0][0] <= start_ns:
+            self.visit_ns -= self.visits.popleft()[1]
+        # a boundary counts while the loop-frame span before it is in the window (as the batch's)
+        while self.bounds and (self.bounds[0] < start_ns or self.bound_prev[0] <= start_ns):
+            self.bounds.popleft()
+            self.bound_prev.popleft()
+        self.window.drop_before(self.bounds[0] if self.bounds else None)
+        if self.open_start is not None and self.open_start < start_ns:
+            self.open_spans = []   # it will close outside the window: not one of its intervals
+
+    # --- thread and loop ---------------------------------------------------------------------
+
+    def _background_thread(self, tid: int) -> bool:
+        info = self.names.get(tid)
+        return bool(info is not None and info.name and "pin_memory" in info.name)
+
+    def _choose_thread(self) -> None:
+        best = None
+        for tid, ns in self.score.items():
+            if ns > 0 and not self._background_thread(tid) and (best is None or ns > self.score[best]):
+                best = tid
+        if best is None:
+            present = {tid: ns for tid, ns in self.presence.items() if not self._background_thread(tid)}
+            mains = [tid for tid, t in self.names.items() if t.name == "MainThread" and tid in present]
+            best = mains[0] if mains else (max(present, key=lambda t: present[t]) if present else None)
+        elif (self.tid is not None and best != self.tid and not self._background_thread(self.tid)
+              and THREAD_KEEP * self.score.get(self.tid, 0) >= self.score[best]):
+            best = self.tid
+        if best != self.tid:
+            self.tid = best
+            self.loop = find_loop(self.by_tid.get(best, ())) if best is not None else None
+            self.epoch += 1
+            self._rebuild()
+            self.loop_checks = 0
+            self._schedule_loop()
+
+    def _schedule_loop(self) -> None:
+        """A loop found is looked for again after 2, 4, 8, 16 s, then every LOOP_RECHECK_S;
+        none found, after 1 s, backing off to NO_LOOP_RECHECK_S."""
+        if self.loop is not None:
+            every = min(LOOP_RECHECK_S, 2.0 ** self.loop_checks)
+        else:
+            every = min(NO_LOOP_RECHECK_S, 1.0 + 0.25 * self.loop_checks)
+        self.loop_checks += 1
+        self.next_loop_ns = self.end_ns + int(every * NS * (0.75 + 0.5 * self.stagger))
+
+    def _check_loop(self) -> None:
+        if self.tid is not None:
+            weighted = [(info.stack, info.ns) for info in self.stacks.values() if info.segs]
+            loop = pick_loop(loop_candidates(self.by_tid.get(self.tid, ()), weighted), self.loop)
+            if _where(loop) != _where(self.loop):
+                self.loop = loop
+                self.epoch += 1
+                self._rebuild()
+        self._schedule_loop()
+
+    def _rebuild(self) -> None:
+        """The training thread's state again from the spans of its window (a new thread or loop)."""
+        self._reset_thread()
+        stacks = self.stacks
+        self._segments([(span, stacks[id(span.stack)]) for span in self._thread_spans()])
+        self._expire(self.start_ns)
+        self.dominant = self._dominant_line()
+        self._rebuild_visits()
+
+    # --- intervals ---------------------------------------------------------------------------
+
+    def _uses_counter(self) -> bool:
+        """The agent reads the main thread's CPU counters: they count for the main thread only."""
+        info = self.names.get(self.tid) if self.tid is not None else None
+        return bool(self.cpu) and info is not None and info.os_tid == self.pid
+
+    def _close(self, start: int, end: int, spans: list[tuple[Span, _StackInfo]]) -> None:
+        """An interval between two wraps, measured as ``timeline._intervals`` does."""
+        phases = _NO_PHASES.copy()
+        counter = self._uses_counter()
+        sync = []
+        long_spans = []
+        long_ns = self.long_ns
+        for span, info in spans:
+            ts, dur = span.ts_ns, span.dur_ns
+            lo = ts if ts > start else start
+            hi = ts + dur if ts + dur < end else end
+            if dur >= long_ns:
+                long_spans.append((id(span.stack), dur))
+            if hi > lo:
+                phases[info.phase] += hi - lo
+                if counter and (info.phase, info.label) in SYNC_PHASES:
+                    sync.append((lo, hi, info.phase))
+        pending = counter and self.cpu[-1][0] < end and self.end_ns - end < PENDING_S * NS
+        blocked = self._blocked(sync) if counter and not pending else None
+        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending)
+        if pending:
+            self.pending.append(record)
+
+    def _blocked(self, sync: Sequence[tuple[int, int, str]]) -> dict[str, int] | None:
+        """As ``timeline._intervals``: the time blocked in each synchronizing phase."""
+        blocked: dict[str, int] = {}
+        for lo, hi, phase in sync:
+            b0, b1 = busy_at(self.cpu, lo), busy_at(self.cpu, hi)
+            if b0 is None or b1 is None:
+                return None
+            idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
+            blocked[phase] = blocked.get(phase, 0) + int(idle)
+        return blocked
+
+    def _resolve_pending(self) -> None:
+        still = []
+        for record in self.pending:
+            end = record.step.end_ns
+            if self.cpu and self.cpu[-1][0] < end and self.end_ns - end < PENDING_S * NS:
+                still.append(record)
+                continue
+            record.pending = False
+            self.window.restep(record, replace(record.step, blocked_sync_ns=self._blocked(record.sync)))
+        self.pending = still
+
+    def swallowing(self, long_spans: Sequence[tuple[int, int]]) -> bool:
+        """A span far longer than its stack's usual span (its median on the thread), as in
+        ``timeline._intervals``; the medians are kept until ``forget_usual``."""
+        for key, ns in long_spans:
+            usual = self.usual.get(key)
+            if usual is None:
+                durs = [span.dur_ns for span in self._thread_spans() if id(span.stack) == key]
+                usual = self.usual[key] = statistics.median(durs) if durs else float(ns)
+            if ns >= SWALLOW_RATIO * usual:
+                return True
+        return False
+
+    def forget_usual(self) -> None:
+        self.usual = {}
+
+    # --- the chance that a boundary goes unseen ------------------------------------------------
+
+    def _dominant_line(self) -> int | None:
+        per_line: dict[int | None, int] = {}
+        for info in self.stacks.values():
+            if info.segs:
+                per_line[info.depth_line] = per_line.get(info.depth_line, 0) + info.ns
+        return max(per_line, key=lambda k: per_line[k]) if per_line else None
+
+    def _rebuild_visits(self) -> None:
+        self.visits.clear()
+        self.visit_ns = 0
+        self.in_visit = False
+        if self.loop is None:
+            return
+        for span in self._thread_spans():
+            info = self.stacks[id(span.stack)]
+            if info.depth_line == self.dominant:
+                self.in_visit = False
+            elif self.in_visit:
+                self.visits[-1][0] = span.end_ns
+                self.visits[-1][1] += span.dur_ns
+                self.visit_ns += span.dur_ns
+            else:
+                self.visits.append([span.end_ns, span.dur_ns])
+                self.visit_ns += span.dur_ns
+                self.in_visit = True
+
+    def _measure_unseen(self) -> float | None:
+        """e^-λ, as ``timeline._unseen``, from the running visits outside the dominant line
+        (the window asks when it looks at its clock)."""
+        dominant = self._dominant_line()
+        if dominant != self.dominant:
+            self.dominant = dominant
+            self._rebuild_visits()
+        if self.loop is None or len(self.visits) < 2:
+            return None
+        mean_samples = self.visit_ns / len(self.visits) * self.rate_hz / 1e9
+        return math.exp(-visit_samples(mean_samples))
+
+    # --- the window, as the batch gives it ----------------------------------------------------
+
+    def _outputs(self) -> tuple:
+        """This tick's clipped edges, per-stack times, verdicts and wait labels (once a tick)."""
+        key = (self.start_ns, self.end_ns, self.seg_count, self.epoch)
+        if self._out and self._out[0] == key:
+            return self._out
+        spans = self._thread_spans()
+        head_cut = tail_cut = 0
+        head = tail = None
+        if spans:
+            head, tail = spans[0], spans[-1]
+            head_cut = max(self.start_ns - head.ts_ns, 0)
+            tail_cut = max(tail.end_ns - self.end_ns, 0)
+        weighted = []
+        labels: dict[str, int] = {}
+        verdicts = {}
+        for stack_id, info in self.stacks.items():
+            if not info.segs:
+                continue
+            ns = info.ns
+            if head_cut and head is not None and id(head.stack) == stack_id:
+                ns -= head_cut
+            if tail_cut and tail is not None and id(tail.stack) == stack_id:
+                ns -= tail_cut
+            weighted.append((info.leaf, info.via, info.phase, ns))
+            verdicts[stack_id] = (info.phase, info.label, info.decider)
+            if info.phase == "wait":
+                label = info.label or "other"
+                labels[label] = labels.get(label, 0) + ns
+        self._out = (key, head_cut, tail_cut, weighted, labels, verdicts)
+        return self._out
+
+    def timeline(self, clock: StepClock | None = None) -> Timeline:
+        """The window's Timeline: on the rank's own clock, or on ``clock`` (a shared one)."""
+        _, head_cut, tail_cut, _, labels, verdicts = self._outputs()
+        spans = self._thread_spans().view()
+        first = last = coverage = stuck = None
+        if spans:
+            first, last = spans[0].ts_ns + head_cut, spans[-1].end_ns - tail_cut
+            coverage = min(1.0, (self.seg_ns - head_cut - tail_cut) / max(last - first, 1))
+            stuck = max(self.stuck_since or first, first)
+        if clock is None:
+            clock = self.own_clock(first, last)
+        loop = self.loop
+        if loop is not None and loop.wraps != len(self.bounds):
+            loop = self.loop = LoopFrame(loop.depth, loop.name, loop.file, len(self.bounds))
+        tid = self.tid
+        return Timeline(self.pid, tid, thread_label(self.names.get(tid) if tid is not None else None, self.pid),
+                        loop, SegmentView(spans, verdicts, self.start_ns, self.end_ns), self.window.steps(), clock,
+                        dict(labels), self.bounds.view(), stuck, last, coverage, self.window.intervals.view(),
+                        self.rate_hz, first)
+
+    def own_clock(self, first: int | None, last: int | None) -> StepClock:
+        clock = self.window.clock
+        if not clock.known or clock.period_ns is None:
+            return clock
+        typical = clock.period_ns if clock.method == "comb" else self.window.median_step()
+        edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz)
+        if clock.typical_ns != typical or clock.edge_steps != edges:
+            clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)
+        return clock
+
+    def joint_clock(self, reference: StepClock) -> StepClock:
+        """This rank's clock on a synchronized job's shared one (as ``sync.share_period``)."""
+        assert reference.period_ns is not None
+        _, head_cut, tail_cut, _, _, _ = self._outputs()
+        spans = self._thread_spans()
+        first = spans[0].ts_ns + head_cut if spans else None
+        last = spans[-1].end_ns - tail_cut if spans else None
+        key = (reference, self.window.visible, self.window.clock.unseen,
+               edge_steps(self.bounds, first, last, reference.period_ns, self.rate_hz))
+        if self._joint is None or self._joint[0] != key:
+            clock = replace(reference, method="joint", visible=key[1], concentration=None, unseen=key[2],
+                            edge_steps=key[3])
+            self._joint = (key, clock)
+        return self._joint[1]
+
+    def totals(self, step_ms: float | None) -> StepTotals:
+        return self.window.totals(step_ms)
+
+    def hot(self, top: int = 5) -> dict[str, list[HotFrame]]:
+        """``hot_frames`` of the window, from the per-stack times; worked out again every HOT_S
+        (staggered over the ranks) or when the thread or loop changed."""
+        if self._hot is None or self.end_ns >= self._hot_due or self._hot_epoch != self.epoch:
+            self._hot = hot_frames_of(self._outputs()[3], top)
+            self._hot_epoch = self.epoch
+            first = self._hot_due == 0
+            self._hot_due = self.end_ns + int(HOT_S * NS * (self.stagger if first else 1.0))
+        return self._hot
+
+    # --- what the analyzer asks -----------------------------------------------------------------
+
+    @property
+    def clock(self) -> StepClock:
+        return self.window.clock
+
+    @property
+    def intervals(self) -> int:
+        return len(self.window)
+
+    @property
+    def quality(self) -> tuple[float, float]:
+        return self.window.quality
+
+    def count_own(self) -> None:
+        self.window.count_own()
+
+    def count_ones(self) -> None:
+        self.window.count_ones()
+
+    def count_joint(self, period: float) -> None:
+        self.window.count_joint(period)
+
+    @property
+    def fit_now(self) -> bool:
+        """The clock was never fitted for this thread and loop: fit it whatever it costs."""
+        return not self.window.fitted
+
+    @property
+    def cold_due(self) -> bool:
+        return self.window.cold_due
+
+    @property
+    def cold_cost(self) -> int:
+        return self.window.cold_cost
+
+    @property
+    def last_cold_ns(self) -> int | None:
+        return self.window.last_cold_ns
+
+    def cold(self, now_ns: int) -> None:
+        self.window.cold(now_ns, self._measure_unseen())
