@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
 from traceml_attach.diagnose.ranks import rank_pids, synchronized
+from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.classify import Rule
@@ -44,11 +45,12 @@ class IncrementalAnalyzer:
         self.last_end_ns: int | None = None
         self.created = 0
 
-    def tick(self, rec: Recording, end_ns: int | None = None) -> Analysis:
-        """The Analysis of [end_ns - window, end_ns) (default: up to the newest span)."""
+    def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
+        """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
+        session's rollup ``history``, the report has its whole-session section."""
         span_range = rec.time_range()
         if span_range is None:
-            return analyze(rec, self.rules, self.policy)
+            return analyze(rec, self.rules, self.policy, history=history)
         end = span_range[1] if end_ns is None else end_ns
         start = end - self.window_ns
         if self.last_end_ns is not None and end < self.last_end_ns:
@@ -77,7 +79,7 @@ class IncrementalAnalyzer:
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
             stats.append(stats_of(rank, tl, by_rank[rank].totals(step_ms)))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
-        return conclude(rec, self.policy, start, end, pids, timelines, stats, hot)
+        return conclude(rec, self.policy, start, end, pids, timelines, stats, hot, history=history)
 
     def _fit(self, now_ns: int) -> None:
         """Full clock fits: the ones that cannot wait, then the rest within FIT_BUDGET."""

@@ -4,7 +4,8 @@ and for a replay, so that a summary replays exactly.
 Every ROLLUP_S seconds of data (data time: the newest span's end, never the wall clock), once
 the data is CLOSE_LAG_S past a bucket's end (py-spy windows arrive a few seconds late), the
 newest LIVE_WINDOW_S are analysed and what fell inside the bucket is folded into the History.
-The raw data older than the live window is then dropped (``Recording.trim``). Where those
+The analysis there is incremental (diagnose/incremental.py), ticked at those points only. The
+raw data older than the live window is then dropped (``Recording.trim``). Where those
 points fall depends only on the order of the frames, which the recording keeps.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.gpu import rank_gpu
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.ingest.segments import read_segments
 from traceml_attach.ingest.stream import Recording, RecordingError
@@ -36,6 +38,8 @@ class Pipeline:
         self.rules = rules
         self.rec = Recording()
         self.history = History()
+        # ticked only where a rollup closes, which the frames' order alone decides: deterministic
+        self._closer = IncrementalAnalyzer(rules)
         self.retain_ns = int(retain_s * _NS)
 
     def add(self, frame: Any) -> None:
@@ -71,7 +75,7 @@ class Pipeline:
         an: Analysis | None = None
         while (end := self.history.next_end()) is not None and newest >= end + lag_ns:
             if an is None:
-                an = analyze(self.rec, self.rules, start_ns=newest - int(LIVE_WINDOW_S * _NS))
+                an = self._closer.tick(self.rec, newest)
             self._fold(end - int(ROLLUP_S * _NS), end, an)
         if an is not None and self.history.closed_ns is not None:
             self.rec.trim(min(newest - self.retain_ns, self.history.closed_ns))

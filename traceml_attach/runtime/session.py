@@ -30,6 +30,7 @@ from agent.wire import FrameWriter
 from traceml_attach.cli.common import plan_targets, recording_bytes, run_dir, target_failure
 from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
 from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
@@ -77,6 +78,7 @@ class Session:
         self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.writer.listen(self._inbox.put)
         self.pipeline = Pipeline(rules)
+        self.live = IncrementalAnalyzer(rules)
         self.ran_out = False
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
 
@@ -126,7 +128,9 @@ class Session:
                 return
 
     def live_analysis(self) -> Analysis:
-        return self.pipeline.window_analysis()
+        """The live window's analysis for a tick: incremental, carried from the last tick (the
+        summaries use the pipeline's batch analysis of the same window, which replays exactly)."""
+        return self.live.tick(self.rec, history=self.pipeline.history)
 
     def summarize(self, final: bool = False) -> tuple[Summary, str]:
         """Write the summary of what was recorded so far (the newest LIVE_WINDOW_S in detail,
@@ -134,7 +138,7 @@ class Session:
         self.drain()
         if final:
             self.pipeline.finish()
-        summary = build_summary(self.rec, self.live_analysis(), self.run_dir.name)
+        summary = build_summary(self.rec, self.pipeline.window_analysis(), self.run_dir.name)
         return summary, write_summary(self.run_dir, summary)
 
     def finish(self, duration_s: float | None) -> SessionResult:
