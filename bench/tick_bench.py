@@ -18,8 +18,9 @@ With --repeat N the session is replayed N times and each tick keeps its least CP
 same tick is the same work each time, and the least of N is the one other processes on a busy
 machine disturbed least.
 
-and the incremental tick in the session's second minute and its last, to show that it does
-not grow with the session. The agent's py-spy windows end every ~2 s, all ranks' together:
+and the incremental tick in the session's last minute next to a fresh session's second minute,
+their ticks interleaved one for one so that both see the same load on the machine: it does not
+grow with the session. The agent's py-spy windows end every ~2 s, all ranks' together:
 about every other tick has new spans to read (~2,100 at 64 ranks), the others none.
 
     python bench/tick_bench.py [--ranks 64] [--minutes 60] [--batch-every 60] [--repeat 1]
@@ -33,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,45 +55,78 @@ def stats(xs: list[float]) -> str:
     return f"median {statistics.median(xs):.1f}, p95 {p95:.1f}, worst {max(xs):.1f} ms"
 
 
-def session(minutes: float, ranks: int, batch_every: int) -> tuple[list[tuple[float, float, float, int]], list[float]]:
-    """One replayed session: per tick (data s, tick ms, conclude ms, spans read); batch ms."""
-    conclude_s = 0.0
-    conclude = incremental.conclude
+_conclude = incremental.conclude
+_conclude_s = 0.0
 
-    def timed_conclude(*a, **k):  # type: ignore[no-untyped-def]
-        nonlocal conclude_s
-        c0 = time.process_time()
-        try:
-            return conclude(*a, **k)
-        finally:
-            conclude_s += time.process_time() - c0
 
-    incremental.conclude = timed_conclude
+def _timed_conclude(*a: Any, **k: Any) -> Any:
+    """``analysis.conclude`` (the report: findings, memory, system and process sections), timed."""
+    global _conclude_s
+    c0 = time.process_time()
     try:
-        rules = load_rules()
-        rec = Recording()
-        live = incremental.IncrementalAnalyzer(rules)
-        window_ns = int(LIVE_WINDOW_S * NS)
-        rows: list[tuple[float, float, float, int]] = []
-        batch_ms: list[float] = []
-        origin = None
-        for end in ticks(repeated(FIXTURE, minutes * 60, ranks), rec):
-            origin = end if origin is None else origin
-            read = sum(t.spans_read for t in live.trackers.values())
-            conclude_s = 0.0
-            c0 = time.process_time()
-            live.tick(rec, end)
-            tick_ms = 1e3 * (time.process_time() - c0)
-            read = sum(t.spans_read for t in live.trackers.values()) - read
-            rows.append(((end - origin) / NS, tick_ms, 1e3 * conclude_s, read))
-            if len(rows) % batch_every == 0:
-                c0 = time.process_time()
-                analyze(rec, rules, start_ns=end - window_ns)
-                batch_ms.append(1e3 * (time.process_time() - c0))
-            rec.trim(end - RETAIN_NS)
-        return rows, batch_ms
+        return _conclude(*a, **k)
     finally:
-        incremental.conclude = conclude
+        _conclude_s += time.process_time() - c0
+
+
+class Session:
+    """A replayed session, one tick at a time."""
+
+    def __init__(self, minutes: float, ranks: int) -> None:
+        self.rules = load_rules()
+        self.rec = Recording()
+        self.live = incremental.IncrementalAnalyzer(self.rules)
+        self.ends = ticks(repeated(FIXTURE, minutes * 60, ranks), self.rec)
+        self.origin: int | None = None
+        self.end = 0
+
+    def tick(self) -> tuple[float, float, float, int] | None:
+        """(data s since the first tick, tick ms, of it conclude ms, spans read); None at the end."""
+        global _conclude_s
+        end = next(self.ends, None)
+        if end is None:
+            return None
+        self.end = end
+        self.origin = end if self.origin is None else self.origin
+        read = sum(t.spans_read for t in self.live.trackers.values())
+        _conclude_s = 0.0
+        c0 = time.process_time()
+        self.live.tick(self.rec, end)
+        tick_ms = 1e3 * (time.process_time() - c0)
+        read = sum(t.spans_read for t in self.live.trackers.values()) - read
+        row = ((end - self.origin) / NS, tick_ms, 1e3 * _conclude_s, read)
+        self.rec.trim(end - RETAIN_NS)
+        return row
+
+    def batch_ms(self) -> float:
+        c0 = time.process_time()
+        analyze(self.rec, self.rules, start_ns=self.end - int(LIVE_WINDOW_S * NS))
+        return 1e3 * (time.process_time() - c0)
+
+
+Row = tuple[float, float, float, int]
+
+
+def replay(minutes: float, ranks: int, batch_every: int) -> tuple[list[Row], list[float], list[Row], list[Row]]:
+    """The whole session: its ticks, the batch analysis every batch_every-th tick, and its last
+    two minutes next to a fresh session's first two, their ticks interleaved one for one (the
+    same load on the machine for both)."""
+    long, fresh = Session(minutes, ranks), None
+    rows: list[Row] = []
+    batch: list[float] = []
+    late: list[Row] = []
+    early: list[Row] = []
+    while (row := long.tick()) is not None:
+        rows.append(row)
+        if len(rows) % batch_every == 0:
+            batch.append(long.batch_ms())
+        if row[0] >= minutes * 60 - 120:
+            fresh = fresh or Session(minutes, ranks)
+            other = fresh.tick()
+            if other is not None:
+                late.append(row)
+                early.append(other)
+    return rows, batch, early, late
 
 
 def main() -> None:
@@ -103,12 +138,18 @@ def main() -> None:
                     help="replay the session N times and keep each tick's least CPU time (a busy machine)")
     args = ap.parse_args()
     gc.freeze()   # as a live session does at start-up
+    incremental.conclude = _timed_conclude
 
     started = time.perf_counter()
-    runs = [session(args.minutes, args.ranks, args.batch_every) for _ in range(args.repeat)]
+    runs = [replay(args.minutes, args.ranks, args.batch_every) for _ in range(args.repeat)]
     elapsed = time.perf_counter() - started
-    rows = [min(tick, key=lambda r: r[1]) for tick in zip(*(run for run, _ in runs), strict=True)]
-    batch_ms = [min(b) for b in zip(*(b for _, b in runs), strict=True)]
+
+    def least(series: list[list[Row]]) -> list[Row]:
+        return [min(tick, key=lambda r: r[1]) for tick in zip(*series, strict=True)]
+
+    rows = least([run[0] for run in runs])
+    batch_ms = [min(b) for b in zip(*(run[1] for run in runs), strict=True)]
+    early, late = least([run[2] for run in runs]), least([run[3] for run in runs])
     print(f"{args.ranks} ranks, {rows[-1][0] / 60:.1f} min of data replayed {args.repeat}x in {elapsed:.0f} s; "
           f"live window {LIVE_WINDOW_S:.0f} s, a tick every second of data ({len(rows)} ticks)")
     steady = rows[int(LIVE_WINDOW_S):]   # once the window is full
@@ -121,11 +162,10 @@ def main() -> None:
     spans = statistics.median(r[3] for r in with_data)
     print(f"  ticks with new spans: {len(with_data)} of {len(steady)}, {spans:.0f} spans each (median): "
           f"incremental {stats([r[1] for r in with_data])}")
-    for label, lo, hi in (("minute 2", 60, 120), (f"minute {args.minutes:.0f}", args.minutes * 60 - 60, 1e12)):
-        part = [r for r in rows if lo <= r[0] < hi]
-        if part:
-            print(f"  {label}: incremental {stats([r[1] for r in part])}; steps {stats([r[1] - r[2] for r in part])}; "
-                  f"{sum(r[3] for r in part) / len(part):.0f} spans read per tick")
+    for label, part in (("minute 2 of a fresh session", [r for r, _ in zip(early, late, strict=True) if r[0] >= 60]),
+                        (f"minute {args.minutes:.0f}", [r for e, r in zip(early, late, strict=True) if e[0] >= 60])):
+        print(f"  {label}: incremental {stats([r[1] for r in part])}; steps {stats([r[1] - r[2] for r in part])}; "
+              f"{sum(r[3] for r in part) / len(part):.0f} spans read per tick")
 
 
 if __name__ == "__main__":

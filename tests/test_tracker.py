@@ -194,3 +194,12 @@ def test_a_nested_loop_near_the_tie_keeps_its_frame():
     assert pick_loop(loops(83), loops(83)[1]).name == "train"
     assert pick_loop(loops(79), loops(79)[0]).name == "train"
     assert pick_loop(loops(77), loops(77)[0]).name == "train_step"
+
+
+def test_a_shared_clock_is_the_reference_clock_as_sync_builds_it():
+    from dataclasses import replace
+
+    from traceml_attach.steps.timeline import StepClock
+    clock = StepClock("wraps", 150e6, 0.9, 0.7, None, None, None, 140e6, 0.01, 3)
+    assert clock.shared(0.5, 0.2, 1) == replace(clock, method="joint", visible=0.5, concentration=None,
+                                                unseen=0.2, edge_steps=1)

@@ -33,7 +33,6 @@ from traceml_attach.steps.period import (
     MIN_INTERVALS,
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
-    SURE,
     Posterior,
     count_spread,
     jitter,
@@ -51,7 +50,7 @@ CHEAP_FIT = 40             # this many (a full fit costs ~40 µs per interval)
 RECOUNT = 0.02             # intervals are recounted when their counting period moved by this much
 RETRIG = 0.005             # the comb's running sums are recomputed when the period moved by this much
 TAIL = 8                   # an interval this close to the newest is re-expanded in place
-SAME_PERIOD = 0.005        # a shared period this close to the rank's own counts with the own spread
+SAME_PERIOD = 0.005        # a shared period this close to the rank's own: its counts are the own ones
 RID = attrgetter("rid")
 
 
@@ -67,7 +66,7 @@ class Swallowing(Protocol):
 class Interval:
     """An interval between two observed wraps, with its step counts and its steps."""
 
-    __slots__ = ("alive", "dur", "inlier", "long_spans", "n", "n_own", "p_own", "pending", "rid", "step", "steps",
+    __slots__ = ("alive", "dur", "inlier", "long_spans", "n", "n_own", "pending", "rid", "step", "steps", "sure",
                  "sync", "trig")
 
     def __init__(self, rid: int, step: Step) -> None:
@@ -75,7 +74,7 @@ class Interval:
         self.step = step
         self.dur = step.dur_ns
         self.n_own = 1           # steps on the rank's own clock...
-        self.p_own = 1.0         # ...how sure that count is...
+        self.sure = True         # ...whether that count is sure (posterior ≥ SURE)...
         self.inlier = False      # ...and whether it sits on that clock's comb
         self.trig: tuple[float, ...] | None = None   # cos, sin of kθ, k = 1..3, θ = 2π dur / trig period
         self.n = 1               # steps it counts as (own, shared or one each)
@@ -141,10 +140,12 @@ class IntervalWindow:
         self.rid += 1
         step = Step(start, end, phases, blocked, swallowing=swallowing)
         record = Interval(self.rid, step)
-        record.long_spans, record.sync, record.pending = tuple(long_spans), tuple(sync), pending
+        record.long_spans, record.pending = tuple(long_spans), pending
+        if pending:   # read again when the CPU counter has reached its end
+            record.sync = tuple(sync)
         if self.own_count is not None:
             self._count_own(record)
-        if self.trig_period is not None:
+        if self.trig_period is not None:   # a comb's concentration (not kept for "wraps")
             record.trig = _trig(record.dur, self.trig_period)
         if self.mode == "own" or (self.mode == "joint" and self.joint_same):
             record.n = record.n_own
@@ -228,7 +229,8 @@ class IntervalWindow:
                 self.covered_ns += sign * dur
                 phases_ns = self.phases_ns
                 for phase, ns in step.phases_ns.items():
-                    phases_ns[phase] += sign * ns
+                    if ns:
+                        phases_ns[phase] += sign * ns
                 blocked = step.blocked_sync_ns
                 if blocked is not None:
                     self.measured += sign
@@ -289,16 +291,16 @@ class IntervalWindow:
 
     def _count_own(self, record: Interval) -> None:
         assert self.own_count is not None
-        n, p = self.own_count(record.dur)
+        n, sure = self.own_count.sure(record.dur)
         period = self.own_count.period
-        record.n_own, record.p_own = n, p
+        record.n_own, record.sure = n, sure
         record.inlier = abs(record.dur - n * period) <= INLIER * n * period
 
     def _own_sums(self, record: Interval, sign: int) -> None:
         if record.inlier:
             self.inl_ns += sign * record.dur
             self.inl_n += sign * record.n_own
-        self.ambiguous += sign * (record.p_own < SURE)
+        self.ambiguous += sign * (not record.sure)
         self.whole += sign * (record.n_own == 1)
         self.own_total += sign * record.n_own
         trig = record.trig
@@ -311,10 +313,12 @@ class IntervalWindow:
             sums[4] += sign * trig[4]
             sums[5] += sign * trig[5]
 
-    def _recount_own(self, period: float | None, counts: Iterable[int] | None = None) -> None:
+    def _recount_own(self, period: float | None, counts: Iterable[int] | None = None, comb: bool = True) -> None:
         """Every interval counted again on the own clock of ``period`` (None: one step each); a
-        full fit's ``counts`` stand (the same MAP counts, as ``refine_map`` left them)."""
-        self.count_period = self.trig_period = period
+        full fit's ``counts`` stand (the same MAP counts, as ``refine_map`` left them). The
+        comb's running sums are kept only for a ``comb`` clock."""
+        self.count_period = period
+        self.trig_period = period if comb else None
         self._reset_own_sums()
         if period is not None:
             self.spread = count_spread([float(r.dur) for r in self.records], period, self.rate_hz)
@@ -322,13 +326,13 @@ class IntervalWindow:
         given: Iterable[int | None] = counts if counts is not None else [None] * len(self.records)
         for record, n in zip(self.records, given, strict=True):
             if period is None:
-                record.n_own, record.p_own, record.inlier, record.trig = 1, 1.0, False, None
+                record.n_own, record.sure, record.inlier, record.trig = 1, True, False, None
             else:
                 self._count_own(record)
                 if n is not None and n != record.n_own:
                     record.n_own = n
                     record.inlier = abs(record.dur - n * period) <= INLIER * n * period
-                record.trig = _trig(record.dur, period)
+                record.trig = _trig(record.dur, period) if comb else None
             self._own_sums(record, 1)
         if self.mode == "own" or (self.mode == "joint" and self.joint_same):
             self._recount(lambda r: r.n_own)
@@ -387,7 +391,7 @@ class IntervalWindow:
         self.clock = clock
         self.last_cold_ns, self.cold_m, self.cold_due, self.fitted = now_ns, len(durations), False, True
         self.next_warm_ns = now_ns + int(REFIT_S * NS * (1 + self.stagger))
-        self._recount_own(clock.period_ns, counts)
+        self._recount_own(clock.period_ns, counts, comb=clock.method == "comb")
 
     def _warm(self, now_ns: int, unseen: float | None) -> None:
         """Check the carried clock on the window's intervals; a failed check asks for a full fit."""
@@ -400,12 +404,12 @@ class IntervalWindow:
             return
         period = self.inl_ns / self.inl_n
         if abs(period / self.count_period - 1) > RECOUNT:
-            self._recount_own(period)
+            self._recount_own(period, comb=not wraps)
             period = self.inl_ns / self.inl_n if self.inl_n else period
         durs = [float(r.dur) for r in self.records]
         jit = jitter(durs, period, self.rate_hz)
         self.spread = math.hypot(jit, self.interval_ns)
-        if self.trig_period is None or abs(period / self.trig_period - 1) > RETRIG:
+        if not wraps and (self.trig_period is None or abs(period / self.trig_period - 1) > RETRIG):
             self.trig_period = period
             self.trig_sums = [0.0] * 6
             for record in self.records:

@@ -65,7 +65,7 @@ class LoopFrame:
     wraps: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # a live window holds thousands
 class Segment:
     ts_ns: int
     dur_ns: int
@@ -109,7 +109,7 @@ class SegmentView(Sequence[Segment]):
         return self._segment(self.spans[index])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # a live window holds thousands
 class Step:
     start_ns: int
     end_ns: int
@@ -152,6 +152,12 @@ class StepClock:
     @property
     def known(self) -> bool:
         return self.period_ns is not None
+
+    def shared(self, visible: float | None, unseen: float | None, edge_steps: int) -> StepClock:
+        """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
+        unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
+        return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
+                         self.step_upper_ns, self.typical_ns, unseen, edge_steps)
 
 
 @dataclass(frozen=True)

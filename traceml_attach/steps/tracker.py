@@ -24,7 +24,11 @@ tick) is repeated. A RankTracker keeps one process's window and moves it instead
   (intervals.py): counted as they close on a carried clock, checked warm every few seconds,
   fitted like the batch when a check fails; running sums for ``steptime.StepTotals``.
 - **Hot frames** (shares of the window per function) are worked out from the per-stack times
-  every HOT_S: ~15 rows a rank, the largest per-tick cost left once the rest is incremental.
+  every HOT_S (~15 rows a rank: worth not redoing every second).
+- **What a tick hands out** (segments, boundaries, intervals, steps) are views of append-only
+  logs (logs.py), not copies: a tick's cost stays with what changed, not with the window.
+
+The schedules (warm checks, loop checks, hot frames) run on data time, the newest span's end.
 
 Where the result differs from the batch (tests/test_tracker.py holds it to the batch): the
 part of the window's first span before the window counts for the thread and loop choices and
@@ -73,13 +77,13 @@ from traceml_attach.steps.timeline import (
 )
 
 NS = 1_000_000_000
-LOOP_RECHECK_S = 30.0      # the loop frame is looked for again this often...
+LOOP_RECHECK_S = 60.0      # the loop frame is looked for again this often...
 NO_LOOP_RECHECK_S = 5.0    # ...and at most this long apart while none was found
 LOOP_TIE_MARGIN = 0.02     # the current loop frame stays this close to find_loop's tie between nested loops
 THREAD_KEEP = 1.1          # another thread becomes the training thread with this much more training time
 PENDING_S = 5.0            # an interval's CPU counter is awaited at most this long (data time)
-_NONE: Log[Span] = Log()   # no thread's spans
 HOT_S = 5.0                # the hot frames (shares of the 30 s window) are worked out again this often
+_NONE: Log[Span] = Log()   # no thread's spans
 
 
 class _StackInfo:
@@ -104,19 +108,6 @@ class _StackInfo:
         self.decider: int | None = None
         self.depth_line: int | None = None   # its line at the loop's depth (any frame)
         self.loop_line: int | None = None    # its line in the loop frame, when the loop frame is there
-
-
-def busy_at(rows: list[tuple[int, int, int]], ts_ns: int) -> float | None:
-    """``CpuCounter.at`` on the recording's rows (time order), without copying them."""
-    i = bisect.bisect_left(rows, ts_ns, key=_TS)
-    if i == len(rows) or (i == 0 and rows[0][0] != ts_ns):
-        return None
-    t1, on1, rq1 = rows[i]
-    if t1 == ts_ns:
-        return on1 + rq1
-    t0, on0, rq0 = rows[i - 1]
-    b0, b1 = on0 + rq0, on1 + rq1
-    return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
 
 
 _TS = itemgetter(0)
@@ -168,6 +159,7 @@ class RankTracker:
         self.loop_checks = 0
         self.names: dict[int, ThreadInfo] = {}
         self.cpu: list[tuple[int, int, int]] = []
+        self.cpu_at = 0                      # where the last CPU-counter lookup landed
         self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
         self._out: tuple = ()                # this tick's clipped edges, per-stack times and wait labels
         self._joint: tuple | None = None     # (what it was made of, the shared clock as this rank's)
@@ -397,7 +389,7 @@ class RankTracker:
             self._schedule_loop()
 
     def _schedule_loop(self) -> None:
-        """A loop found is looked for again after 2, 4, 8, 16 s, then every LOOP_RECHECK_S;
+        """A loop found is looked for again after 2, 4, 8, 16, 32 s, then every LOOP_RECHECK_S;
         none found, after 1 s, backing off to NO_LOOP_RECHECK_S."""
         if self.loop is not None:
             every = min(LOOP_RECHECK_S, 2.0 ** self.loop_checks)
@@ -455,11 +447,31 @@ class RankTracker:
         if pending:
             self.pending.append(record)
 
+    def _busy_at(self, ts_ns: int) -> float | None:
+        """``CpuCounter.at`` on the recording's rows, without copying them; looked up from where
+        the last lookup landed (intervals close in time order)."""
+        rows, i = self.cpu, self.cpu_at
+        if 0 < i < len(rows) and rows[i - 1][0] < ts_ns <= rows[i][0]:
+            pass
+        elif 0 < i + 1 < len(rows) and rows[i][0] < ts_ns <= rows[i + 1][0]:
+            i += 1
+        else:
+            i = bisect.bisect_left(rows, ts_ns, key=_TS)
+        self.cpu_at = i
+        if i == len(rows) or (i == 0 and rows[0][0] != ts_ns):
+            return None
+        t1, on1, rq1 = rows[i]
+        if t1 == ts_ns:
+            return on1 + rq1
+        t0, on0, rq0 = rows[i - 1]
+        b0, b1 = on0 + rq0, on1 + rq1
+        return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
+
     def _blocked(self, sync: Sequence[tuple[int, int, str]]) -> dict[str, int] | None:
         """As ``timeline._intervals``: the time blocked in each synchronizing phase."""
         blocked: dict[str, int] = {}
         for lo, hi, phase in sync:
-            b0, b1 = busy_at(self.cpu, lo), busy_at(self.cpu, hi)
+            b0, b1 = self._busy_at(lo), self._busy_at(hi)
             if b0 is None or b1 is None:
                 return None
             idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
@@ -605,9 +617,7 @@ class RankTracker:
         key = (reference, self.window.visible, self.window.clock.unseen,
                edge_steps(self.bounds, first, last, reference.period_ns, self.rate_hz))
         if self._joint is None or self._joint[0] != key:
-            clock = replace(reference, method="joint", visible=key[1], concentration=None, unseen=key[2],
-                            edge_steps=key[3])
-            self._joint = (key, clock)
+            self._joint = (key, reference.shared(key[1], key[2], key[3]))
         return self._joint[1]
 
     def totals(self, step_ms: float | None) -> StepTotals:
