@@ -51,7 +51,11 @@ class Pipeline:
         """The analysis of the newest LIVE_WINDOW_S of data: what a live view shows and what the
         final summary details (the history holds the rest of the session)."""
         span_range = self.rec.time_range()
-        start = None if span_range is None else span_range[1] - int(LIVE_WINDOW_S * _NS)
+        if span_range is None:
+            return analyze(self.rec, self.rules, history=self.history)
+        # never before sampling began (a short session's window is the session, not 30 s)
+        began = min([t.ts_ns for t in self.rec.targets.values() if t.ts_ns] + [span_range[0]])
+        start = max(began, span_range[1] - int(LIVE_WINDOW_S * _NS))
         return analyze(self.rec, self.rules, start_ns=start, history=self.history)
 
     def finish(self) -> None:
