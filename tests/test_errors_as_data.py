@@ -130,11 +130,19 @@ def test_a_failed_window_says_how_pyspy_ended_and_what_it_printed(tmp_path: Path
 def test_a_window_stopped_before_pyspy_sampled_says_so(tmp_path: Path):
     # py-spy dies of the SIGINT that ends a window when it arrives before py-spy samples
     # (measured with py-spy 0.4.3: up to ~0.06 s after its start on an idle machine)
+    # In a fresh attacher process, as a user runs it: a child inherits its parent's blocked
+    # signal mask and ignored signals, and inside the full test run something (not yet traced)
+    # leaves this process so that the fake survives SIGINT; alone, the test passed in-process too.
     binary = fake_pyspy(tmp_path, "exec sleep 30")
-    w = window(binary, tmp_path)
-    time.sleep(0.5)   # the fake has exec'd sleep by then, even on a loaded machine (it never samples)
-    w.stop()
-    msg = str(w.collect().failure)
+    script = ("import os, sys, time\n"
+              "from pathlib import Path\n"
+              "from agent.pyspy import RecordWindow\n"
+              f"w = RecordWindow({str(binary)!r}, os.getpid(), 100, 5, Path({str(tmp_path / 'w.json')!r}), index=7)\n"
+              "time.sleep(0.5)\n"   # the fake has exec'd sleep by then (it never samples)
+              "w.stop()\n"
+              "print(w.collect().failure)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    msg = out.stdout
     assert "killed by SIGINT" in msg and "nothing on stderr" in msg
     assert re.search(r"traceml asked it to stop \(SIGINT\) \d+\.\d s after starting it, before it had started "
                      r"sampling", msg), msg
