@@ -144,7 +144,7 @@ def describe(dropped: Dropped) -> str:
     when = ""
     if dropped.from_ns is not None and dropped.to_ns is not None:
         when = (f" recorded from {_clock(dropped.from_ns)} to {_clock(dropped.to_ns)} "
-                f"({_duration((dropped.to_ns - dropped.from_ns) / 1e9)})")
+                f"({duration_text((dropped.to_ns - dropped.from_ns) / 1e9)})")
     count = f"{dropped.segments} segment{'s' if dropped.segments != 1 else ''}"
     return (f"the recording was rotated: {count}{size}{when} deleted to stay under "
             "--max-recording-mb; what follows covers the first segment and the newest ones")
@@ -154,7 +154,8 @@ def _clock(ns: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A length of time as people say it: seconds, minutes or hours."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:

@@ -6,6 +6,7 @@ import time
 
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime, Report, StepTimeReport
+from traceml_attach.ingest.segments import duration_text
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES, REGISTRY
 
@@ -110,20 +111,12 @@ def _head(s: Summary) -> list[str]:
 SESSION_RANKS = 8   # rank rows of the session block; the rest are summed up in one line
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def _session(rep: Report) -> list[str]:
     """The whole session from its rollups: the sections above detail only the newest window."""
     ses = rep.session
     if ses is None or not ses.ranks:
         return []
-    out = [f"Session  {_duration(ses.duration_s)} from {_clock(ses.start)} (rollups of {ses.rollup_s:.0f} s; "
+    out = [f"Session  {duration_text(ses.duration_s)} from {_clock(ses.start)} (rollups of {ses.rollup_s:.0f} s; "
            "the sections above cover the newest window)"]
     rows = list(ses.ranks.values())
     for r in rows[:SESSION_RANKS]:

@@ -1,9 +1,9 @@
 """Give freed memory back to the system.
 
 Each py-spy window is read as one JSON document of a few MB on a sampler thread, and glibc's
-malloc keeps what such threads freed in their arenas: without a trim, the attacher's RSS creeps
-up by about 12 MB an hour although Python's own heap stays flat (bench/long_attach_bench.py,
-tracemalloc). ``malloc_trim(0)`` returns it. Elsewhere (musl, macOS) this does nothing.
+malloc may keep what such threads freed in their arenas; ``malloc_trim(0)`` returns it.
+(The RSS growth once seen over long attaches turned out to be ``linecache`` in agent/source.py;
+this trim's own effect was not measured apart.) Elsewhere (musl, macOS) this does nothing.
 """
 
 from __future__ import annotations

@@ -165,7 +165,6 @@ class Analyst(threading.Thread):
         super().__init__(name="traceml-analysis", daemon=True)
         self.session, self.on_tick, self.tick_s, self.started = session, on_tick, tick_s, started
         self.done = threading.Event()
-        self.failures = 0
 
     def join(self, timeout: float | None = None) -> None:
         self.done.set()
@@ -185,7 +184,6 @@ class Analyst(threading.Thread):
             try:
                 self.on_tick(self.session.rec, self.session.live_analysis(), time.monotonic() - self.started)
             except Exception as exc:
-                self.failures += 1
                 where = traceback.format_exception(exc)[-3:]
                 self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
                                            "msg": f"{type(exc).__name__}: {exc} ({''.join(where).strip()})"})
