@@ -13,7 +13,7 @@ from agent.pyspy import PySpyError
 from agent.target import TargetError, inspect_target, python_children
 from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
 from traceml_attach.policy import RECORDING_MAX_MB
-from traceml_attach.steps.classify import Rule, RulesError, load_rules
+from traceml_attach.steps.classify import Rules, RulesError, load_rules
 
 
 def target_failure(exc: TargetError | PySpyError, pid: int) -> CliError:
@@ -44,7 +44,7 @@ def add_rules_option(parser: argparse.ArgumentParser) -> None:
                         "they are tried before the built-in ones")
 
 
-def rules_from(args: argparse.Namespace) -> list[Rule]:
+def rules_from(args: argparse.Namespace) -> Rules:
     try:
         return load_rules(args.rules)
     except RulesError as exc:

@@ -18,7 +18,7 @@ from traceml_attach.output.render import render_text
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import build_summary
 from traceml_attach.runtime.pipeline import replay_file
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.classify import Rules
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_BAD_FILE if problem else 0
 
 
-def _tui(rec: Recording, rules: list[Rule], path: Path, args: argparse.Namespace) -> int:
+def _tui(rec: Recording, rules: Rules, path: Path, args: argparse.Namespace) -> int:
     from traceml_attach.tui.app import make_app, run_app  # Textual loads only when it is used
     from traceml_attach.tui.feed import RecordedFeed
 

@@ -14,7 +14,7 @@ from agent.pyspy import PySpyError, ThreadDump, ThreadNames, dump, find_pyspy, p
 from traceml_attach.cli.common import add_rules_option, plan_targets, rules_from
 from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
 from traceml_attach.ingest.model import CodeFrame
-from traceml_attach.steps.classify import Rule, classify
+from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.timeline import is_background
 
 
@@ -39,7 +39,7 @@ def _frames(pid: int, thread: ThreadDump) -> tuple[CodeFrame, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    rules: list[Rule] = rules_from(args)
+    rules: Rules = rules_from(args)
     plan = plan_targets(args.pid)
     try:
         binary = find_pyspy()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang
@@ -17,7 +18,8 @@ from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, proc
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.accumulation import with_accumulation
+from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.steptime import RankStepStats, rank_stats
 from traceml_attach.steps.sync import share_period
@@ -48,7 +50,7 @@ class Analysis:
 
 def analyze(
     rec: Recording,
-    rules: list[Rule],
+    rules: Rules,
     policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
     start_ns: int | None = None,
     end_ns: int | None = None,
@@ -76,6 +78,7 @@ def analyze(
             )
         if synchronized(rec, pids):
             timelines = share_period(timelines, rec.rate_hz)
+        timelines = {rank: with_accumulation(tl) for rank, tl in timelines.items()}
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)
@@ -113,7 +116,7 @@ def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], g
     """Step time, refined with the GPU's utilization; a hang first."""
     findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
-    findings = refine_with_gpu(findings, stats, sm, policy)
+    findings = speak(refine_with_gpu(findings, stats, sm, policy), stats)
     hang = detect_hang(timelines, policy)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]

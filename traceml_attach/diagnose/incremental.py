@@ -23,8 +23,9 @@ from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.classify import Rule
-from traceml_attach.steps.steptime import stats_of
+from traceml_attach.steps.accumulation import with_accumulation
+from traceml_attach.steps.classify import Rules
+from traceml_attach.steps.steptime import stats_of, step_totals
 from traceml_attach.steps.sync import share_tracked
 from traceml_attach.steps.tracker import RankTracker
 
@@ -35,7 +36,7 @@ GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
 class IncrementalAnalyzer:
     """Analyses the newest ``window_s`` of a growing recording, one tick at a time."""
 
-    def __init__(self, rules: list[Rule], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
+    def __init__(self, rules: Rules, policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
                  window_s: float = LIVE_WINDOW_S) -> None:
         self.rules = rules
         self.policy = policy
@@ -74,10 +75,13 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_own()
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
+        timelines = {rank: with_accumulation(tl) for rank, tl in timelines.items()}
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
-            stats.append(stats_of(rank, tl, by_rank[rank].totals(step_ms)))
+            # the tracker's running sums are over micro-batches; optimizer steps are summed afresh
+            totals = by_rank[rank].totals(step_ms) if tl.micro_batches == 1 else step_totals(tl.steps, step_ms)
+            stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
         return conclude(rec, self.policy, start, end, pids, timelines, stats, hot, history=history)
 

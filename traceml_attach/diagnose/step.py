@@ -72,8 +72,42 @@ def _severity(score: float, steps: int, policy: StepTimePolicy, warn: float, cri
     return None
 
 
+LOOPLESS_WORK = 0.3   # no loop found, but this share of the training thread's time is training phases
+
+
+def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
+    """Stacks that train, in a loop no rule knows: say so, and how to name the loop."""
+    for r in all_ranks:
+        shares = r.unlooped_shares
+        if r.loop is not None or not shares:
+            continue
+        work = sum(shares.get(p, 0.0) for p in (*COMPONENTS["input"], *COMPONENTS["compute"]))
+        if work < LOOPLESS_WORK:
+            continue
+        seen = ", ".join(f"{p} {_pct(v)}" for p, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= 0.05)
+        hint = r.loop_hint
+        if hint is not None:
+            name, _, file = hint.partition(" (")
+            file = file.rstrip(")").split("site-packages/")[-1]
+            example = f'[[loop]] framework = "..." func = "^{name}$" file = "{file}$"'
+            where = f"; {name} in {file} wraps like one"
+        else:
+            example = '[[loop]] framework = "..." func = "^Trainer\\.fit_loop$" file = "mypkg/trainer\\.py$"'
+            where = ""
+        return Finding(
+            "NO_DATA", "info", "training phases seen, but no training loop found",
+            f"rank {r.rank}'s training thread spends {_pct(work)} of its time in training phases ({seen}), "
+            f"but no frame on its call path is a loop that traceml knows: the loop lives in a library{where}",
+            f"name the loop in a rules file and pass it with --rules FILE: {example} "
+            "(regular expressions; see traceml_attach/steps/rules.toml)", r.rank)
+    return None
+
+
 def _no_data(all_ranks: list[RankStepStats]) -> Finding | None:
     if not any(r.steps for r in all_ranks):
+        loopless = _loopless(all_ranks)
+        if loopless is not None:
+            return loopless
         loops = [r for r in all_ranks if r.loop]
         why = ("no training loop was found in the sampled threads"
                if not loops else f"the loop in {loops[0].loop} completed no full step in the window")

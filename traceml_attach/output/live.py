@@ -10,7 +10,7 @@ from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.summary import LiveState, Summary
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.classify import Rules
 
 SPARK_POINTS = 60   # memory trend points kept per rank, spread over the session
 
@@ -21,7 +21,7 @@ def live_window(rec: Recording) -> int | None:
     return None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
 
 
-def analyze_live(rec: Recording, rules: list[Rule], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY) -> Analysis:
+def analyze_live(rec: Recording, rules: Rules, policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY) -> Analysis:
     """The analysis a live view shows: step times over the live window, memory trends over
     everything the recording holds."""
     return analyze(rec, rules, policy, start_ns=live_window(rec), memory_from_ns=_first_ns(rec))

@@ -77,7 +77,13 @@ def _table(st: StepTimeReport) -> list[str]:
             rows.append(f"  rank {rank} wait: " + ", ".join(
                 f"{k} {100 * v:.0f}%" for k, v in list(r.wait_labels.items())[:5]))
         if r.loop:
-            rows.append(f"  rank {rank} loop: {r.loop} on thread {r.thread or '?'}")
+            rows.append(f"  rank {rank} loop: {r.loop} on thread {r.thread or '?'}"
+                        + (f" ({r.framework})" if r.framework else ""))
+        elif r.framework:
+            rows.append(f"  rank {rank} framework: {r.framework}")
+        if r.micro_batches > 1:
+            rows.append(f"  rank {rank}: a step is an optimizer step of {r.micro_batches} micro-batches "
+                        "(gradient accumulation)")
     return rows
 
 

@@ -22,7 +22,7 @@ from traceml_attach.ingest.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.ingest.segments import read_segments
 from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.policy import LIVE_WINDOW_S
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.phases import PHASES
 
 CLOSE_LAG_S = 5.0
@@ -34,7 +34,7 @@ _NS = 1_000_000_000
 class Pipeline:
     """Feeds frames into a Recording, folds closed buckets into a History and trims."""
 
-    def __init__(self, rules: list[Rule], retain_s: float = RETAIN_S) -> None:
+    def __init__(self, rules: Rules, retain_s: float = RETAIN_S) -> None:
         self.rules = rules
         self.rec = Recording()
         self.history = History()
@@ -108,7 +108,7 @@ class Pipeline:
         self.history.fold(end, rows, statistics.median(cpus) if cpus else None, max(used) if used else None)
 
 
-def replay_file(path: str | Path, rules: list[Rule]) -> tuple[Pipeline, str | None]:
+def replay_file(path: str | Path, rules: Rules) -> tuple[Pipeline, str | None]:
     """A recorded session (a frames file and the segments rotation left beside it) through a
     Pipeline, finished: what the live session held when it ended. Also returns what is wrong
     with the file, if it is damaged (every frame before the damage is kept)."""

@@ -37,7 +37,7 @@ from traceml_attach.output.summary import Summary, build_summary
 from traceml_attach.runtime.heap import release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.classify import Rules
 
 Tick = Callable[[Recording, Analysis, float], None]
 
@@ -59,7 +59,7 @@ class Session:
     both belong to one thread. ``finish`` writes the summary.
     """
 
-    def __init__(self, args: argparse.Namespace, rules: list[Rule]) -> None:
+    def __init__(self, args: argparse.Namespace, rules: Rules) -> None:
         self.rules = rules
         pids: list[int] = args.pid
         plan = plan_targets(pids)
@@ -204,7 +204,7 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 def run_session(
     args: argparse.Namespace,
-    rules: list[Rule],
+    rules: Rules,
     duration_s: float | None,
     on_tick: Tick | None,
     tick_s: float,

@@ -35,3 +35,23 @@ COMPONENTS: dict[str, tuple[str, ...]] = {
 }
 # The phases of the training loop itself (not waiting): a stack in one of them is inside a step.
 WORK_PHASES: frozenset[str] = frozenset(COMPONENTS["input"] + COMPONENTS["compute"])
+
+# Phases that nest: the time of a phase found inside another belongs to the inner one when the
+# outer one yields to it (``classify`` scans from the loop frame inwards). The optimizer is only
+# its own work: forward and backward inside ``optimizer.step(closure)`` are forward and backward
+# (Lightning, LBFGS). Compilation inside a compiled model's call is compilation, not forward or
+# backward. Everything else: the outermost phase decides (input that calls nn.functional is input,
+# forward under no_grad in an eval function is eval).
+NESTING: dict[tuple[str, str | None], frozenset[tuple[str, str | None]]] = {
+    ("optimizer", None): frozenset({("forward", None), ("backward", None), ("wait", "compile")}),
+    ("forward", None): frozenset({("wait", "compile")}),
+    ("backward", None): frozenset({("wait", "compile")}),
+}
+
+
+def yields(outer: str, outer_label: str | None, inner: str | None = None, inner_label: str | None = None) -> bool:
+    """Whether ``outer`` gives way to ``inner`` nested in it; without ``inner``, to any phase."""
+    ways = NESTING.get((outer, outer_label))
+    if ways is None:
+        return False
+    return inner is None or (inner, inner_label) in ways

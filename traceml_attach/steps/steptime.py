@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from traceml_attach.policy import TYPICAL_MAX
 from traceml_attach.steps.phases import COMPONENTS, PHASES
-from traceml_attach.steps.timeline import Step, StepClock, Timeline
+from traceml_attach.steps.timeline import Step, StepClock, Timeline, loop_hint
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,12 @@ class RankStepStats:
     # phase really did on this rank): known even when the step time is not.
     sync_wait_share: float | None = None
     active_shares: dict[str, float] | None = None
+    framework: str | None = None          # "HF Trainer (transformers 5.x)", "Lightning"... (Timeline.framework)
+    micro_batches: int = 1                # per step: a step is an optimizer step
+    traits: frozenset[str] = frozenset()  # what the stacks show the job already does (Timeline.traits)
+    # with no loop found: the training thread's time by phase (a loop the rules do not know)
+    unlooped_shares: dict[str, float] | None = None
+    loop_hint: str | None = None          # ...and a library frame on its path that wraps, to name in a rule
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,10 @@ def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
     if totals.steps and coverage is not None:
         coverage *= totals.covered_ns / totals.steps_ns
     if not totals.covered:
+        unlooped, hint = (None, None) if tl.loop is not None else _unlooped(tl)
         return RankStepStats(rank, tl.pid, 0, None, None, None, None, labels, tl.clock, loop,
-                             tl.thread_name, coverage=coverage)
+                             tl.thread_name, coverage=coverage, framework=tl.framework, traits=tl.traits,
+                             unlooped_shares=unlooped, loop_hint=hint)
     total = totals.covered_ns
     shares = {p: totals.phases_ns[p] / total for p in PHASES}
     norm = sum(shares.values()) or 1.0
@@ -106,8 +114,22 @@ def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
         rank, tl.pid, tl.step_count, step_ms, phases_ms, shares, component, labels, tl.clock, loop,
         tl.thread_name,
         None if sync_share is None or step_ms is None else sync_share * step_ms,
-        coverage, sync_share, active_shares,
+        coverage, sync_share, active_shares, tl.framework, tl.micro_batches, tl.traits,
     )
+
+
+def _unlooped(tl: Timeline) -> tuple[dict[str, float] | None, str | None]:
+    """Without a loop frame: the training thread's time by phase, and a library frame on its
+    path that wraps (the loop a rules file could name)."""
+    by_phase = dict.fromkeys(PHASES, 0)
+    spans = []
+    for seg in tl.segments:
+        by_phase[seg.phase] += seg.dur_ns
+        spans.append(seg.span)
+    total = sum(by_phase.values())
+    if not total:
+        return None, None
+    return {p: ns / total for p, ns in by_phase.items()}, loop_hint(spans)
 
 
 def _sync(totals: StepTotals, shares: dict[str, float]) -> tuple[float | None, dict[str, float] | None]:

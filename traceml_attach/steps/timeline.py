@@ -27,7 +27,7 @@ from typing import overload
 
 from agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo
-from traceml_attach.steps.classify import Rule, classifier
+from traceml_attach.steps.classify import LoopRule, Rules, classifier
 from traceml_attach.steps.period import (
     MAX_STEP_ERROR,
     MIN_INTERVALS,
@@ -63,6 +63,7 @@ class LoopFrame:
     name: str
     file: str
     wraps: int
+    framework: str | None = None   # the loop rule that named it (a framework's loop)
 
 
 @dataclass(frozen=True, slots=True)   # a live window holds thousands
@@ -178,6 +179,9 @@ class Timeline:
     intervals: Sequence[Step] = ()      # between consecutive observed wraps (none across a hole)
     rate_hz: int = 100
     start_seen_ns: int | None = None    # start of the sampled window for this thread
+    framework: str | None = None        # the framework whose loop or code the thread runs (framework_of)
+    micro_batches: int = 1              # per step (gradient accumulation: steps/accumulation.py)
+    traits: frozenset[str] = frozenset()   # what the thread's stacks show the job does (stack_traits)
 
     @property
     def step_count(self) -> int:
@@ -233,7 +237,7 @@ def is_background(func_names: Iterable[str], thread_name: str | None) -> bool:
     return any(name in BACKGROUND_FUNCS for name in func_names)
 
 
-def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: list[Rule]) -> int | None:
+def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: Rules) -> int | None:
     """The thread running the training loop."""
     score: Counter[int] = Counter()
     presence: Counter[int] = Counter()
@@ -253,7 +257,7 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: li
     return presence.most_common(1)[0][0] if presence else None
 
 
-def find_loop(spans: Sequence[Span]) -> LoopFrame | None:
+def find_loop(spans: Sequence[Span], loops: Sequence[LoopRule] = ()) -> LoopFrame | None:
     """The training loop's frame on the thread's dominant call path (see module doc)."""
     by_stack: dict[int, list] = {}   # id(stack) -> [stack, ns], in order of first appearance
     for s in spans:
@@ -262,24 +266,61 @@ def find_loop(spans: Sequence[Span]) -> LoopFrame | None:
             by_stack[id(s.stack)] = [s.stack, s.dur_ns]
         else:
             entry[1] += s.dur_ns
-    candidates = loop_candidates(spans, [(stack, ns) for stack, ns in by_stack.values()])
+    candidates = loop_candidates(spans, [(stack, ns) for stack, ns in by_stack.values()], loops)
     if not candidates:
         return None
     most = max(c.wraps for c in candidates)
     return next(c for c in candidates if c.wraps >= OUTER_TIE * most)
 
 
-def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]) -> list[LoopFrame]:
+def loop_hint(spans: Sequence[Span]) -> str | None:
+    """With no loop found: the library frame on the dominant call path that wraps the most, the
+    loop that a ``[[loop]]`` rule could name; None when none wraps."""
+    by_stack: dict[int, list] = {}
+    for s in spans:
+        entry = by_stack.setdefault(id(s.stack), [s.stack, 0])
+        entry[1] += s.dur_ns
+    wrapping = [c for c in loop_candidates(spans, [(st, ns) for st, ns in by_stack.values()], anywhere=True)
+                if _library(c.file)]
+    if not wrapping:
+        return None
+    best = max(wrapping, key=lambda c: c.wraps)
+    return f"{best.name} ({best.file})"
+
+
+# What a stack shows the job already does, so that advice never suggests it (diagnose/dialect.py).
+_TRAITS = (
+    ("autocast", lambda f: "autocast" in (f.ctx or "") or "amp/autocast_mode" in f.file),
+    ("loader_workers", lambda f: "_MultiProcessingDataLoaderIter" in f.name),
+    # a compiled callable runs through a dynamo context's wrapper (torch.compile's own wrapper of
+    # zero_grad and other internals is a DisableContext: not the job's choice)
+    ("compiled", lambda f: "torch/_dynamo/eval_frame" in f.file and not f.name.startswith("DisableContext")),
+)
+
+
+def stack_traits(stack: Stack) -> frozenset[str]:
+    return frozenset(name for name, test in _TRAITS if any(test(frame) for frame in stack))
+
+
+def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]],
+                    loops: Sequence[LoopRule] = (), anywhere: bool = False) -> list[LoopFrame]:
     """The frames on the dominant call path of ``spans`` (one thread's, in time order) that
     wrap, outermost first, given each distinct stack's time among them (in order of first
-    appearance): the path is walked on the stacks, and the wraps of every frame on it are
-    counted in one pass over the spans."""
+    appearance): the path is walked on the stacks, and the wraps of every candidate on it are
+    counted in one pass over the spans.
+
+    The candidates are the frames of the first run of the user's own code on the path (below a
+    launcher's library frames: Ray, multiprocessing) and the frames that a loop rule names (a
+    framework's loop: HF Trainer, Lightning). The user's code below a library frame is not: a
+    loop in a Dataset's ``__getitem__`` under the DataLoader wraps far more often than the steps.
+    """
     total = sum(ns for _, ns in weighted)
     if total == 0:
         return []
     path = list(weighted)
-    walk: list[tuple[int, tuple[str, str]]] = []
-    reach: dict[int, int] = {}   # id(stack) -> how many frames of the walk it follows
+    walk: list[tuple[int, tuple[str, str], str | None]] = []   # (depth, frame, framework)
+    reach: dict[int, int] = {}   # id(stack) -> how many candidates of the walk it follows
+    user_run = 0                 # 0: before the user's code, 1: in its first run, 2: past it
     for depth in range(128):
         weights: Counter[tuple[str, str]] = Counter()
         for stack, ns in path:
@@ -288,10 +329,18 @@ def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]
         if not weights:
             break
         ident, weight = weights.most_common(1)[0]
-        if weight < MIN_PATH_SHARE * total or _library(ident[1]):
+        if weight < MIN_PATH_SHARE * total:
             break
         path = [(st, ns) for st, ns in path if len(st) > depth and (st[depth].name, st[depth].file) == ident]
-        walk.append((depth, ident))
+        library = _library(ident[1])
+        if user_run == 0 and not library:
+            user_run = 1
+        elif user_run == 1 and library:
+            user_run = 2
+        rule = next((r for r in loops if r.matches(*ident)), None)
+        if rule is None and user_run != 1 and not anywhere:
+            continue
+        walk.append((depth, ident, rule.framework if rule else None))
         for stack, _ in path:
             reach[id(stack)] = len(walk)
     wraps = [0] * len(walk)
@@ -303,7 +352,8 @@ def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]
             if last is not None and line < last:
                 wraps[k] += 1
             prev[k] = line
-    return [LoopFrame(depth, ident[0], ident[1], w) for (depth, ident), w in zip(walk, wraps, strict=True) if w]
+    return [LoopFrame(depth, ident[0], ident[1], w, framework)
+            for (depth, ident, framework), w in zip(walk, wraps, strict=True) if w]
 
 
 def _boundaries(spans: Sequence[Span], loop: LoopFrame) -> list[int]:
@@ -379,7 +429,7 @@ def build_timeline(
     pid: int,
     spans: Sequence[Span],
     threads: dict[int, ThreadInfo],
-    rules: list[Rule],
+    rules: Rules,
     rate_hz: int,
     start_ns: int,
     end_ns: int,
@@ -389,13 +439,19 @@ def build_timeline(
     window = clip_spans(spans, start_ns, end_ns)
     tid = pick_thread(window, threads, rules)
     mine = sorted((s for s in window if s.tid == tid), key=lambda s: s.ts_ns)
-    loop = find_loop(mine)
+    loop = find_loop(mine, rules.loops)
     depth = loop.depth if loop else None
     segments = []
     classify_span = classifier(rules, depth)
+    frameworks: Counter[str] = Counter()
+    traits: dict[int, frozenset[str]] = {}
     for span in mine:
         verdict = classify_span(span.stack)
         segments.append(Segment(span.ts_ns, span.dur_ns, verdict.phase, verdict.label, span, verdict.depth))
+        if verdict.framework:
+            frameworks[verdict.framework] += span.dur_ns
+        if id(span.stack) not in traits:
+            traits[id(span.stack)] = stack_traits(span.stack)
     interval_ns = int(1e9 / max(rate_hz, 1))
     bounds = _boundaries(mine, loop) if loop else []
     info = threads.get(tid) if tid is not None else None
@@ -418,7 +474,16 @@ def build_timeline(
                         edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz))
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
-                    _coverage(mine), tuple(intervals), rate_hz, first)
+                    _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
+                    traits=frozenset().union(*traits.values()))
+
+
+def framework_of(loop: LoopFrame | None, frameworks_ns: dict[str, int]) -> str | None:
+    """The framework the training thread runs: the one whose loop rule named the loop, else the
+    one whose rules decided the most of the thread's time (Accelerate's backward in a user loop)."""
+    if loop is not None and loop.framework:
+        return loop.framework
+    return max(frameworks_ns, key=lambda name: (frameworks_ns[name], name)) if frameworks_ns else None
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,

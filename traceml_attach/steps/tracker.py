@@ -52,7 +52,7 @@ from operator import itemgetter
 
 from traceml_attach.ingest.model import Span, Stack, ThreadInfo
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.steps.classify import Rule, classify
+from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
 from traceml_attach.steps.intervals import Interval, IntervalWindow
 from traceml_attach.steps.logs import Log
@@ -72,7 +72,9 @@ from traceml_attach.steps.timeline import (
     Timeline,
     edge_steps,
     find_loop,
+    framework_of,
     loop_candidates,
+    stack_traits,
     thread_label,
 )
 
@@ -89,10 +91,10 @@ _NONE: Log[Span] = Log()   # no thread's spans
 class _StackInfo:
     """What the tracker knows of one distinct stack while it is in the window."""
 
-    __slots__ = ("background", "decider", "depth_line", "epoch", "label", "leaf", "loop_line", "ns",
-                 "path", "phase", "refs", "segs", "stack", "via", "work")
+    __slots__ = ("background", "decider", "depth_line", "epoch", "framework", "label", "leaf", "loop_line",
+                 "ns", "path", "phase", "refs", "segs", "stack", "traits", "via", "work")
 
-    def __init__(self, stack: Stack, rules: list[Rule]) -> None:
+    def __init__(self, stack: Stack, rules: Rules) -> None:
         self.stack = stack
         self.refs = 0            # spans of any thread in the window
         self.ns = 0              # time on the training thread in the window
@@ -102,10 +104,12 @@ class _StackInfo:
         self.path = tuple((f.name, f.file) for f in stack)
         self.leaf = stack[-1]
         self.via = via(stack)
+        self.traits = stack_traits(stack)
         self.epoch = -1          # the loop the fields below are for (RankTracker.epoch)
         self.phase = "wait"
         self.label: str | None = None
         self.decider: int | None = None
+        self.framework: str | None = None
         self.depth_line: int | None = None   # its line at the loop's depth (any frame)
         self.loop_line: int | None = None    # its line in the loop frame, when the loop frame is there
 
@@ -137,7 +141,7 @@ def pick_loop(candidates: list[LoopFrame], current: LoopFrame | None) -> LoopFra
 class RankTracker:
     """One process's window, moved tick by tick (see the module doc)."""
 
-    def __init__(self, pid: int, rules: list[Rule], rate_hz: int, stagger: float = 0.0) -> None:
+    def __init__(self, pid: int, rules: Rules, rate_hz: int, stagger: float = 0.0) -> None:
         self.pid = pid
         self.rules = rules
         self.rate_hz = rate_hz
@@ -253,7 +257,8 @@ class RankTracker:
     def _classify(self, info: _StackInfo) -> None:
         loop = self.loop
         verdict = classify(info.stack, self.rules, loop.depth if loop else None)
-        info.phase, info.label, info.decider = verdict.phase, verdict.label, verdict.depth
+        info.phase, info.label, info.decider, info.framework = verdict.phase, verdict.label, verdict.depth, \
+            verdict.framework
         info.depth_line = info.loop_line = None
         if loop is not None and len(info.stack) > loop.depth:
             frame = info.stack[loop.depth]
@@ -382,7 +387,7 @@ class RankTracker:
             best = self.tid
         if best != self.tid:
             self.tid = best
-            self.loop = find_loop(self.by_tid.get(best, ())) if best is not None else None
+            self.loop = find_loop(self.by_tid.get(best, ()), self.rules.loops) if best is not None else None
             self.epoch += 1
             self._rebuild()
             self.loop_checks = 0
@@ -401,7 +406,7 @@ class RankTracker:
     def _check_loop(self) -> None:
         if self.tid is not None:
             weighted = [(info.stack, info.ns) for info in self.stacks.values() if info.segs]
-            loop = pick_loop(loop_candidates(self.by_tid.get(self.tid, ()), weighted), self.loop)
+            loop = pick_loop(loop_candidates(self.by_tid.get(self.tid, ()), weighted, self.rules.loops), self.loop)
             if _where(loop) != _where(self.loop):
                 self.loop = loop
                 self.epoch += 1
@@ -560,6 +565,8 @@ class RankTracker:
             tail_cut = max(tail.end_ns - self.end_ns, 0)
         weighted = []
         labels: dict[str, int] = {}
+        frameworks: dict[str, int] = {}
+        traits: set[str] = set()
         verdicts = {}
         for stack_id, info in self.stacks.items():
             if not info.segs:
@@ -574,12 +581,15 @@ class RankTracker:
             if info.phase == "wait":
                 label = info.label or "other"
                 labels[label] = labels.get(label, 0) + ns
-        self._out = (key, head_cut, tail_cut, weighted, labels, verdicts)
+            if info.framework:
+                frameworks[info.framework] = frameworks.get(info.framework, 0) + ns
+            traits |= info.traits
+        self._out = (key, head_cut, tail_cut, weighted, labels, verdicts, frameworks, frozenset(traits))
         return self._out
 
     def timeline(self, clock: StepClock | None = None) -> Timeline:
         """The window's Timeline: on the rank's own clock, or on ``clock`` (a shared one)."""
-        _, head_cut, tail_cut, _, labels, verdicts = self._outputs()
+        _, head_cut, tail_cut, _, labels, verdicts, frameworks, traits = self._outputs()
         spans = self._thread_spans().view()
         first = last = coverage = stuck = None
         if spans:
@@ -590,12 +600,12 @@ class RankTracker:
             clock = self.own_clock(first, last)
         loop = self.loop
         if loop is not None and loop.wraps != len(self.bounds):
-            loop = self.loop = LoopFrame(loop.depth, loop.name, loop.file, len(self.bounds))
+            loop = self.loop = replace(loop, wraps=len(self.bounds))
         tid = self.tid
         return Timeline(self.pid, tid, thread_label(self.names.get(tid) if tid is not None else None, self.pid),
                         loop, SegmentView(spans, verdicts, self.start_ns, self.end_ns), self.window.steps(), clock,
                         dict(labels), self.bounds.view(), stuck, last, coverage, self.window.intervals.view(),
-                        self.rate_hz, first)
+                        self.rate_hz, first, framework_of(loop, frameworks), traits=traits)
 
     def own_clock(self, first: int | None, last: int | None) -> StepClock:
         clock = self.window.clock
@@ -610,7 +620,7 @@ class RankTracker:
     def joint_clock(self, reference: StepClock) -> StepClock:
         """This rank's clock on a synchronized job's shared one (as ``sync.share_period``)."""
         assert reference.period_ns is not None
-        _, head_cut, tail_cut, _, _, _ = self._outputs()
+        _, head_cut, tail_cut, *_ = self._outputs()
         spans = self._thread_spans()
         first = spans[0].ts_ns + head_cut if spans else None
         last = spans[-1].end_ns - tail_cut if spans else None

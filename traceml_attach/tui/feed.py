@@ -18,7 +18,7 @@ from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import analyze_live, live_document
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
-from traceml_attach.steps.classify import Rule
+from traceml_attach.steps.classify import Rules
 
 
 class Update(Message):
@@ -75,7 +75,7 @@ class RecordedFeed:
     when the recording ended.
     """
 
-    def __init__(self, rec: Recording, rules: list[Rule], run_name: str, out_dir: Path | None = None) -> None:
+    def __init__(self, rec: Recording, rules: Rules, run_name: str, out_dir: Path | None = None) -> None:
         self.rec, self.rules, self.run_name, self.out_dir = rec, rules, run_name, out_dir
         self._threads: list[threading.Thread] = []
         self._writing = threading.Lock()   # s then q: one summary at a time into the same files
