@@ -97,6 +97,12 @@ def _head(s: Summary) -> list[str]:
         state = "exited" if t.exited else "running"
         status = f" (status {t.exit_status})" if t.exit_status is not None else ""
         out.append(f"Target: pid {t.pid}  {' '.join(t.cmd)[:90]}  [{state}{status}]")
+    ranks = rep.step_time.ranks.values()
+    frameworks = sorted({r.framework for r in ranks if r.framework})
+    accumulating = "/".join(str(k) for k in sorted({r.micro_batches for r in ranks if r.micro_batches > 1}))
+    if frameworks or accumulating:
+        micro = f"a step is an optimizer step of {accumulating} micro-batches" if accumulating else ""
+        out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")
     for rank, r in rep.ranks.items():
         if r.status != "alive" or r.restarts:
             extra = f" with status {r.exit_status}" if r.exit_status is not None else ""

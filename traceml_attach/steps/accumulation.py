@@ -6,7 +6,7 @@ inner micro-batch loop), so the step clock counts micro-batches. The optimizer's
 shows in one interval out of k: the intervals that hold optimizer time sit k micro-batch periods
 apart, or a multiple of k where a short optimizer step went unsampled. Without accumulation the
 gaps between them are 1 (or, for an optimizer step too short to be seen in every step, spread
-over every whole number), so k is the gap that the others are multiples of.
+over every whole number), so k is the largest number that (nearly) all the gaps are multiples of.
 
 ``with_accumulation`` then groups the micro-batches into optimizer steps: k consecutive ones,
 aligned so that each group ends with the micro-batch that stepped the optimizer. Everything
@@ -17,7 +17,7 @@ downstream (the step table, the rollups, the diagnoses) counts optimizer steps, 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -25,9 +25,12 @@ from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.timeline import Step, Timeline
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
-MIN_GAPS = 4              # optimizer intervals apart: at least this many gaps to judge k
-MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k
-MAX_ADJACENT = 0.1        # and at most this share are one micro-batch
+MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
+MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k...
+MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
+# ...and that many multiples would arise by chance without accumulation (the optimizer seen in
+# random steps) with at most this probability: a live view tests every rank at every tick
+MAX_CHANCE = 1e-6
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -35,18 +38,30 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     intervals between the loop's observed wraps (1: no accumulation seen)."""
     if not period_ns:
         return 1
-    ends = [iv.end_ns for iv in intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
-    gaps = [round((b - a) / period_ns) for a, b in itertools.pairwise(ends)]
-    gaps = [g for g in gaps if g > 0]
-    if len(gaps) < MIN_GAPS:
+    covered = [iv for iv in intervals if iv.covered]
+    ends = [iv.end_ns for iv in covered if iv.phases_ns.get("optimizer", 0) > 0]
+    gaps = [g for g in (round((b - a) / period_ns) for a, b in itertools.pairwise(ends)) if g > 0]
+    if len(gaps) < MIN_GAPS or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
         return 1
-    counts = Counter(gaps)
-    k = min(g for g, n in counts.items() if n == max(counts.values()))
-    if not 2 <= k <= MAX_MICRO_BATCHES:
-        return 1
-    multiples = sum(1 for g in gaps if g % k == 0) / len(gaps)
-    adjacent = counts[1] / len(gaps)
-    return k if multiples >= MULTIPLE_SHARE and adjacent <= MAX_ADJACENT else 1
+    # Without accumulation, the optimizer is seen in a step with some chance p (the share of steps
+    # it was seen in), so a gap is a multiple of k with chance p(1-p)^(k-1) / (1-(1-p)^k).
+    steps = sum(max(round(iv.dur_ns / period_ns), 1) for iv in covered)
+    p = min(len(ends) / max(steps, 1), 0.999)
+    # the largest k that the gaps are multiples of (a short optimizer step goes unseen now and then,
+    # which makes a gap of 2k or 3k, never one that k does not divide)
+    for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):
+        hits = sum(1 for g in gaps if g % k == 0)
+        if hits < MULTIPLE_SHARE * len(gaps):
+            continue
+        chance = p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k)
+        if _tail(len(gaps), hits, chance) <= MAX_CHANCE:
+            return k
+    return 1
+
+
+def _tail(n: int, m: int, q: float) -> float:
+    """P(at least m of n independent events of chance q)."""
+    return sum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(m, n + 1))
 
 
 def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:

@@ -284,7 +284,8 @@ def loop_hint(spans: Sequence[Span]) -> str | None:
                 if _library(c.file)]
     if not wrapping:
         return None
-    best = max(wrapping, key=lambda c: c.wraps)
+    most = max(c.wraps for c in wrapping)
+    best = next(c for c in wrapping if c.wraps >= OUTER_TIE * most)   # as find_loop chooses
     return f"{best.name} ({best.file})"
 
 

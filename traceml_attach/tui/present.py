@@ -125,6 +125,12 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     pids = ", ".join(str(t.pid) for t in targets[:4]) + (" …" if len(targets) > 4 else "")
     n = len(ids)
     target = f"{script} · pid {pids} · {n} rank{'s' if n != 1 else ''}"
+    frameworks = sorted({r.framework for r in doc.report.step_time.ranks.values() if r.framework})
+    if frameworks:
+        target += f" · loop: {', '.join(frameworks)}"
+    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values() if r.micro_batches > 1})
+    if accumulating:
+        target += f" · {'/'.join(map(str, accumulating))} micro-batches a step"
     samp = doc.report.sampling
     win = samp.window
     clock_ns = live.clock_ns if live else None
