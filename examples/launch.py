@@ -117,9 +117,10 @@ def start_torchrun(
     truth_dir: Path | None = None,
     launcher_args: tuple[str, ...] = ("--standalone",),
     ready_timeout_s: float = 180.0,
+    script: str = "ddp",
 ) -> subprocess.Popen[str]:
     """``python -m torch.distributed.run`` (``--standalone`` unless ``launcher_args`` say otherwise)
-    on examples/ddp.py; returns the
+    on examples/<script>.py (ddp, lightning_job, accelerate_job); returns the
     launcher once every rank printed ``ready``. Ground truth goes to truth_dir/gt_<rank>.jsonl."""
     env = dict(os.environ)
     if truth_dir is not None:
@@ -128,7 +129,7 @@ def start_torchrun(
         log = files.enter_context(open(truth_dir / "launcher.log", "w")) if truth_dir is not None else None
         proc = subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-             *launcher_args, str(HERE / "ddp.py"), *args],
+             *launcher_args, str(HERE / f"{script}.py"), *args],
             stdout=subprocess.PIPE, text=True, env=env, stderr=log if log is not None else subprocess.DEVNULL,
         )
     if not _wait_ready(proc, nproc, ready_timeout_s):

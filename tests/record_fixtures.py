@@ -1,6 +1,6 @@
 """Re-record the frame-stream fixtures from the real examples (needs torch and py-spy).
 
-    python tests/record_fixtures.py            # then: UPDATE_GOLDEN=1 pytest tests/test_golden.py
+    python tests/record_fixtures.py [NAME ...]   # then: UPDATE_GOLDEN=1 pytest tests/test_golden.py
 """
 
 from __future__ import annotations
@@ -20,6 +20,17 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ("input_bound", "compute_bound", "wait_heavy", "balanced")
 # The TUI's snapshot tests use a torchrun job: two gloo ranks, rank 1 an input straggler.
 TORCHRUN = {"ddp_input_straggler": ("--straggler", "input")}
+# Framework jobs (tests/test_framework_fixtures.py): fixture name -> (example, its arguments).
+FRAMEWORKS = {
+    "fw_hf_trainer": ("hf_trainer", ()),
+    "fw_hf_trainer_accum4": ("hf_trainer", ("--grad-accum", "4")),
+    "fw_lightning_input": ("lightning_job", ()),
+    "fw_accelerate": ("accelerate_job", ()),
+    "fw_deepspeed": ("deepspeed_job", ()),
+    "fw_grad_accum4": ("grad_accum", ("--accum", "4")),
+    "fw_closure": ("closure", ()),
+    "fw_compile": ("grad_accum", ("--accum", "1", "--compile")),
+}
 
 
 def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
@@ -31,7 +42,19 @@ def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
 
 
 def main() -> None:
+    only = set(sys.argv[1:])   # fixture names to re-record (default: all)
     with tempfile.TemporaryDirectory() as tmp:
+        for name, (example, args) in FRAMEWORKS.items():
+            if only and name not in only:
+                continue
+            job = start_example(example, *args, ready_timeout_s=300)
+            try:
+                time.sleep(3)
+                snapshot(job.pid, name, tmp, 8)
+            finally:
+                stop_example(job)
+        if only:
+            return
         for name in EXAMPLES:
             job = start_example(name)
             try:

@@ -38,15 +38,22 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     intervals between the loop's observed wraps (1: no accumulation seen)."""
     if not period_ns:
         return 1
-    covered = [iv for iv in intervals if iv.covered]
-    ends = [iv.end_ns for iv in covered if iv.phases_ns.get("optimizer", 0) > 0]
-    gaps = [g for g in (round((b - a) / period_ns) for a, b in itertools.pairwise(ends)) if g > 0]
+    # each interval's place in micro-batches, counted (not timed: a time over the period drifts by
+    # the optimizer's own time once per step, and by the jitter of every micro-batch)
+    marks, steps, end = [], 0, None
+    for iv in intervals:
+        if end is not None and iv.start_ns > end:
+            steps += round((iv.start_ns - end) / period_ns)   # a hole between intervals
+        steps += max(round(iv.dur_ns / period_ns), 1)
+        end = iv.end_ns
+        if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
+            marks.append(steps)
+    gaps = [b - a for a, b in itertools.pairwise(marks)]
     if len(gaps) < MIN_GAPS or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
         return 1
     # Without accumulation, the optimizer is seen in a step with some chance p (the share of steps
     # it was seen in), so a gap is a multiple of k with chance p(1-p)^(k-1) / (1-(1-p)^k).
-    steps = sum(max(round(iv.dur_ns / period_ns), 1) for iv in covered)
-    p = min(len(ends) / max(steps, 1), 0.999)
+    p = min(len(marks) / max(steps, 1), 0.999)
     # the largest k that the gaps are multiples of (a short optimizer step goes unseen now and then,
     # which makes a gap of 2k or 3k, never one that k does not divide)
     for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):

@@ -1,0 +1,94 @@
+"""Accuracy on real framework jobs: each one times itself with the framework's own callbacks or
+hooks (examples/*.py, TRACEML_GROUND_TRUTH); a `traceml snapshot` of it is compared with that.
+
+    python bench/frameworks_bench.py [--seconds 12] [--repeat 1] [NAME ...]
+
+Prints, per job: the loop and framework found, the diagnosis, micro-batches per step, optimizer
+steps and the median step against the truth, and the worst phase-share error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+from launch import PHASES, rank_truth, read_truth, start_example, start_torchrun, stop_example  # noqa: E402
+
+# name -> (example, arguments, ranks)
+JOBS = {
+    "hf_trainer": ("hf_trainer", (), 1),
+    "hf_trainer --grad-accum 4": ("hf_trainer", ("--grad-accum", "4"), 1),
+    "lightning (input-bound)": ("lightning_job", (), 1),
+    "lightning --accumulate 4": ("lightning_job", ("--accumulate", "4"), 1),
+    "accelerate": ("accelerate_job", (), 1),
+    "deepspeed": ("deepspeed_job", (), 1),
+    "plain --accum 4": ("grad_accum", ("--accum", "4"), 1),
+    "plain --accum 4 --autocast": ("grad_accum", ("--accum", "4", "--autocast"), 1),
+    "plain --compile": ("grad_accum", ("--accum", "1", "--compile"), 1),
+    "closure": ("closure", (), 1),
+    "lightning torchrun, input straggler r1": ("lightning_job", ("--straggler", "input", "--slow-rank", "1"), 2),
+    "accelerate torchrun, input straggler r1": ("accelerate_job", ("--straggler", "input", "--slow-rank", "1"), 2),
+}
+
+
+def snapshot(pid: int, seconds: int, logs: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid), "--seconds", str(seconds),
+                    "--quiet", "--logs-dir", str(logs), "--run-name", "bench"], cwd=ROOT, check=False,
+                   capture_output=True, timeout=300)
+    return json.loads((logs / "bench" / "final_summary.json").read_text())
+
+
+def run(name: str, seconds: int) -> list[str]:
+    example, args, ranks = JOBS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        if ranks == 1:
+            job = start_example(example, *args, truth=out / "gt_0.jsonl", ready_timeout_s=300)
+        else:
+            job = start_torchrun(ranks, *args, truth_dir=out, script=example)
+        try:
+            time.sleep(3)
+            summary = snapshot(job.pid, seconds, out / "logs")
+        finally:
+            stop_example(job)
+        window = summary["sampling"]["window"]
+        diagnosis = summary["step_time"]["diagnosis"]
+        rows = []
+        for rank, row in summary["step_time"]["ranks"].items():
+            truth = (read_truth(out / "gt_0.jsonl", window["start"], window["end"]) if ranks == 1
+                     else rank_truth(out, int(rank), window["start"], window["end"]))
+            step = "unknown" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
+            err = "" if row["step_ms"] is None else f" ({100 * (row['step_ms'] / truth.step_ms - 1):+.1f}%)"
+            share = max(abs((row["shares"] or {}).get(p, 0.0) - truth.shares[p]) for p in PHASES)
+            who = f" {diagnosis['worst_rank']}" if "STRAGGLER" in diagnosis["kind"] else ""
+            rows.append(f"| {name} | r{rank} | {row['framework'] or 'plain loop'} | {diagnosis['kind']}{who} | "
+                        f"{row['micro_batches']} | {row['steps']} / {truth.steps} | "
+                        f"{step} / {truth.step_ms:.1f}{err} | {100 * share:.1f} pp |")
+        return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help=f"jobs to run (default: all): {', '.join(JOBS)}")
+    parser.add_argument("--seconds", type=int, default=12, help="snapshot length (default 12)")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    print(f"snapshot {args.seconds} s at 100 Hz; truth from each framework's own callbacks/hooks")
+    print("| job | rank | framework | diagnosis | micro-batches | steps (traceml / truth) | "
+          "median step ms (traceml / truth) | worst share error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.names or list(JOBS):
+        for _ in range(args.repeat):
+            for row in run(name, args.seconds):
+                print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The real py-spy attached to real framework training jobs (HF Trainer, Lightning, Accelerate,
+DeepSpeed, a plain loop with gradient accumulation), each timing itself with the framework's own
+callbacks or hooks (examples/*.py, TRACEML_GROUND_TRUTH): the loop is found, the framework named,
+and the diagnosis, step time and shares match the job's own."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launch import PHASES, rank_truth, read_truth, start_example, start_torchrun, stop_example
+from tests.conftest import traceml
+
+pytestmark = pytest.mark.e2e
+SHARE_TOLERANCE = 0.05   # phase shares within 5 percentage points of the framework's own timing
+STEP_TOLERANCE = 0.10    # median (optimizer) step within 10%
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
+
+
+# job -> (example, its arguments, expected diagnosis, framework named, micro-batches per step)
+JOBS = {
+    "hf_trainer": ("hf_trainer", (), "COMPUTE_BOUND", "HF Trainer (transformers 5.x)", 1),
+    "lightning_input": ("lightning_job", (), "INPUT_BOUND", "Lightning", 1),
+    "accelerate": ("accelerate_job", (), "INPUT_BOUND", "Accelerate", 1),
+    "deepspeed": ("deepspeed_job", (), "COMPUTE_BOUND", "DeepSpeed", 1),
+    "grad_accum": ("grad_accum", ("--accum", "4"), "COMPUTE_BOUND", None, 4),
+}
+MODULES = {"hf_trainer": "transformers", "lightning_input": "lightning", "accelerate": "accelerate",
+           "deepspeed": "deepspeed", "grad_accum": "torch"}
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(example: str, *args: str) -> subprocess.Popen[str]:
+        proc = start_example(example, *args, truth=tmp_path / "truth.jsonl", ready_timeout_s=300)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        stop_example(proc)
+
+
+def snapshot(pid: int, tmp_path: Path, name: str, seconds: int = 12) -> tuple[dict, str]:
+    out = traceml("snapshot", "--pid", str(pid), "--seconds", str(seconds), "--quiet",
+                  "--logs-dir", str(tmp_path / "logs"), "--run-name", name, timeout=180)
+    assert out.returncode in (0, 8), out.stderr
+    return json.loads((tmp_path / "logs" / name / "final_summary.json").read_text()), out.stdout
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=needs(MODULES[n])) for n in JOBS])
+def test_a_framework_job_is_diagnosed_like_its_own_timing(name: str, job, tmp_path: Path):
+    example, args, diagnosis, framework, micro = JOBS[name]
+    proc = job(example, *args)
+    time.sleep(3)
+    summary, text = snapshot(proc.pid, tmp_path, name)
+    rank = summary["step_time"]["ranks"]["0"]
+    window = summary["sampling"]["window"]
+    truth = read_truth(tmp_path / "truth.jsonl", window["start"], window["end"])
+    assert rank["loop"] is not None, text
+    assert rank["framework"] == framework
+    assert rank["micro_batches"] == micro
+    assert summary["step_time"]["diagnosis"]["kind"] == diagnosis, text
+    assert rank["step_ms"] is not None, text
+    assert abs(rank["step_ms"] - truth.step_ms) <= STEP_TOLERANCE * truth.step_ms, (rank["step_ms"], truth)
+    # optimizer steps: a step more or less at each edge of the window
+    assert abs(rank["steps"] - truth.steps) <= max(3, 0.1 * truth.steps), (rank["steps"], truth.steps)
+    for phase in PHASES:
+        assert abs(rank["shares"][phase] - truth.shares[phase]) <= SHARE_TOLERANCE, (phase, rank["shares"], truth)
+    if framework is not None:
+        assert f"Loop: {framework}" in text
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path) -> Iterator:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(script: str, *args: str) -> subprocess.Popen[str]:
+        proc = start_torchrun(2, *args, truth_dir=tmp_path, script=script)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
+            child.terminate()
+        stop_example(proc)
+
+
+@needs("lightning")
+def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: Path):
+    launcher = torchrun("lightning_job", "--straggler", "input", "--slow-rank", "1")
+    time.sleep(4)
+    summary, text = snapshot(launcher.pid, tmp_path, "lightning_ddp")
+    ranks = summary["step_time"]["ranks"]
+    assert sorted(ranks) == ["0", "1"]
+    assert all(r["framework"] == "Lightning" for r in ranks.values())
+    diagnosis = summary["step_time"]["diagnosis"]
+    assert (diagnosis["kind"], diagnosis["worst_rank"]) == ("INPUT_STRAGGLER", 1), text
+    window = summary["sampling"]["window"]
+    for r in (0, 1):
+        truth = rank_truth(tmp_path, r, window["start"], window["end"])
+        row = ranks[str(r)]
+        assert abs(row["step_ms"] - truth.step_ms) <= STEP_TOLERANCE * truth.step_ms, (r, row["step_ms"], truth)
+        for phase in PHASES:
+            assert abs(row["shares"][phase] - truth.shares[phase]) <= SHARE_TOLERANCE, (r, phase, row, truth)
