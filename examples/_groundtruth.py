@@ -70,8 +70,9 @@ class GroundTruth:
         self._phases[name] += now - self._mark
         self._mark = now
 
-    def step_done(self) -> None:
-        """Attribute the remainder to ``wait`` and write the step's record."""
+    def step_done(self, micro_batches: int | None = None) -> None:
+        """Attribute the remainder to ``wait`` and write the step's record (with gradient
+        accumulation, an optimizer step's: ``micro_batches`` says how many it took)."""
         if self._file is None:
             return
         now = self._now()
@@ -82,6 +83,8 @@ class GroundTruth:
             "end": self._epoch0 + (now - self._perf0),
             "phases": self._phases,
         }
+        if micro_batches is not None:
+            record["micro_batches"] = micro_batches
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self._step += 1

@@ -20,7 +20,6 @@ part of the loop as in the other plain examples. Under DDP the all-reduce is ins
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -45,27 +44,6 @@ from _common import (
 from _groundtruth import GroundTruth
 
 WIDTH = 1024
-
-
-class AccumTruth(GroundTruth):
-    """GroundTruth whose records also say how many micro-batches the optimizer step took."""
-
-    def step_done(self, micro_batches: int = 1) -> None:
-        if self._file is None:
-            return
-        now = self._now()
-        self._phases["wait"] += now - self._mark
-        record = {
-            "step": self._step,
-            "start": self._epoch0 + (self._step_start - self._perf0),
-            "end": self._epoch0 + (now - self._perf0),
-            "phases": self._phases,
-            "micro_batches": micro_batches,
-        }
-        self._file.write(json.dumps(record) + "\n")
-        self._step += 1
-        self._step_start = self._mark = now
-        self._phases = dict.fromkeys(self._phases, 0.0)
 
 
 def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
@@ -116,8 +94,7 @@ def main() -> None:
 
     loader = DataLoader(dataset, batch_size=BATCH_SIZE // args.grad_accum, shuffle=True, drop_last=True)
     model, opt, loader = accelerator.prepare(model, opt, loader)
-    gt = AccumTruth.from_env(sync=device_sync(device))
-    assert isinstance(gt, AccumTruth)  # from_env is typed to return the base class
+    gt = GroundTruth.from_env(sync=device_sync(device))
     print(f"calibrated compute={compute_s * 1e3:.1f}ms input_work={input_s * 1e3:.1f}ms", file=sys.stderr, flush=True)
     ranked = f" rank={rank}" if accelerator.num_processes > 1 else ""
     # one write(): the ranks share the launcher's stdout, and print() writes the newline apart

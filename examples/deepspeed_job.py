@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BATCH_SIZE, CLASSES, IN_FEATURES, parse_args, random_data, setup
 from _groundtruth import GroundTruth
 
-WIDTH = 1024
+WIDTH = 1664
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

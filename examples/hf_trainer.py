@@ -34,7 +34,6 @@ SIGTERM is left at its default: the job dies at once, and its truth file is flus
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -60,31 +59,10 @@ BATCH = 16
 SAMPLES = BATCH * 64
 
 
-class AccumTruth(GroundTruth):
-    """GroundTruth whose records also say how many micro-batches the optimizer step took."""
-
-    def step_done(self, micro_batches: int = 1) -> None:
-        if self._file is None:
-            return
-        now = self._now()
-        self._phases["wait"] += now - self._mark
-        record = {
-            "step": self._step,
-            "start": self._epoch0 + (self._step_start - self._perf0),
-            "end": self._epoch0 + (now - self._perf0),
-            "phases": self._phases,
-            "micro_batches": micro_batches,
-        }
-        self._file.write(json.dumps(record) + "\n")
-        self._step += 1
-        self._step_start = self._mark = now
-        self._phases = dict.fromkeys(self._phases, 0.0)
-
-
 class Marks:
     """Turns the hooks' and callbacks' events into ground-truth phase boundaries."""
 
-    def __init__(self, gt: AccumTruth, params: int) -> None:
+    def __init__(self, gt: GroundTruth, params: int) -> None:
         self.gt = gt
         self.params = params
         self.fetching = False
@@ -203,8 +181,7 @@ def main() -> None:
     device = setup(args)
     hf_logging.set_verbosity_error()
     model = make_model()
-    gt = AccumTruth.from_env(sync=device_sync(device))
-    assert isinstance(gt, AccumTruth)  # from_env is typed to return the base class
+    gt = GroundTruth.from_env(sync=device_sync(device))
     params = list(model.parameters())
     marks = Marks(gt, len(params))
     dataset = TokenSamples(SAMPLES)

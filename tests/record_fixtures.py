@@ -20,7 +20,8 @@ FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ("input_bound", "compute_bound", "wait_heavy", "balanced")
 # The TUI's snapshot tests use a torchrun job: two gloo ranks, rank 1 an input straggler.
 TORCHRUN = {"ddp_input_straggler": ("--straggler", "input")}
-# Framework jobs (tests/test_framework_fixtures.py): fixture name -> (example, its arguments).
+# Framework jobs (tests/test_golden.py): fixture name -> (example, its arguments). Gradient
+# accumulation is told from where the optimizer falls among the micro-batches: 14 s for that one.
 FRAMEWORKS = {
     "fw_hf_trainer": ("hf_trainer", ()),
     "fw_hf_trainer_accum4": ("hf_trainer", ("--grad-accum", "4")),
@@ -50,7 +51,7 @@ def main() -> None:
             job = start_example(example, *args, ready_timeout_s=300)
             try:
                 time.sleep(3)
-                snapshot(job.pid, name, tmp, 8)
+                snapshot(job.pid, name, tmp, 14 if "accum4" in name else 8)
             finally:
                 stop_example(job)
         if only:

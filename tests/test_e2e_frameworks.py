@@ -101,7 +101,7 @@ def torchrun(tmp_path: Path) -> Iterator:
 
 @needs("lightning")
 def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: Path):
-    launcher = torchrun("lightning_job", "--straggler", "input", "--slow-rank", "1")
+    launcher = torchrun("lightning_job", "--straggler", "input", "--slow-rank", "1", "--input-share", "0.1")
     time.sleep(4)
     summary, text = snapshot(launcher.pid, tmp_path, "lightning_ddp")
     ranks = summary["step_time"]["ranks"]

@@ -292,3 +292,15 @@ def test_advice_speaks_the_frameworks_language_and_skips_what_the_job_does():
     workers = type(stats)(**{**stats.__dict__, "traits": frozenset({"loader_workers"})})
     (inp,) = speak([_finding("INPUT_BOUND")], [workers])
     assert "already runs worker processes" in inp.action and "dataloader_num_workers" not in inp.action
+
+
+def test_micro_batches_too_short_to_count_still_give_optimizer_steps():
+    # 4 micro-batches of 28 ms (3 samples at 100 Hz: the loop's own clock cannot tell them apart)
+    short = [(ms * 28 / 85, st) for ms, st in accumulating(4, optimizer_ms=8.0)]
+    tl = timeline(sampled(short, 30))
+    assert not tl.clock.known
+    stats = rank_stats("0", with_accumulation(tl))
+    truth_ms = 4 * 28 + 8
+    assert stats.micro_batches is None   # optimizer steps, their micro-batches not counted
+    assert stats.step_ms == pytest.approx(truth_ms, rel=0.1)
+    assert stats.steps == pytest.approx(30_000 / truth_ms, rel=0.15)

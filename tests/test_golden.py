@@ -21,7 +21,24 @@ from traceml_attach.steps.classify import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
-            "wait_heavy": "WAIT_HEAVY", "balanced": "BALANCED"}
+            "wait_heavy": "WAIT_HEAVY", "balanced": "BALANCED",
+            # real framework jobs (tests/record_fixtures.py FRAMEWORKS)
+            "fw_hf_trainer": "COMPUTE_BOUND", "fw_hf_trainer_accum4": "COMPUTE_BOUND",
+            "fw_lightning_input": "INPUT_BOUND", "fw_accelerate": "INPUT_BOUND", "fw_deepspeed": "COMPUTE_BOUND",
+            "fw_grad_accum4": "COMPUTE_BOUND", "fw_closure": "COMPUTE_BOUND", "fw_compile": "COMPUTE_BOUND"}
+# what each framework fixture's loop is: (loop function, framework named, micro-batches per step)
+LOOPS = {
+    "fw_hf_trainer": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),
+    # 4 micro-batches of ~22 ms a step: too short to count at 100 Hz; _run_epoch wraps once an
+    # optimizer step, but also now and then between micro-batches
+    "fw_hf_trainer_accum4": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),
+    "fw_lightning_input": ("_TrainingEpochLoop.advance", "Lightning", 1),
+    "fw_accelerate": ("main", "Accelerate", 1),
+    "fw_deepspeed": ("main", "DeepSpeed", 1),
+    "fw_grad_accum4": ("main", None, 4),
+    "fw_closure": ("main", None, 1),
+    "fw_compile": ("main", None, 1),
+}
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
 
@@ -48,6 +65,18 @@ def test_replay_matches_golden(name: str):
     saved = from_json(json.loads(golden_json.read_text()))
     assert saved == summary
     assert render_text(saved) == text
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_a_framework_stream_finds_its_loop_names_its_framework_and_counts_optimizer_steps(name: str):
+    rank = replay(name).report.step_time.ranks[0]
+    loop, framework, micro = LOOPS[name]
+    assert rank.loop is not None and rank.loop.startswith(f"{loop} (")
+    assert (rank.framework, rank.micro_batches) == (framework, micro)
+    if name == "fw_hf_trainer_accum4":   # optimizer steps of ~90 ms, or unknown; never micro-batches
+        assert rank.step_ms is None or rank.step_ms > 60
+    else:
+        assert rank.step_ms is not None and rank.steps >= 20 // (micro or 1)
 
 
 def test_replay_is_deterministic():

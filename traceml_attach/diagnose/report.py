@@ -69,7 +69,8 @@ class RankStepTime:
     problems: tuple[Problem, ...] = ()      # the rank's newest sampling problems (by its pid)
     problem_count: int = 0                  # all of them in the recording
     framework: str | None = None            # whose loop or code it runs: "HF Trainer (transformers 5.x)"
-    micro_batches: int = 1                  # per step: with gradient accumulation a step is an optimizer step
+    micro_batches: int | None = 1           # per step: with gradient accumulation a step is an optimizer step
+    #                                         (None: optimizer steps whose micro-batches were not counted)
 
 
 @dataclass(frozen=True)

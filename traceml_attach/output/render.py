@@ -81,10 +81,17 @@ def _table(st: StepTimeReport) -> list[str]:
                         + (f" ({r.framework})" if r.framework else ""))
         elif r.framework:
             rows.append(f"  rank {rank} framework: {r.framework}")
-        if r.micro_batches > 1:
-            rows.append(f"  rank {rank}: a step is an optimizer step of {r.micro_batches} micro-batches "
+        if r.micro_batches != 1:
+            rows.append(f"  rank {rank}: a step is an optimizer step {micro_text(r.micro_batches)} "
                         "(gradient accumulation)")
     return rows
+
+
+def micro_text(micro_batches: int | None) -> str:
+    """How many micro-batches a step holds, as the text and the TUI say it."""
+    if micro_batches is None:
+        return "(found from the optimizer; its micro-batches not counted)"
+    return f"of {micro_batches} micro-batches"
 
 
 def _head(s: Summary) -> list[str]:
@@ -99,9 +106,9 @@ def _head(s: Summary) -> list[str]:
         out.append(f"Target: pid {t.pid}  {' '.join(t.cmd)[:90]}  [{state}{status}]")
     ranks = rep.step_time.ranks.values()
     frameworks = sorted({r.framework for r in ranks if r.framework})
-    accumulating = "/".join(str(k) for k in sorted({r.micro_batches for r in ranks if r.micro_batches > 1}))
+    accumulating = sorted({micro_text(r.micro_batches) for r in ranks if r.micro_batches != 1})
     if frameworks or accumulating:
-        micro = f"a step is an optimizer step of {accumulating} micro-batches" if accumulating else ""
+        micro = f"a step is an optimizer step {' / '.join(accumulating)}" if accumulating else ""
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")
     for rank, r in rep.ranks.items():
         if r.status != "alive" or r.restarts:

@@ -12,17 +12,22 @@ over every whole number), so k is the largest number that (nearly) all the gaps 
 aligned so that each group ends with the micro-batch that stepped the optimizer. Everything
 downstream (the step table, the rollups, the diagnoses) counts optimizer steps, and
 ``Timeline.micro_batches`` says how many micro-batches each one holds.
+
+Where the micro-batches cannot be counted (shorter than the sampler can tell apart, or wraps of
+two nested loops mixed), the optimizer steps are found from the optimizer alone (``by_optimizer``),
+and how many micro-batches each holds is unknown (``micro_batches`` None).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Step, Timeline
+from traceml_attach.steps.timeline import Step, Timeline, clock_of, expand
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
@@ -30,7 +35,7 @@ MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples 
 MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
 # ...and that many multiples would arise by chance without accumulation (the optimizer seen in
 # random steps) with at most this probability: a live view tests every rank at every tick
-MAX_CHANCE = 1e-6
+MAX_CHANCE = 1e-5
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -95,8 +100,42 @@ def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
     return tuple(out)
 
 
+def _merged(run: Sequence[Step]) -> Step:
+    return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
+                None, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
+
+
+def by_optimizer(tl: Timeline) -> Timeline | None:
+    """Optimizer steps where the loop's own clock is unknown: micro-batches too short to be told
+    apart, or the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch
+    loop). Each wrap right after optimizer time ends an optimizer step; the intervals between such
+    wraps are whole numbers of optimizer steps (a short optimizer step goes unseen now and then),
+    and the step period is fitted to them as to any loop's wraps. None when no period fits."""
+    if tl.loop is None:
+        return None
+    groups: list[Step] = []
+    run: list[Step] = []
+    started = False            # a wrap after optimizer time was seen, with no hole since
+    for iv in tl.intervals:
+        if run and iv.start_ns != run[-1].end_ns:
+            run, started = [], False   # a hole: the next step starts at the next optimizer wrap
+        run.append(iv)
+        if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
+            if started:
+                groups.append(_merged(run))
+            run, started = [], True
+    clock, counts = clock_of([g.dur_ns for g in groups], None, tl.rate_hz)
+    if not clock.known:
+        return None
+    steps = expand(groups, counts)
+    typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
+    return replace(tl, steps=steps, clock=replace(clock, typical_ns=typical), micro_batches=None)
+
+
 def with_accumulation(tl: Timeline) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients."""
+    if not tl.clock.known:
+        return by_optimizer(tl) or tl
     k = micro_batches(tl.intervals, tl.clock.period_ns)
     if k == 1:
         return tl

@@ -32,7 +32,7 @@ class RankStepStats:
     sync_wait_share: float | None = None
     active_shares: dict[str, float] | None = None
     framework: str | None = None          # "HF Trainer (transformers 5.x)", "Lightning"... (Timeline.framework)
-    micro_batches: int = 1                # per step: a step is an optimizer step
+    micro_batches: int | None = 1         # per step: a step is an optimizer step (None: not counted)
     traits: frozenset[str] = frozenset()  # what the stacks show the job already does (Timeline.traits)
     # with no loop found: the training thread's time by phase (a loop the rules do not know)
     unlooped_shares: dict[str, float] | None = None

@@ -180,7 +180,7 @@ class Timeline:
     rate_hz: int = 100
     start_seen_ns: int | None = None    # start of the sampled window for this thread
     framework: str | None = None        # the framework whose loop or code the thread runs (framework_of)
-    micro_batches: int = 1              # per step (gradient accumulation: steps/accumulation.py)
+    micro_batches: int | None = 1       # per step (gradient accumulation: steps/accumulation.py); None: unknown
     traits: frozenset[str] = frozenset()   # what the thread's stacks show the job does (stack_traits)
 
     @property

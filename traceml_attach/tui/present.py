@@ -128,9 +128,10 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     frameworks = sorted({r.framework for r in doc.report.step_time.ranks.values() if r.framework})
     if frameworks:
         target += f" · loop: {', '.join(frameworks)}"
-    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values() if r.micro_batches > 1})
+    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values() if r.micro_batches != 1},
+                          key=lambda k: k or 0)
     if accumulating:
-        target += f" · {'/'.join(map(str, accumulating))} micro-batches a step"
+        target += f" · {'/'.join(str(k) if k else '?' for k in accumulating)} micro-batches a step"
     samp = doc.report.sampling
     win = samp.window
     clock_ns = live.clock_ns if live else None
