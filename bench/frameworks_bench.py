@@ -33,7 +33,8 @@ JOBS = {
     "plain --accum 4 --autocast": ("grad_accum", ("--accum", "4", "--autocast"), 1),
     "plain --compile": ("grad_accum", ("--accum", "1", "--compile"), 1),
     "closure": ("closure", (), 1),
-    "lightning torchrun, input straggler r1": ("lightning_job", ("--straggler", "input", "--slow-rank", "1"), 2),
+    "lightning torchrun, input straggler r1": ("lightning_job", ("--straggler", "input", "--slow-rank", "1",
+                                                                "--input-share", "0.1"), 2),
     "accelerate torchrun, input straggler r1": ("accelerate_job", ("--straggler", "input", "--slow-rank", "1"), 2),
 }
 

@@ -17,7 +17,7 @@ from traceml_attach.ingest.model import CodeFrame, Span
 from traceml_attach.steps.accumulation import micro_batches, with_accumulation
 from traceml_attach.steps.classify import RulesError, classify, load_rules
 from traceml_attach.steps.steptime import rank_stats
-from traceml_attach.steps.timeline import build_timeline, find_loop
+from traceml_attach.steps.timeline import build_timeline, find_loop, stack_traits
 
 RULES = load_rules()
 MS = 1_000_000
@@ -304,3 +304,29 @@ def test_micro_batches_too_short_to_count_still_give_optimizer_steps():
     assert stats.micro_batches is None   # optimizer steps, their micro-batches not counted
     assert stats.step_ms == pytest.approx(truth_ms, rel=0.1)
     assert stats.steps == pytest.approx(30_000 / truth_ms, rel=0.15)
+
+
+def test_the_lazy_backward_compile_is_wait_compile_and_the_compiled_backward_is_backward():
+    # the stacks py-spy recorded of a torch.compile'd MLP on CPU (torch 2.13), cut short
+    above = (MODULE, MAIN, loop(32, "loss.backward()"), torch_frame("Tensor.backward", "torch/_tensor.py"),
+             torch_frame("_engine_run_backward", "torch/autograd/graph.py"),
+             torch_frame("BackwardCFunction.apply_boxed", "torch/autograd/function.py"),
+             torch_frame("CompiledFunction.backward", "torch/_functorch/_aot_autograd/runtime_wrappers.py"))
+    compiling = (*above, torch_frame("_AutogradBackwardCompiler.get_or_compile",
+                                     "torch/_functorch/_aot_autograd/runtime_wrappers.py"),
+                 torch_frame("_compile_fx_main.<locals>.bw_compiler", "torch/_inductor/compile_fx.py"))
+    running = (*above, torch_frame("CompiledFxGraph.__call__", "torch/_inductor/output_code.py"),
+               CodeFrame("Runner.call", "/tmp/torchinductor_root/ck/cckl.py", 40, None, None))
+    assert (classify(compiling, RULES, 2).phase, classify(compiling, RULES, 2).label) == ("wait", "compile")
+    assert classify(running, RULES, 2).phase == "backward"
+
+
+@pytest.mark.parametrize(("ctx", "on"), [
+    ("torch.autocast('cuda', dtype=torch.bfloat16)", True),
+    ("torch.autocast(device.type, enabled=True)", True),
+    ("torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.autocast)", False),   # may be off
+    ("torch.no_grad()", False),
+])
+def test_autocast_is_a_trait_only_where_the_stack_shows_it_on(ctx: str, on: bool):
+    st = (MODULE, MAIN, loop(22, FORWARD[1], ctx=ctx), *FORWARD[2])
+    assert ("autocast" in stack_traits(st)) is on

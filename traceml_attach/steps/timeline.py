@@ -289,9 +289,17 @@ def loop_hint(spans: Sequence[Span]) -> str | None:
     return f"{best.name} ({best.file})"
 
 
+def _autocast(ctx: str | None) -> bool:
+    """A ``with torch.autocast(...)`` that is on: ``enabled=`` absent or literally True (a variable
+    there, as in ``enabled=args.amp``, may be False: not a fact)."""
+    if not ctx or "autocast" not in ctx:
+        return False
+    return "enabled=" not in ctx.replace(" ", "") or "enabled=True" in ctx.replace(" ", "")
+
+
 # What a stack shows the job already does, so that advice never suggests it (diagnose/dialect.py).
 _TRAITS = (
-    ("autocast", lambda f: "autocast" in (f.ctx or "") or "amp/autocast_mode" in f.file),
+    ("autocast", lambda f: _autocast(f.ctx) or f.name.startswith("MixedPrecision.")),
     ("loader_workers", lambda f: "_MultiProcessingDataLoaderIter" in f.name),
     # a compiled callable runs through a dynamo context's wrapper (torch.compile's own wrapper of
     # zero_grad and other internals is a DisableContext: not the job's choice)
