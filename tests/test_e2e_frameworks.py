@@ -53,7 +53,7 @@ def job(tmp_path: Path) -> Iterator:
         stop_example(proc)
 
 
-def snapshot(pid: int, tmp_path: Path, name: str, seconds: int = 12) -> tuple[dict, str]:
+def snapshot(pid: int, tmp_path: Path, name: str, seconds: int = 10) -> tuple[dict, str]:
     out = traceml("snapshot", "--pid", str(pid), "--seconds", str(seconds), "--quiet",
                   "--logs-dir", str(tmp_path / "logs"), "--run-name", name, timeout=180)
     assert out.returncode in (0, 8), out.stderr

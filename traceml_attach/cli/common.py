@@ -40,8 +40,8 @@ def plan_targets(pids: list[int]) -> discovery.Plan:
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", type=Path, metavar="FILE",
-                        help="extra phase rules (TOML, same format as traceml_attach/steps/rules.toml); "
-                        "they are tried before the built-in ones")
+                        help="extra phase rules and [[loop]] rules for a framework's training loop (TOML, "
+                        "same format as traceml_attach/steps/rules.toml); tried before the built-in ones")
 
 
 def rules_from(args: argparse.Namespace) -> Rules:

@@ -33,6 +33,7 @@ MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
 MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k...
 MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
+MIN_SEEN = 0.3            # ...the optimizer was seen in at least this share of the optimizer steps...
 # ...and that many multiples would arise by chance without accumulation (the optimizer seen in
 # random steps) with at most this probability: a live view tests every rank at every tick
 MAX_CHANCE = 1e-5
@@ -63,7 +64,7 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     # which makes a gap of 2k or 3k, never one that k does not divide)
     for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):
         hits = sum(1 for g in gaps if g % k == 0)
-        if hits < MULTIPLE_SHARE * len(gaps):
+        if hits < MULTIPLE_SHARE * len(gaps) or len(marks) * k < MIN_SEEN * steps:
             continue
         chance = p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k)
         if _tail(len(gaps), hits, chance) <= MAX_CHANCE:
@@ -86,23 +87,21 @@ def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
     out = []
     for i in range(offset, len(steps) - k + 1, k):
         run = steps[i:i + k]
-        if any(b.start_ns != a.end_ns for a, b in itertools.pairwise(run)):
-            continue   # a hole inside: not one optimizer step
-        blocked: dict[str, int] | None = None
-        if all(s.blocked_sync_ns is not None for s in run):
-            blocked = {}
-            for s in run:
-                for phase, ns in (s.blocked_sync_ns or {}).items():
-                    blocked[phase] = blocked.get(phase, 0) + ns
-        out.append(Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
-                        blocked, covered=all(s.covered for s in run),
-                        swallowing=any(s.swallowing for s in run)))
+        if all(a.end_ns == b.start_ns for a, b in itertools.pairwise(run)):   # no hole inside
+            out.append(_merged(run))
     return tuple(out)
 
 
 def _merged(run: Sequence[Step]) -> Step:
+    """Consecutive steps as one."""
+    blocked: dict[str, int] | None = None
+    if all(s.blocked_sync_ns is not None for s in run):
+        blocked = {}
+        for s in run:
+            for phase, ns in (s.blocked_sync_ns or {}).items():
+                blocked[phase] = blocked.get(phase, 0) + ns
     return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
-                None, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
+                blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
 
 
 def by_optimizer(tl: Timeline) -> Timeline | None:
@@ -116,9 +115,11 @@ def by_optimizer(tl: Timeline) -> Timeline | None:
     groups: list[Step] = []
     run: list[Step] = []
     started = False            # a wrap after optimizer time was seen, with no hole since
+    end = None
     for iv in tl.intervals:
-        if run and iv.start_ns != run[-1].end_ns:
+        if end is not None and iv.start_ns != end:
             run, started = [], False   # a hole: the next step starts at the next optimizer wrap
+        end = iv.end_ns
         run.append(iv)
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             if started:
