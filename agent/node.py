@@ -25,6 +25,7 @@ from agent.target import TargetError
 from agent.wire import WIRE_VERSION, FrameWriter
 
 RESCAN_EVERY_S = 1.0
+PROBE_RETRY_S = 0.3    # a rank whose first dump failed for a reason that may pass is probed again after this
 MAX_ATTACH_TRIES = 5   # a new worker that cannot be attached (it may still be starting) is tried this often
 FAILED_REASONS = {"failed", "pyspy_failed"}   # a sampler's exit reasons that mean sampling itself failed
 
@@ -57,11 +58,25 @@ class NodeAgent:
         """Probe every rank; raises the first error when no rank can be sampled at all."""
         self.binary = find_pyspy()
         self.backend_version = pyspy_version(self.binary)
-        ready, first_error = [], None
+        ready: list[tuple[RankProc, Sampler, list[ThreadDump]]] = []
+        first_error: TargetError | PySpyError | None = None
         for rank in self.plan.ranks:
             try:
                 ready.append((rank, *self._attach(rank)))
-            except (TargetError, PySpyError) as exc:
+            except PySpyError as exc:
+                if exc.kind in FATAL_KINDS:
+                    first_error = first_error or exc
+                    self.failures.append(f"rank {rank.rank} (pid {rank.pid}): {exc}")
+                    continue
+                # a process caught while its interpreter starts ("Failed to copy PyCodeObject"):
+                # once more, a moment later
+                time.sleep(PROBE_RETRY_S)
+                try:
+                    ready.append((rank, *self._attach(rank)))
+                except (TargetError, PySpyError) as again:
+                    first_error = first_error or again
+                    self.failures.append(f"rank {rank.rank} (pid {rank.pid}): {again}")
+            except TargetError as exc:
                 first_error = first_error or exc
                 self.failures.append(f"rank {rank.rank} (pid {rank.pid}): {exc}")
         if not ready and first_error is not None:

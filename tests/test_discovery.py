@@ -14,7 +14,8 @@ import pytest
 
 from agent import discovery
 from agent.node import MAX_ATTACH_TRIES, NodeAgent
-from agent.sampler import SamplerConfig
+from agent.pyspy import PySpyError
+from agent.sampler import Sampler, SamplerConfig
 from agent.wire import FrameWriter
 
 SLEEPER = f"{sys.executable} -c 'import time; time.sleep(60)'"
@@ -87,3 +88,23 @@ def test_a_rank_refused_at_start_is_reported_once(launcher):
         node.join()
     assert [f["pid"] for f in frames if f["k"] == "target"] == [ranks[0]]
     assert not [f for f in frames if f["k"] == "error"], frames
+
+
+def test_a_rank_caught_while_its_interpreter_starts_is_probed_again(launcher, monkeypatch):
+    # py-spy reading a process whose interpreter is still starting fails with "Failed to copy
+    # PyCodeObject" (seen in CI); one such failure must not lose the rank
+    shell, ranks = launcher(1)
+    real = Sampler.probe
+    calls: list[int] = []
+
+    def flaky(self: Sampler) -> list:
+        calls.append(self.pid)
+        if len(calls) == 1:
+            raise PySpyError("pyspy_failed", "py-spy failed: Failed to copy PyCodeObject")
+        return real(self)
+
+    monkeypatch.setattr(Sampler, "probe", flaky)
+    node = NodeAgent(discovery.plan([shell]), SamplerConfig(), FrameWriter(None), [])
+    probed = node.probe()
+    assert [rank.pid for rank, _, _ in probed] == ranks
+    assert calls == [ranks[0], ranks[0]] and not node.failures

@@ -4,7 +4,8 @@
    pin-memory, loader and other background threads never count as loop time.
 2. The loop frame is the user-code frame on that thread's dominant call path whose
    line keeps wrapping backwards (``for`` back to its header): the outermost one when
-   nested frames wrap about as often (a ``train_step`` inside ``train``).
+   nested frames wrap about as often (a ``train_step`` inside ``train``). A framework's
+   loop lives in a package: a ``[[loop]]`` rule names it (``loop_candidates``).
 3. A wrap (the loop frame's line going backwards) marks a step boundary, but sampling
    misses the wraps of steps whose non-dominant part fell between two samples. The
    intervals between the wraps that were seen are counted in steps of the period fitted
@@ -274,8 +275,9 @@ def find_loop(spans: Sequence[Span], loops: Sequence[LoopRule] = ()) -> LoopFram
 
 
 def loop_hint(spans: Sequence[Span]) -> str | None:
-    """With no loop found: the library frame on the dominant call path that wraps the most, the
-    loop that a ``[[loop]]`` rule could name; None when none wraps."""
+    """With no loop found: the library frame on the dominant call path that ``find_loop`` would
+    choose were library frames candidates, the loop a ``[[loop]]`` rule could name; None when no
+    library frame wraps."""
     by_stack: dict[int, list] = {}
     for s in spans:
         entry = by_stack.setdefault(id(s.stack), [s.stack, 0])
