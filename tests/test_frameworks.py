@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.live_streams import repeated, ticks
 from tests.stacks import BACKWARD, FETCH, FORWARD, MAIN, MODULE, OPTIM, SP, f, loop, torch_frame
+from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.diagnose.step import diagnose_step_time
 from traceml_attach.ingest.model import CodeFrame, Span
+from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.accumulation import micro_batches, with_accumulation
 from traceml_attach.steps.classify import RulesError, classify, load_rules
 from traceml_attach.steps.steptime import rank_stats
@@ -21,6 +25,7 @@ from traceml_attach.steps.timeline import build_timeline, find_loop, stack_trait
 
 RULES = load_rules()
 MS = 1_000_000
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def lib(name: str, rel: str, line: int = 10, src: str | None = None) -> CodeFrame:
@@ -330,3 +335,19 @@ def test_the_lazy_backward_compile_is_wait_compile_and_the_compiled_backward_is_
 def test_autocast_is_a_trait_only_where_the_stack_shows_it_on(ctx: str, on: bool):
     st = (MODULE, MAIN, loop(22, FORWARD[1], ctx=ctx), *FORWARD[2])
     assert ("autocast" in stack_traits(st)) is on
+
+
+def test_the_live_view_counts_optimizer_steps_as_the_summary_does():
+    # GIVEN the real accumulating job's stream (4 micro-batches a step) fed in as it arrived
+    rec, live = Recording(), IncrementalAnalyzer(RULES)
+    got = None
+    for end in ticks(repeated(FIXTURES / "fw_grad_accum4.msgpack", 40), rec):
+        got = live.tick(rec, end)
+    # THEN the newest tick counts optimizer steps of 4 micro-batches, as the batch analysis does
+    assert got is not None
+    want = analyze(rec, RULES, start_ns=got.start_ns, end_ns=got.end_ns)
+    (mine,), (theirs,) = got.ranks, want.ranks
+    assert mine.micro_batches == theirs.micro_batches == 4
+    assert mine.steps == theirs.steps
+    assert mine.step_ms is not None and theirs.step_ms is not None
+    assert mine.step_ms == pytest.approx(theirs.step_ms, rel=0.02)

@@ -23,14 +23,16 @@ from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import with_accumulation
+from traceml_attach.steps.accumulation import micro_batches, with_accumulation
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.steptime import stats_of, step_totals
 from traceml_attach.steps.sync import share_tracked
+from traceml_attach.steps.timeline import Timeline
 from traceml_attach.steps.tracker import RankTracker
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
+MICRO_RECHECK_S = 5.0  # gradient accumulation's micro-batches per step are looked for this often
 
 
 class IncrementalAnalyzer:
@@ -45,6 +47,7 @@ class IncrementalAnalyzer:
         self.reference: str | None = None   # the rank that sets a synchronized job's clock
         self.last_end_ns: int | None = None
         self.created = 0
+        self.micro: dict[int, tuple[int, int]] = {}   # pid -> (micro-batches per step, next check)
 
     def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
         """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
@@ -67,6 +70,7 @@ class IncrementalAnalyzer:
             tracker.advance(rec, start, end)
             trackers[pid] = tracker
         self.trackers = trackers   # a rank's old process (an elastic restart) is dropped
+        self.micro = {pid: v for pid, v in self.micro.items() if pid in trackers}
         self._fit(end)
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
         if synchronized(rec, pids):
@@ -75,7 +79,7 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_own()
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
-        timelines = {rank: with_accumulation(tl) for rank, tl in timelines.items()}
+        timelines = {rank: self._accumulated(by_rank[rank], tl, end) for rank, tl in timelines.items()}
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
@@ -84,6 +88,18 @@ class IncrementalAnalyzer:
             stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
         return conclude(rec, self.policy, start, end, pids, timelines, stats, hot, history=history)
+
+    def _accumulated(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Timeline:
+        """``with_accumulation``, with the micro-batches per step looked for again every
+        MICRO_RECHECK_S of data (staggered over the ranks): a property of the job, and a walk over
+        every interval of the window."""
+        if not tl.clock.known:
+            return with_accumulation(tl)
+        k, due = self.micro.get(tracker.pid, (1, 0))
+        if now_ns >= due:
+            k = micro_batches(tl.intervals, tl.clock.period_ns)
+            self.micro[tracker.pid] = (k, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
+        return with_accumulation(tl, k)
 
     def _fit(self, now_ns: int) -> None:
         """Full clock fits: the ones that cannot wait, then the rest within FIT_BUDGET."""

@@ -133,11 +133,13 @@ def by_optimizer(tl: Timeline) -> Timeline | None:
     return replace(tl, steps=steps, clock=replace(clock, typical_ns=typical), micro_batches=None)
 
 
-def with_accumulation(tl: Timeline) -> Timeline:
-    """The timeline counted in optimizer steps when its loop accumulates gradients."""
+def with_accumulation(tl: Timeline, k: int | None = None) -> Timeline:
+    """The timeline counted in optimizer steps when its loop accumulates gradients (``k``: the
+    micro-batches per step, when already known)."""
     if not tl.clock.known:
         return by_optimizer(tl) or tl
-    k = micro_batches(tl.intervals, tl.clock.period_ns)
+    if k is None:
+        k = micro_batches(tl.intervals, tl.clock.period_ns)
     if k == 1:
         return tl
     clock = tl.clock
