@@ -99,7 +99,9 @@ class Truth:
 def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
     """Ground truth over the steps that lie wholly inside [start_s, end_s] (epoch seconds)."""
     rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for line in Path(path).read_text(encoding="utf-8").splitlines(keepends=True):
+        if not line.endswith("\n"):
+            continue   # the job, still running, is writing this line
         row = json.loads(line)
         if row["start"] >= start_s and row["end"] <= end_s:
             rows.append(row)

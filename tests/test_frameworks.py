@@ -122,8 +122,16 @@ def test_without_its_loop_rule_the_trainer_is_named_as_a_loop_no_rule_knows(tmp_
     assert finding.kind == "NO_DATA"
     assert "no training loop found" in finding.summary and "wait for more steps" not in finding.action
     assert "Trainer._run_epoch" in finding.why
-    rule = '[[loop]] framework = "..." func = "^Trainer._run_epoch$" file = "transformers/trainer.py$"'
+    rule = "[[loop]] framework = '...' func = '^Trainer\\._run_epoch$' file = 'transformers/trainer\\.py$'"
     assert rule in finding.action
+    # the rule it prints, pasted into a rules file, finds the loop
+    text = rule.replace("[[loop]] ", "[[loop]]\n").replace("' ", "'\n")
+    pasted = tmp_path / "pasted.toml"
+    pasted.write_text(text + "\n")
+    mine = load_rules(pasted)
+    only_pasted = type(mine)(mine.phases, tuple(rule for rule in mine.loops if rule.framework == "..."))
+    found = timeline(sampled(HF_STEP, 10), only_pasted).loop
+    assert found is not None and found.name == "Trainer._run_epoch"
 
 
 def RULES_FILE() -> str:

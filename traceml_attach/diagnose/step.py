@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import replace
 
@@ -89,11 +90,11 @@ def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
         if hint is not None:
             name, _, file = hint.partition(" (")
             file = file.rstrip(")").split("site-packages/")[-1]
-            example = f'[[loop]] framework = "..." func = "^{name}$" file = "{file}$"'
             where = f"; {name} in {file} wraps like one"
         else:
-            example = '[[loop]] framework = "..." func = "^Trainer\\.fit_loop$" file = "mypkg/trainer\\.py$"'
-            where = ""
+            name, file, where = "Trainer.fit_loop", "mypkg/trainer.py", ""
+        # TOML literal strings ('...'): the regular expressions' backslashes stay as they are
+        example = f"[[loop]] framework = '...' func = '^{re.escape(name)}$' file = '{re.escape(file)}$'"
         return Finding(
             "NO_DATA", "info", "training phases seen, but no training loop found",
             f"rank {r.rank}'s training thread spends {_pct(work)} of its time in training phases ({seen}), "
