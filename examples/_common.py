@@ -84,6 +84,39 @@ def random_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, IN_FEATURES), torch.randint(0, CLASSES, (n,))
 
 
+def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
+    """Pretend to decode and augment one sample: pure CPU work."""
+    burn_cpu(cost_s)
+    return raw.clone()
+
+
+class EncodedSamples(Dataset):
+    """In-memory samples that take ``decode_cost_s`` of CPU each to make (``decode_sample``)."""
+
+    def __init__(self, n: int) -> None:
+        self.raw, self.labels = random_data(n)
+        self.decode_cost_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return decode_sample(self.raw[i], self.decode_cost_s), self.labels[i]
+
+
+def add_input_straggler_args(parser: argparse.ArgumentParser) -> None:
+    """--straggler input, --slow-rank, --extra-ms: one rank's samples slower to make (torchrun)."""
+    parser.add_argument("--straggler", choices=("none", "input"), default="none")
+    parser.add_argument("--slow-rank", type=int, default=1)
+    parser.add_argument("--extra-ms", type=float, default=48.0,
+                        help="the slow rank's extra decode_sample CPU ms per step (default 48)")
+
+
+def straggler_input_s(args: argparse.Namespace, rank: int) -> float:
+    """The extra input seconds per step of this rank (add_input_straggler_args)."""
+    return args.extra_ms / 1000 if args.straggler == "input" and rank == args.slow_rank else 0.0
+
+
 def median_time(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
     """Median wall time of ``fn()`` in seconds (device work included)."""
     sync = device_sync(device) or (lambda: None)

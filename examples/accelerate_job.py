@@ -27,41 +27,24 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BATCH_SIZE,
-    burn_cpu,
+    EncodedSamples,
+    add_input_straggler_args,
     calibrate,
     device_sync,
     make_mlp,
     parse_args,
     plan_work,
-    random_data,
     setup,
+    straggler_input_s,
 )
 from _groundtruth import GroundTruth
 
 WIDTH = 1024
-
-
-def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
-    """Pretend to decode and augment one sample: pure CPU work."""
-    burn_cpu(cost_s)
-    return raw.clone()
-
-
-class EncodedSamples(Dataset):
-    def __init__(self, n: int) -> None:
-        self.raw, self.labels = random_data(n)
-        self.decode_cost_s = 0.0
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return decode_sample(self.raw[i], self.decode_cost_s), self.labels[i]
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -70,10 +53,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-accum", type=int, choices=(1, 2, 4, 8), default=1,
                         help=f"gradient_accumulation_steps, over micro-batches of {BATCH_SIZE}/N samples (default 1)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
-    parser.add_argument("--straggler", choices=("none", "input"), default="none")
-    parser.add_argument("--slow-rank", type=int, default=1)
-    parser.add_argument("--extra-ms", type=float, default=48.0,
-                        help="the slow rank's extra decode_sample CPU ms per step (default 48)")
+    add_input_straggler_args(parser)
 
 
 def main() -> None:
@@ -88,8 +68,7 @@ def main() -> None:
 
     fetch_s, compute_s = calibrate(model, loss_fn, torch.optim.AdamW(model.parameters()), device, dataset)
     input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
-    if args.straggler == "input" and rank == args.slow_rank:
-        input_s += args.extra_ms / 1000
+    input_s += straggler_input_s(args, rank)
     dataset.decode_cost_s = input_s / BATCH_SIZE
 
     loader = DataLoader(dataset, batch_size=BATCH_SIZE // args.grad_accum, shuffle=True, drop_last=True)

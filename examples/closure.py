@@ -18,42 +18,23 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BATCH_SIZE,
+    EncodedSamples,
     announce_ready,
-    burn_cpu,
     calibrate,
     device_sync,
     make_mlp,
     parse_args,
     plan_work,
-    random_data,
     setup,
 )
 from _groundtruth import GroundTruth
 
 WIDTH = 1408
-
-
-def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
-    """Pretend to decode and augment one sample: pure CPU work."""
-    burn_cpu(cost_s)
-    return raw.clone()
-
-
-class EncodedSamples(Dataset):
-    def __init__(self, n: int) -> None:
-        self.raw, self.labels = random_data(n)
-        self.decode_cost_s = 0.0
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return decode_sample(self.raw[i], self.decode_cost_s), self.labels[i]
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

@@ -49,19 +49,20 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.strategies import DDPStrategy
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     BATCH_SIZE,
-    burn_cpu,
+    EncodedSamples,
+    add_input_straggler_args,
     calibrate,
     device_sync,
     make_mlp,
     parse_args,
     plan_work,
-    random_data,
     setup,
+    straggler_input_s,
 )
 from _groundtruth import GroundTruth
 
@@ -113,25 +114,17 @@ class Marks:
             self.micro_batches = 0
 
 
-def decode_sample(raw: torch.Tensor, cost_s: float) -> torch.Tensor:
-    """Pretend to decode and augment one sample: pure CPU work."""
-    burn_cpu(cost_s)
-    return raw.clone()
+class MarkedSamples(EncodedSamples):
+    """EncodedSamples that tell the ground truth when a fetch starts."""
 
-
-class EncodedSamples(Dataset):
     def __init__(self, n: int) -> None:
-        self.raw, self.labels = random_data(n)
-        self.decode_cost_s = 0.0
+        super().__init__(n)
         self.marks: Marks | None = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.marks is not None:
             self.marks.sample_fetch()
-        return decode_sample(self.raw[i], self.decode_cost_s), self.labels[i]
+        return super().__getitem__(i)
 
 
 class Classifier(L.LightningModule):
@@ -195,10 +188,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accumulate", type=int, choices=(1, 2, 4, 8), default=1,
                         help=f"accumulate_grad_batches, over micro-batches of {BATCH_SIZE}/N samples (default 1)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
-    parser.add_argument("--straggler", choices=("none", "input"), default="none")
-    parser.add_argument("--slow-rank", type=int, default=1)
-    parser.add_argument("--extra-ms", type=float, default=48.0,
-                        help="the slow rank's extra decode_sample CPU ms per step (default 48)")
+    add_input_straggler_args(parser)
 
 
 def main() -> None:
@@ -208,7 +198,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", 0))
     devices = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     model = Classifier(args.width)
-    dataset = EncodedSamples(BATCH_SIZE * 64)
+    dataset = MarkedSamples(BATCH_SIZE * 64)
 
     fetch_s, compute_s = calibrate(model.net, torch.nn.CrossEntropyLoss(), torch.optim.AdamW(model.parameters()),
                                    device, dataset)
@@ -216,8 +206,7 @@ def main() -> None:
         input_s = args.input_ms / 1000
     else:
         input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
-    if args.straggler == "input" and rank == args.slow_rank:
-        input_s += args.extra_ms / 1000
+    input_s += straggler_input_s(args, rank)
     dataset.decode_cost_s = input_s / BATCH_SIZE
 
     gt = GroundTruth.from_env(sync=device_sync(device))

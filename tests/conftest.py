@@ -10,7 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
-from launch import start_example, stop_example  # noqa: E402
+import psutil  # noqa: E402
+
+from launch import start_example, start_torchrun, stop_example  # noqa: E402
 
 
 def traceml(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -31,4 +33,23 @@ def example(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
     yield start
     for proc in started:
+        stop_example(proc)
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``torchrun`` over examples/<script>.py (ground truth in tmp_path/gt_<rank>.jsonl); the
+    launcher and its workers are stopped at teardown."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(nproc: int, *args: str, launcher_args: tuple[str, ...] = ("--standalone",),
+              script: str = "ddp") -> subprocess.Popen[str]:
+        proc = start_torchrun(nproc, *args, truth_dir=tmp_path, launcher_args=launcher_args, script=script)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
+            child.terminate()
         stop_example(proc)

@@ -5,35 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from launch import PHASES, free_port, rank_truth, start_torchrun, stop_example
+from launch import PHASES, free_port, rank_truth
 from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e
 # the line of examples/ddp.py that calls init_process_group (where restarted workers can hang)
 _DDP = (Path(__file__).parents[1] / "examples" / "ddp.py").read_text().splitlines()
 INIT_LINE = next(i for i, line in enumerate(_DDP, 1) if "init_process_group(" in line)
-
-
-@pytest.fixture
-def torchrun(tmp_path: Path) -> Iterator:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(nproc: int, *args: str, launcher_args: tuple[str, ...] = ("--standalone",)) -> subprocess.Popen[str]:
-        proc = start_torchrun(nproc, *args, truth_dir=tmp_path, launcher_args=launcher_args)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
-            child.terminate()
-        stop_example(proc)
 
 
 def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[dict, subprocess.CompletedProcess[str]]:

@@ -12,10 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from launch import PHASES, rank_truth, read_truth, start_example, start_torchrun, stop_example
+from launch import PHASES, rank_truth, read_truth, start_example, stop_example
 from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e
@@ -83,25 +82,10 @@ def test_a_framework_job_is_diagnosed_like_its_own_timing(name: str, job, tmp_pa
         assert f"Loop: {framework}" in text
 
 
-@pytest.fixture
-def torchrun(tmp_path: Path) -> Iterator:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(script: str, *args: str) -> subprocess.Popen[str]:
-        proc = start_torchrun(2, *args, truth_dir=tmp_path, script=script)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
-            child.terminate()
-        stop_example(proc)
-
-
 @needs("lightning")
 def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: Path):
-    launcher = torchrun("lightning_job", "--straggler", "input", "--slow-rank", "1", "--input-share", "0.1")
+    launcher = torchrun(2, "--straggler", "input", "--slow-rank", "1", "--input-share", "0.1",
+                        script="lightning_job")
     time.sleep(4)
     summary, text = snapshot(launcher.pid, tmp_path, "lightning_ddp")
     ranks = summary["step_time"]["ranks"]

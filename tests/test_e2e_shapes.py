@@ -7,14 +7,12 @@ ranks report one step time; the straggler verdict names the right rank and cause
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from launch import PHASES, read_truth, start_torchrun, stop_example
+from launch import PHASES, read_truth
 from tests.conftest import traceml
 
 pytestmark = pytest.mark.e2e
@@ -59,20 +57,6 @@ def test_input_bound_loops_with_a_few_ms_of_compute(name, args, example, tmp_pat
     assert_step_right_or_unknown(summary, text, tmp_path / f"{name}.jsonl")
 
 
-@pytest.fixture
-def torchrun(tmp_path: Path) -> Iterator:
-    started: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        proc = start_torchrun(2, *args, truth_dir=tmp_path)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        stop_example(proc)
-
-
 @pytest.mark.parametrize(("args", "kind", "culprit"), [
     # rank 0 runs a rank-local branch in forward; rank 1 waits ~86% of each ~28 ms step in backward
     (("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "20", "--base-input-ms", "1"),
@@ -82,7 +66,7 @@ def torchrun(tmp_path: Path) -> Iterator:
      "INPUT_STRAGGLER", 1),
 ])
 def test_ddp_stragglers_whose_extra_work_is_well_under_a_step(args, kind, culprit, torchrun, tmp_path: Path):
-    launcher = torchrun(*args)
+    launcher = torchrun(2, *args)
     time.sleep(2)
     summary, text = snapshot(launcher.pid, tmp_path, kind)
     diag = summary["step_time"]["diagnosis"]

@@ -13,7 +13,7 @@ from tests.live_streams import repeated, ticks
 from tests.stacks import BACKWARD, FETCH, FORWARD, MAIN, MODULE, OPTIM, SP, f, loop, torch_frame
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.dialect import speak
-from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.finding import Finding, StepEvidence
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.diagnose.step import diagnose_step_time
 from traceml_attach.ingest.model import CodeFrame, Span
@@ -191,8 +191,7 @@ def test_a_loop_in_the_users_dataset_under_the_dataloader_is_not_the_training_lo
     def fetch(line: int) -> tuple[CodeFrame, ...]:   # a per-pixel loop in the user's decode
         return (MODULE, MAIN, loop(20, "for x, y in loader:"), *decode, f("decode", line=line, src="for px in row:"))
 
-    pieces = [(3.0, fetch(51)), (3.0, fetch(52))] * 20 + [(30.0, (MODULE, MAIN, *FORWARD[2:][0][:0],
-                                                                 loop(22, FORWARD[1]), *FORWARD[2]))]
+    pieces = [(3.0, fetch(51)), (3.0, fetch(52))] * 20 + [(30.0, (MODULE, MAIN, loop(22, FORWARD[1]), *FORWARD[2]))]
     found = find_loop(sampled(pieces, 8), RULES.loops)
     assert found is not None and found.name == "train"
 
@@ -302,6 +301,10 @@ def test_advice_speaks_the_frameworks_language_and_skips_what_the_job_does():
     (compute,) = speak([_finding("COMPUTE_BOUND")], [amp])
     assert "bf16" not in compute.action and "already on: mixed precision" in compute.action
     assert "torch_compile=True" in compute.action
+    saturated = Finding("COMPUTE_BOUND", "info", "the GPU is saturated", "why", "generic action", None,
+                        StepEvidence(40, 80.0, 0.02, 0.1, 0.88, gpu_sm_util=97.0))
+    (gpu,) = speak([saturated], [stats])
+    assert gpu.action.startswith("optimize GPU compute: TrainingArguments(bf16=True)")
     workers = type(stats)(**{**stats.__dict__, "traits": frozenset({"loader_workers"})})
     (inp,) = speak([_finding("INPUT_BOUND")], [workers])
     assert "already runs worker processes" in inp.action and "dataloader_num_workers" not in inp.action

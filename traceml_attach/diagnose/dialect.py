@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.finding import Finding, StepEvidence
 from traceml_attach.steps.steptime import RankStepStats
 
 
@@ -87,6 +87,7 @@ def speak(findings: list[Finding], ranks: list[RankStepStats]) -> list[Finding]:
         if f.kind == "INPUT_BOUND":
             f = replace(f, action=_input_action(d, traits))
         elif f.kind == "COMPUTE_BOUND":
-            f = replace(f, action=_compute_action(d, traits, gpu="GPU" in f.summary))
+            gpu = isinstance(f.evidence, StepEvidence) and f.evidence.gpu_sm_util is not None   # refine_with_gpu's
+            f = replace(f, action=_compute_action(d, traits, gpu))
         out.append(f)
     return out

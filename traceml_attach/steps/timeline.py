@@ -260,30 +260,30 @@ def pick_thread(spans: Sequence[Span], threads: dict[int, ThreadInfo], rules: Ru
 
 def find_loop(spans: Sequence[Span], loops: Sequence[LoopRule] = ()) -> LoopFrame | None:
     """The training loop's frame on the thread's dominant call path (see module doc)."""
-    by_stack: dict[int, list] = {}   # id(stack) -> [stack, ns], in order of first appearance
-    for s in spans:
-        entry = by_stack.get(id(s.stack))
-        if entry is None:
-            by_stack[id(s.stack)] = [s.stack, s.dur_ns]
-        else:
-            entry[1] += s.dur_ns
-    candidates = loop_candidates(spans, [(stack, ns) for stack, ns in by_stack.values()], loops)
+    candidates = loop_candidates(spans, _weighted(spans), loops)
     if not candidates:
         return None
     most = max(c.wraps for c in candidates)
     return next(c for c in candidates if c.wraps >= OUTER_TIE * most)
 
 
+def _weighted(spans: Iterable[Span]) -> list[tuple[Stack, int]]:
+    """Each distinct stack of ``spans`` with its time among them, in order of first appearance."""
+    by_stack: dict[int, list] = {}   # id(stack) -> [stack, ns]
+    for s in spans:
+        entry = by_stack.get(id(s.stack))
+        if entry is None:
+            by_stack[id(s.stack)] = [s.stack, s.dur_ns]
+        else:
+            entry[1] += s.dur_ns
+    return [(stack, ns) for stack, ns in by_stack.values()]
+
+
 def loop_hint(spans: Sequence[Span]) -> str | None:
     """With no loop found: the library frame on the dominant call path that ``find_loop`` would
     choose were library frames candidates, the loop a ``[[loop]]`` rule could name; None when no
     library frame wraps."""
-    by_stack: dict[int, list] = {}
-    for s in spans:
-        entry = by_stack.setdefault(id(s.stack), [s.stack, 0])
-        entry[1] += s.dur_ns
-    wrapping = [c for c in loop_candidates(spans, [(st, ns) for st, ns in by_stack.values()], anywhere=True)
-                if _library(c.file)]
+    wrapping = [c for c in loop_candidates(spans, _weighted(spans), anywhere=True) if _library(c.file)]
     if not wrapping:
         return None
     most = max(c.wraps for c in wrapping)
