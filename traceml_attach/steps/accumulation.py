@@ -45,12 +45,13 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     if not period_ns:
         return 1
     # each interval's place in micro-batches, counted (not timed: a time over the period drifts by
-    # the optimizer's own time once per step, and by the jitter of every micro-batch)
+    # the optimizer's own time once per step, and by the jitter of every micro-batch); the
+    # optimizer's own time is no micro-batch's
     marks, steps, end = [], 0, None
     for iv in intervals:
         if end is not None and iv.start_ns > end:
             steps += round((iv.start_ns - end) / period_ns)   # a hole between intervals
-        steps += max(round(iv.dur_ns / period_ns), 1)
+        steps += max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0)) / period_ns), 1)
         end = iv.end_ns
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             marks.append(steps)
