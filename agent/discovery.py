@@ -116,3 +116,17 @@ def exit_status(pid: int) -> int | None:
     if status & 0x7F:
         return -(status & 0x7F)   # killed by a signal, as subprocess reports it
     return (status >> 8) & 0xFF
+
+
+def find_launchers() -> list[int]:
+    """The launchers on this machine (``--pid auto``): the parents of rank processes (RANK in their
+    environment) that are not ranks themselves; torchrun, ``python -m torch.distributed.run``,
+    accelerate and deepspeed alike. Only the rank variables of each environment are read."""
+    launchers: set[int] = set()
+    for proc in psutil.process_iter(["pid", "ppid"]):
+        pid, ppid = proc.info["pid"], proc.info["ppid"]
+        if not ppid or "RANK" not in rank_env(pid):
+            continue
+        if "RANK" not in rank_env(ppid) and _alive(proc):
+            launchers.add(ppid)
+    return sorted(launchers)

@@ -127,6 +127,8 @@ class Interner:
     def __init__(self) -> None:
         self._frames: dict[tuple[Any, ...], int] = {}
         self._stacks: dict[tuple[int, ...], int] = {}
+        self._frame_list: list[tuple[Any, ...]] = []   # by id, to define them again in a new segment
+        self._stack_list: list[tuple[int, ...]] = []
         self._sent_frames: set[int] = set()
         self._sent_stacks: set[int] = set()
 
@@ -145,25 +147,39 @@ class Interner:
 
         ``stack`` holds (name, file, line, src, ctx) tuples, outermost first.
         """
+        sid = self.define(stack)
+        self.emit(sid, fdefs, sdefs)
+        return sid
+
+    def define(self, stack: Iterable[tuple[Any, ...]]) -> int:
+        """The stack's id (assigned now if new), without sending anything."""
         fids = []
         for frame in stack:
             fid = self._frames.get(frame)
             if fid is None:
                 fid = len(self._frames)
                 self._frames[frame] = fid
-            if fid not in self._sent_frames:
-                self._sent_frames.add(fid)
-                fdefs.append([fid, *frame])
+                self._frame_list.append(frame)
             fids.append(fid)
         key = tuple(fids)
         sid = self._stacks.get(key)
         if sid is None:
             sid = len(self._stacks)
             self._stacks[key] = sid
-        if sid not in self._sent_stacks:
-            self._sent_stacks.add(sid)
-            sdefs.append([sid, fids])
+            self._stack_list.append(key)
         return sid
+
+    def emit(self, sid: int, fdefs: list[list[Any]], sdefs: list[list[Any]]) -> None:
+        """Append the definitions of stack ``sid`` (and its frames) not yet sent in this segment."""
+        if sid in self._sent_stacks:
+            return
+        self._sent_stacks.add(sid)
+        fids = self._stack_list[sid]
+        for fid in fids:
+            if fid not in self._sent_frames:
+                self._sent_frames.add(fid)
+                fdefs.append([fid, *self._frame_list[fid]])
+        sdefs.append([sid, list(fids)])
 
 
 class FrameWriter:
@@ -223,6 +239,30 @@ class FrameWriter:
                 data = msgpack.packb(frame, use_bin_type=True)
             self._emit(frame, data)
 
+    def define_stack(self, stack: Iterable[tuple[Any, ...]]) -> int:
+        """A stack's id in this writer's stream, for ``write_interned`` (a collector's merger)."""
+        with self._lock:
+            return self.interner.define(stack)
+
+    def write_interned(self, pid: int, window: int, rows: list[list[int]], extra: dict[str, Any] | None = None) -> None:
+        """Write a ``spans`` frame whose rows ([tid, ts_ns, dur_ns, sid]) use ids from ``define_stack``."""
+        with self._lock:
+            frame = self._interned_frame(pid, window, rows, extra)
+            data = msgpack.packb(frame, use_bin_type=True)
+            if self._must_rotate(len(data)):
+                self._rotate()
+                frame = self._interned_frame(pid, window, rows, extra)
+                data = msgpack.packb(frame, use_bin_type=True)
+            self._emit(frame, data)
+
+    def _interned_frame(self, pid: int, window: int, rows: list[list[int]],
+                        extra: dict[str, Any] | None) -> dict[str, Any]:
+        fdefs: list[list[Any]] = []
+        sdefs: list[list[Any]] = []
+        for row in rows:
+            self.interner.emit(row[3], fdefs, sdefs)
+        return {"k": "spans", "pid": pid, "w": window, "fdefs": fdefs, "sdefs": sdefs, "spans": rows, **(extra or {})}
+
     def _spans_frame(self, pid: int, window: int,
                      spans: list[tuple[int, int, int, list[tuple[Any, ...]]]]) -> dict[str, Any]:
         fdefs: list[list[Any]] = []
@@ -275,6 +315,8 @@ class FrameWriter:
         kind = frame.get("k")
         if kind in ("hello", "target", "threads", "exit"):
             self._context[(kind, int(frame.get("pid") or 0))] = frame
+        elif kind == "node":
+            self._context[(kind, int(frame.get("node") or 0))] = frame
         elif kind == "restart":
             self._restarts.append(frame)
 

@@ -17,7 +17,15 @@ import sys
 import threading
 from pathlib import Path
 
-from traceml_attach.cli.common import add_recording_option, add_rules_option, positive_float, rate, rules_from
+from traceml_attach.cli.common import (
+    add_listen_options,
+    add_recording_option,
+    add_rules_option,
+    check_targets,
+    positive_float,
+    rate,
+    rules_from,
+)
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 from traceml_attach.cli.live import print_live
 from traceml_attach.runtime.session import Session, SessionResult, run_session, stop_on_signals
@@ -27,7 +35,7 @@ LIVE_EVERY_S = 3.0
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, required=True, action="append",
+    parser.add_argument("--pid", type=int, action="append",
                         help="PID of the training process, or of its launcher (torchrun, accelerate, "
                         "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
@@ -44,6 +52,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="name of the run folder (default: <script>-<pid>-<time>)")
     add_recording_option(parser)
     add_rules_option(parser)
+    add_listen_options(parser)
 
 
 def use_tui(args: argparse.Namespace) -> bool:
@@ -97,6 +106,7 @@ def report(result: SessionResult, note: str = "") -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_targets(args, f"traceml {'attach'}")
     rules = rules_from(args)
     if use_tui(args):
         return run_tui(args, Session(args, rules))

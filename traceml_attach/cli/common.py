@@ -97,3 +97,35 @@ def run_dir(logs_dir: Path, run_name: str | None, cmd: tuple[str, ...], pid: int
         path = logs_dir / f"{run_name}-{n}"
     path.mkdir(parents=True)
     return path
+
+
+DEFAULT_TOKEN_FILE = "~/.traceml/token"
+
+
+def add_listen_options(parser: argparse.ArgumentParser) -> None:
+    """--listen, --expect-nodes and --token-file: collect the frames of ``traceml agent`` on other nodes."""
+    group = parser.add_argument_group("multi-node (docs/multinode.md)")
+    group.add_argument("--listen", metavar="HOST:PORT",
+                       help="also collect the ranks of other nodes, streamed by `traceml agent --connect` there; "
+                       "HOST defaults to 127.0.0.1 (give 0.0.0.0 or the interface's address for other machines)")
+    group.add_argument("--expect-nodes", type=positive_int, metavar="N",
+                       help="the session ends by itself only once N agents' nodes have joined and every job ended")
+    group.add_argument("--token-file", default=DEFAULT_TOKEN_FILE, metavar="FILE",
+                       help=f"the session's key (default {DEFAULT_TOKEN_FILE}): created (mode 0600) when missing; "
+                       "every agent needs a copy. Peers without it are refused")
+
+
+def check_targets(args: argparse.Namespace, parser_prog: str) -> None:
+    """Something to sample: --pid, or --listen for agents."""
+    if not args.pid and not args.listen:
+        raise CliError(f"{parser_prog}: give --pid PID (the job or its launcher), or --listen HOST:PORT to collect "
+                       "the ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
+    if args.expect_nodes and not args.listen:
+        raise CliError("--expect-nodes needs --listen", EXIT_USAGE)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value

@@ -10,6 +10,7 @@ EXIT_PERMISSION = 5        # not permitted to read the process (ptrace)
 EXIT_PYSPY = 6             # py-spy missing or failing
 EXIT_BAD_FILE = 7          # a missing or corrupt summary/frames file
 EXIT_TARGET_EXITED = 8     # the target exited before the requested duration; summary written
+EXIT_NETWORK = 9           # multi-node: cannot listen or connect, or a bad token file
 EXIT_INTERNAL = 70         # a bug in traceml-attach
 
 KIND_TO_EXIT = {

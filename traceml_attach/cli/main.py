@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Sequence
 
 from traceml_attach import __version__
-from traceml_attach.cli import attach, replay, snapshot, stacks, view
+from traceml_attach.cli import agent, attach, replay, snapshot, stacks, view
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 
 COMMANDS = {
@@ -17,12 +17,14 @@ COMMANDS = {
     "stacks": (stacks, "print every rank's current stack, grouped, with its phase (for hangs)"),
     "view": (view, "print a saved final_summary.json as text"),
     "replay": (replay, "re-diagnose a recorded frames.msgpack"),
+    "agent": (agent, "sample this node's ranks for a collector on another node (attach/snapshot --listen)"),
 }
 
 EPILOG = """\
 exit codes: 0 ok; 2 usage; 3 no such process; 4 not Python / unsupported Python;
 5 not permitted (ptrace); 6 py-spy missing or failing; 7 missing or corrupt file;
-8 target exited before the requested duration (summary still written); 70 internal error.
+8 target exited before the requested duration (summary still written); 9 multi-node: cannot
+listen or connect, or a bad token file; 70 internal error.
 """
 
 

@@ -10,13 +10,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_attach.cli.common import add_recording_option, add_rules_option, positive_float, rate, rules_from
+from traceml_attach.cli.common import (
+    add_listen_options,
+    add_recording_option,
+    add_rules_option,
+    check_targets,
+    positive_float,
+    rate,
+    rules_from,
+)
 from traceml_attach.cli.live import print_progress
 from traceml_attach.runtime.session import run_session
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pid", type=int, required=True, action="append",
+    parser.add_argument("--pid", type=int, action="append",
                         help="PID of the training process, or of its launcher (torchrun, accelerate, "
                         "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--seconds", type=positive_float, default=10.0, metavar="N",
@@ -30,9 +38,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_recording_option(parser)
     add_rules_option(parser)
+    add_listen_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_targets(args, f"traceml {'snapshot'}")
     rules = rules_from(args)
     tick = None if args.quiet else print_progress(args.seconds)
     result = run_session(args, rules, args.seconds, tick, 2.0)  # type: ignore[arg-type]

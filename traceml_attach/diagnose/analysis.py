@@ -11,7 +11,15 @@ from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.report import Report
-from traceml_attach.diagnose.sections import problems, rank_status, sampling_section, step_time_section, targets
+from traceml_attach.diagnose.sections import (
+    net_report,
+    node_rows,
+    problems,
+    rank_status,
+    sampling_section,
+    step_time_section,
+    targets,
+)
 from traceml_attach.diagnose.session import session_section
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
 from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
@@ -107,6 +115,7 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
         {int(rank): {phase: tuple(rows) for phase, rows in hot[rank].items()} for rank in timelines},
         sampling_section(rec, start, end, seen, recent, step_time),
         session_section(history) if history is not None else None,
+        node_rows(rec), net_report(rec),
     )
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
 

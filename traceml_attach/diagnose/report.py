@@ -214,10 +214,12 @@ class RankStatus:
     rank: int
     pid: int                             # its newest process
     pids: tuple[int, ...]                # every process it had (elastic restarts)
-    status: str                          # alive | exited | restarted
+    status: str                          # alive | exited | restarted | agent lost
     exit_status: int | None
     restarts: int
     stall: Stall | None = None
+    node: int = 0                        # its node (0: the collector's own machine)
+    local_rank: int | None = None        # LOCAL_RANK: its place on the node
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,35 @@ class Target:
     cmd: tuple[str, ...]
     exit_status: int | None
     exited: bool
+    node: int = 0
+    local_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of a multi-node session (``traceml agent`` streams; node 0 is the collector's own)."""
+
+    node: int
+    name: str
+    host: str | None
+    state: str                           # joined | back | lost | ended (its job ended)
+    ranks: tuple[int, ...]
+    clock_offset_ms: float | None        # the collector's clock minus the node's, at most off by the network's delay
+    reason: str | None                   # why it is lost or ended
+
+
+@dataclass(frozen=True)
+class NetReport:
+    """What the collector's socket saw in a multi-node session."""
+
+    messages: int
+    bytes: int
+    frames: int
+    duplicates: int                      # resent by an agent and dropped (delivery is exactly once)
+    bad_messages: int                    # not ours (undecodable, wrong version): dropped
+    bad_frames: int                      # frames inside a message that could not be merged: dropped
+    refused_peers: int                   # handshakes refused: a wrong key, or not CURVE at all
+    agent_dropped: int                   # messages the agents' full buffers dropped
 
 
 @dataclass(frozen=True)
@@ -280,6 +311,8 @@ class Report:
     hot_frames: dict[int, dict[str, tuple[HotFrame, ...]]]   # rank -> phase -> best first
     sampling: SamplingReport
     session: SessionReport | None = None  # the whole session (None for an analysis without a history)
+    nodes: tuple[NodeRow, ...] = ()       # a multi-node session's nodes; () for one machine
+    net: NetReport | None = None          # a collector's counters; None without --listen
 
     @property
     def primary_diagnosis(self) -> Headline:

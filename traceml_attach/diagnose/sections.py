@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from dataclasses import fields
 
 from traceml_attach.diagnose.finding import Finding, SamplingEvidence
 from traceml_attach.diagnose.hang import rank_state
 from traceml_attach.diagnose.ranks import pid_ranks, rank_of
 from traceml_attach.diagnose.report import (
     Clock,
+    NetReport,
+    NodeRow,
     PhaseRow,
     Problem,
     RankStatus,
@@ -22,6 +25,7 @@ from traceml_attach.diagnose.report import (
     Window,
 )
 from traceml_attach.diagnose.step import unknown_step_note
+from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import StepTimePolicy
 from traceml_attach.steps.phases import PHASES
@@ -43,8 +47,8 @@ def _rounded(d: dict[str, float] | None, nd: int = 3) -> dict[str, float] | None
 def problems(rec: Recording) -> list[Problem]:
     """The recording's error events, each with the rank of its process."""
     ranks = pid_ranks(rec)
-    return [Problem(round(e.ts_ns / 1e9, 3), e.pid, ranks.get(e.pid) if e.pid is not None else None, e.kind,
-                    e.message) for e in rec.errors]
+    return [Problem(round(e.ts_ns / 1e9, 3), os_pid(e.pid) if e.pid is not None else None,
+                    ranks.get(e.pid) if e.pid is not None else None, e.kind, e.message) for e in rec.errors]
 
 
 def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen: list[Problem]) -> StepTimeReport:
@@ -58,7 +62,7 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
     for r in stats:
         own = by_rank.get(int(r.rank), [])
         ranks[int(r.rank)] = RankStepTime(
-            int(r.rank), r.pid, r.steps, _round(r.step_ms), _rounded(r.phases_ms), _rounded(r.shares, 4),
+            int(r.rank), os_pid(r.pid), r.steps, _round(r.step_ms), _rounded(r.phases_ms), _rounded(r.shares, 4),
             _rounded(r.wait_labels, 4) or {}, r.loop, r.thread, _round(r.coverage), _round(r.sync_wait_ms),
             _round(r.sync_wait_share, 4), _clock(r.clock), tuple(own[-MAX_RANK_PROBLEMS:]), len(own),
             r.framework, r.micro_batches)
@@ -99,17 +103,35 @@ def rank_status(rec: Recording, timelines: dict[str, Timeline], pids: dict[str, 
         pid = processes[rank][-1]
         ex = rec.exits.get(pid)
         status = "exited" if ex else ("restarted" if restarts[rank] else "alive")
+        node = rec.nodes.get(node_of(pid))
+        if not ex and node is not None and node.state == "lost":
+            status = "agent lost"   # its node's agent went silent: the rank's own fate is unknown
         tl = timelines.get(str(rank))
         state = rank_state(str(rank), tl) if tl is not None else None
         stall = None if state is None else Stall(state.stalled(policy), round(state.idle_s, 1), state.what, state.where)
-        out[rank] = RankStatus(rank, pid, tuple(processes[rank]), status, ex.status if ex else None, restarts[rank],
-                               stall)
+        meta = rec.targets.get(pid)
+        out[rank] = RankStatus(rank, os_pid(pid), tuple(os_pid(p) for p in processes[rank]), status,
+                               ex.status if ex else None, restarts[rank], stall, node_of(pid),
+                               meta.local_rank if meta is not None else None)
     return out
 
 
 def targets(rec: Recording) -> tuple[Target, ...]:
-    return tuple(Target(t.pid, t.rank, t.cmd, rec.exits[t.pid].status if t.pid in rec.exits else None,
-                        t.pid in rec.exits) for t in rec.targets.values())
+    return tuple(Target(os_pid(t.pid), t.rank, t.cmd, rec.exits[t.pid].status if t.pid in rec.exits else None,
+                        t.pid in rec.exits, t.node, t.local_rank) for t in rec.targets.values())
+
+
+def node_rows(rec: Recording) -> tuple[NodeRow, ...]:
+    """A multi-node session's nodes, in the order they joined."""
+    return tuple(NodeRow(n.node, n.name, n.host, n.state, n.ranks,
+                         None if n.offset_ns is None else round(n.offset_ns / 1e6, 3), n.reason)
+                 for _, n in sorted(rec.nodes.items()))
+
+
+def net_report(rec: Recording) -> NetReport | None:
+    if not rec.net:
+        return None
+    return NetReport(**{f.name: rec.net.get(f.name, 0) for f in fields(NetReport)})
 
 
 def sampling_section(rec: Recording, start_ns: int | None, end_ns: int | None, seen: list[Problem],

@@ -7,6 +7,7 @@ from typing import Any
 
 from traceml_attach.diagnose.gpu import RankGpu
 from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
+from traceml_attach.ingest.model import os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_SYSTEM_POLICY, SystemPolicy
 
@@ -84,7 +85,7 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
         rss = [p.rss_bytes + p.workers_rss_bytes for p in ps if p.rss_bytes is not None]
         workers = ps[-1].children if ps else ()
         gmem = [v for _, v in gpu.memory.get(rank, [])]
-        rows[rank] = {"pid": pid, "cpu_percent_median": _med(cpus), "rss_peak_bytes": max(rss, default=None),
+        rows[rank] = {"pid": os_pid(pid), "cpu_percent_median": _med(cpus), "rss_peak_bytes": max(rss, default=None),
                       "threads": ps[-1].num_threads if ps else None, "workers": len(workers) if ps else None,
                       "workers_cpu_percent": sum(c[1] or 0 for c in workers) if workers else None,
                       "workers_rss_bytes": ps[-1].workers_rss_bytes if workers else None,

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A multi-node recording keys node n's process p as ``n << PID_BITS | p`` (collect/merge.py):
+# Linux PIDs stay below 2**22, so the key says both, and node 0's keys are its PIDs.
+PID_BITS = 22
+PID_MASK = (1 << PID_BITS) - 1
+
+
+def os_pid(key: int) -> int:
+    """The process's PID on its own node."""
+    return key & PID_MASK
+
+
+def node_of(key: int) -> int:
+    return key >> PID_BITS
+
 
 @dataclass(frozen=True)
 class CodeFrame:
@@ -65,6 +79,23 @@ class HostSample:
     cpu_percent: float | None
     mem_used_bytes: int | None
     mem_total_bytes: int | None
+    node: int = 0
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node of a multi-node session, as its newest ``node`` frame describes it."""
+
+    node: int
+    name: str
+    agent: str | None
+    state: str                 # joined | back | lost | ended
+    since_ns: int              # when it entered that state (the collector's clock)
+    host: str | None
+    rate_hz: int | None
+    offset_ns: int | None      # the collector's clock minus the node's (plus the network's least delay)
+    ranks: tuple[int, ...]
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +118,7 @@ class TargetMeta:
     world_size: int | None
     ts_ns: int = 0   # when sampling of it began
     nspid: tuple[int, ...] = ()   # its PID in each PID namespace (NVML reports the host's)
+    node: int = 0    # the node it runs on (0: the collector's own; collect/merge.py)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from traceml_attach.ingest.model import (
     ExitEvent,
     GpuSample,
     HostSample,
+    NodeInfo,
     ProcSample,
     Span,
     TargetMeta,
@@ -48,6 +49,8 @@ class Recording:
     restarts: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts_ns, rank, old, new pid)
     gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
+    nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
+    net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
     bad_frames: int = 0
     dropped: Dropped | None = None   # what rotation deleted from the recording read (segments.py)
     # Retention (``trim``): how many of each pid's spans were dropped from the front, so that
@@ -81,6 +84,7 @@ class Recording:
                 pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
                 rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
                 ts_ns=int(f["t"]), nspid=tuple(int(x) for x in f.get("nspid") or (pid,)),
+                node=int(f.get("n") or 0),
             )
         elif kind == "spans":
             self._add_spans(f)
@@ -96,7 +100,7 @@ class Recording:
             )
         elif kind == "host":
             self.hosts.append(HostSample(int(f["t"]), f.get("cpu"), f.get("mem_used"),
-                                         f.get("mem_total")))
+                                         f.get("mem_total"), int(f.get("n") or 0)))
         elif kind == "window":
             window = WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
                                 f.get("samples"), f.get("errors"))
@@ -122,6 +126,13 @@ class Recording:
             self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
         elif kind == "bye":
             self.end_reason = f.get("reason")
+        elif kind == "node":
+            node = int(f["node"])
+            self.nodes[node] = NodeInfo(
+                node, str(f["name"]), f.get("agent"), str(f["state"]), int(f["t"]), f.get("host"), f.get("rate_hz"),
+                f.get("offset_ns"), tuple(int(r) for r in f.get("ranks") or ()), f.get("reason"))
+        elif kind == "net":
+            self.net = {k: int(v) for k, v in f.items() if k not in ("k", "t") and isinstance(v, int)}
         else:
             self.bad_frames += 1
 

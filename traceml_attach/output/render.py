@@ -115,8 +115,8 @@ def _head(s: Summary) -> list[str]:
             extra = f" with status {r.exit_status}" if r.exit_status is not None else ""
             out.append(f"Rank {rank}: {r.status}{extra}; pids {', '.join(map(str, r.pids))}"
                        + (f", {r.restarts} restart(s)" if r.restarts else ""))
-    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {samp.backend} "
-               f"{samp.version or ''} at {samp.rate_hz} Hz, {samp.samples or 0} samples, "
+    backend = f"{samp.backend} {samp.version}" if samp.version else samp.backend
+    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {samp.rate_hz} Hz, {samp.samples or 0} samples, "
                f"{samp.errors or 0} errors")
     out.append("")
     p = rep.primary_diagnosis

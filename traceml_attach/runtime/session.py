@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -22,13 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import __version__
+from agent.link import LinkError, endpoint
 from agent.node import NodeAgent
 from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
 from agent.target import TargetError
-from agent.wire import FrameWriter
+from agent.wire import WIRE_VERSION, FrameWriter
 from traceml_attach.cli.common import plan_targets, recording_bytes, run_dir, target_failure
-from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
+from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
+from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.stream import Recording
@@ -61,25 +65,43 @@ class Session:
 
     def __init__(self, args: argparse.Namespace, rules: Rules) -> None:
         self.rules = rules
-        pids: list[int] = args.pid
-        plan = plan_targets(pids)
-        if plan.note:
-            print(f"traceml: {plan.note}", file=sys.stderr)
-        self.node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
-        try:
-            self._probed = self.node.probe()
-        except (TargetError, PySpyError) as exc:
-            raise target_failure(exc, plan.ranks[0].pid) from exc
-        for line in self.node.failures:
-            print(f"traceml: skipping {line}", file=sys.stderr)
-        first = self._probed[0][1].target
-        self.run_dir = run_dir(Path(args.logs_dir), args.run_name, first.cmd if first else (), pids[0])
-        self.node.writer = self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+        pids: list[int] = args.pid or []
+        self.node: NodeAgent | None = None
+        self.collector: Collector | None = None
+        self.expect_nodes: int | None = getattr(args, "expect_nodes", None)
+        self._probed: list[Any] = []
+        cmd: tuple[str, ...] = ()
+        if pids:
+            plan = plan_targets(pids)
+            if plan.note:
+                print(f"traceml: {plan.note}", file=sys.stderr)
+            self.node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
+            try:
+                self._probed = self.node.probe()
+            except (TargetError, PySpyError) as exc:
+                raise target_failure(exc, plan.ranks[0].pid) from exc
+            for line in self.node.failures:
+                print(f"traceml: skipping {line}", file=sys.stderr)
+            first = self._probed[0][1].target
+            cmd = first.cmd if first else ()
+        if getattr(args, "listen", None):
+            self.collector = open_collector(args)
+        name = args.run_name
+        if name is None and not pids and self.collector is not None:
+            name = f"nodes-{self.collector.port}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
+        self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+        if self.node is not None:
+            self.node.writer = self.writer
+        if self.collector is not None:
+            self.collector.record_to(self.writer)
         self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.writer.listen(self._inbox.put)
         self.pipeline = Pipeline(rules)
         self.live = IncrementalAnalyzer(rules)
+        self.rate_hz: int = args.rate
         self.ran_out = False
+        self._local_ended = False
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
 
     @property
@@ -90,29 +112,72 @@ class Session:
         """Sample until ``stop``, ``duration_s`` or the job's end; meanwhile the analysis thread
         calls ``on_tick`` every ``tick_s`` with the analysis of the last LIVE_WINDOW_S seconds."""
         started = time.monotonic()
-        self.node.start(self._probed, stop)
+        self._begin(stop)
         analyst = Analyst(self, on_tick, tick_s, started)
         analyst.start()
+        collecting = threading.Event()
+        receiver = None
+        if self.collector is not None:
+            receiver = threading.Thread(target=self.collector.run, args=(collecting,), name="traceml-collector",
+                                        daemon=True)
+            receiver.start()
         try:
             while not stop.is_set():
-                if not self.node.active():
+                if self._ran_out():
                     self.ran_out = True
-                    self.end_reason = "sampling_failed" if self.node.sampling_failed() else "target_exited"
+                    failed = self.node is not None and self.node.sampling_failed()
+                    self.end_reason = "sampling_failed" if failed else "target_exited"
                     break
                 elapsed = time.monotonic() - started
                 if duration_s is not None and elapsed >= duration_s:
                     self.end_reason = "duration"
                     break
-                self.node.tick(stop)
+                if self.node is not None:
+                    self.node.tick(stop)
                 stop.wait(0.1)
         finally:
             stop.set()
+            if self.collector is not None and receiver is not None:
+                collecting.set()
+                receiver.join()
+                self.collector.end_session(self.end_reason if self.ran_out else "stopped")
+                self.collector.close()
             analyst.join()
-            self.node.join()
+            if self.node is not None:
+                self.node.join()
             reason = self.end_reason if self.ran_out else "stopped"
             self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
             self.writer.close()
             self.drain()
+
+    def _begin(self, stop: threading.Event) -> None:
+        """The stream's first frames: the hello (the local ranks' agent's, or the collector's own)."""
+        if self.node is not None:
+            self.node.start(self._probed, stop)
+        else:
+            self.writer.write({"k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
+                               "backend": "py-spy", "backend_version": None, "rate_hz": self.rate_hz,
+                               "window_s": SamplerConfig().window_s, "host": socket.gethostname(),
+                               "argv": sys.argv})
+        if self.node is not None and self.collector is not None:   # the local ranks are node 0
+            self._local_node("joined")
+
+    def _local_node(self, state: str, reason: str | None = None) -> None:
+        assert self.node is not None
+        ranks = sorted(r.rank.rank for r in self.node.running.values() if r.rank.rank is not None)
+        self.writer.write({"k": "node", "t": time.time_ns(), "node": 0, "name": socket.gethostname(),
+                           "agent": None, "state": state, "reason": reason, "host": socket.gethostname(),
+                           "rate_hz": self.rate_hz, "offset_ns": 0, "ranks": ranks})
+
+    def _ran_out(self) -> bool:
+        """Nothing left to sample here, and every node's job has ended."""
+        local_done = self.node is None or not self.node.active()
+        if self.collector is None:
+            return local_done
+        if local_done and self.node is not None and not self._local_ended:
+            self._local_ended = True
+            self._local_node("ended", "target_exited")
+        return local_done and self.collector.ended(self.expect_nodes)
 
     def drain(self, wait_s: float = 0.0) -> None:
         """Fold the frames written so far into the pipeline (waiting up to ``wait_s`` for one)."""
@@ -144,13 +209,29 @@ class Session:
     def finish(self, duration_s: float | None) -> SessionResult:
         """Write the final summary; raise CliError when sampling itself failed."""
         summary, text = self.summarize(final=True)
-        if self.node.sampling_failed():
+        if self.node is not None and self.node.sampling_failed():
             last = next((e for e in reversed(self.rec.errors) if e.pid is not None), None)   # a sampler's
             message = last.message if last else "py-spy stopped working"
             raise CliError(f"sampling stopped: {message}; summary of what was seen written to {self.run_dir}",
                            KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
         cut_short = self.ran_out and duration_s is not None
         return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
+
+
+def open_collector(args: argparse.Namespace) -> Collector:
+    """The collector of ``--listen`` (bound, its token file created if need be); CliError when not."""
+    def note(line: str) -> None:
+        print(f"traceml: {line}", file=sys.stderr)
+
+    try:
+        host, port = endpoint(args.listen)
+        collector = Collector(host, port, Path(args.token_file).expanduser(), note)
+    except LinkError as exc:
+        raise CliError(str(exc), EXIT_NETWORK) from exc
+    where = "every interface" if host in ("0.0.0.0", "::", "*") else host
+    note(f"listening for agents on {host}:{collector.port} ({where}); on each node run: traceml agent --pid auto "
+         f"--connect <this host>:{collector.port} --token-file {args.token_file}")
+    return collector
 
 
 TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)

@@ -1,0 +1,350 @@
+"""The agent's link to a collector on another machine: ZeroMQ, CURVE-encrypted and authenticated.
+
+Why these sockets. The agent is a DEALER and the collector a ROUTER, not PUSH/PULL: the data
+goes one way, as with PUSH, but the same connection carries two things back that PUSH cannot:
+the collector's acknowledgements (so that what a restarted collector never received is sent
+again, from the agent's buffer) and its end of the session. One port, one encrypted
+connection per agent, and the ROUTER tells every message's sender apart by its routing id.
+
+Keys. The token file holds 32 random bytes (hex). The collector's and the agents' CURVE key
+pairs are derived from it (``Keys.from_token``), so one file is all a node needs; a peer
+without it cannot complete the handshake, or is refused by the collector's authenticator.
+
+Messages (one ZeroMQ frame each, msgpack, decoded with the recording's size limits)::
+
+    agent -> collector  {v, kind, node, agent, seq, t, frames, dropped, dropped_bytes, next, reason}
+        kind "data": ``frames`` (wire frames, agent/wire.py) numbered by ``seq`` from 0, one message
+                     every BATCH_S (an empty one every HEARTBEAT_S: the collector's sign of life)
+        kind "ctx":  the stream's state (hello, targets, threads, exits, restarts, and every code
+                     frame and stack definition) for a collector that does not know this stream;
+                     data goes on from seq ``next``
+        kind "end":  the job on this node ended (``reason``); the agent exits once it is acknowledged
+        t: the agent's wall clock (ns) when sent: the collector estimates the node's clock offset
+    collector -> agent  {ack: seq} | {ack: seq, gap: 1} (resend after seq) | {need: "ctx"} | {end: reason}
+
+Delivery. Every data message stays in the agent's buffer until acknowledged; unacknowledged
+messages are sent again, oldest first, when the collector asks (``gap``, a new collector) or
+after RESEND_S without progress. The buffer holds at most ``buffer_bytes`` (default
+BUFFER_BYTES); past it the oldest messages are dropped, counted in every later message's
+``dropped``/``dropped_bytes``, and the collector records the loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from agent.wire import MAX_FRAME_BYTES, unpacker
+
+LINK_VERSION = 1
+BATCH_S = 0.25            # frames are sent in one message this often
+HEARTBEAT_S = 1.0         # an empty message after this long without one
+RESEND_S = 3.0            # unacknowledged for this long: send the buffer again
+BUFFER_BYTES = 64 * 1024 * 1024   # unacknowledged messages kept for a collector that is away
+END_WAIT_S = 5.0          # how long an agent whose job ended waits for the collector's acknowledgement
+RECONNECT_MS = 200        # ZeroMQ reconnects after this, doubling up to...
+RECONNECT_MAX_MS = 5000   # ...this
+CONTEXT_RESTARTS = 64     # restarts a ``ctx`` message repeats at most
+
+
+class LinkError(Exception):
+    """A token file or an endpoint that cannot be used; the message says what to do."""
+
+
+def _z85_pair(token: bytes, role: bytes) -> tuple[bytes, bytes]:
+    import zmq  # the single-node attacher never needs ZeroMQ
+    from zmq.utils import z85
+
+    secret = z85.encode(hashlib.blake2b(token, digest_size=32, person=b"traceml-" + role).digest())
+    return zmq.curve_public(secret), secret
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The collector's and the agents' CURVE key pairs (Z85), all derived from one token."""
+
+    server_public: bytes
+    server_secret: bytes
+    client_public: bytes
+    client_secret: bytes
+
+    @classmethod
+    def from_token(cls, token: bytes) -> Keys:
+        server = _z85_pair(token, b"server")
+        client = _z85_pair(token, b"client")
+        return cls(server[0], server[1], client[0], client[1])
+
+
+def read_token(path: Path) -> bytes:
+    """The token in ``path``; LinkError (one line) when it is missing or not a token."""
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError as exc:
+        raise LinkError(f"token file {path} does not exist: copy the one the collector created "
+                        "(traceml attach --listen ... --token-file FILE) to this node") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LinkError(f"cannot read token file {path}: {exc}") from exc
+    try:
+        token = bytes.fromhex(text)
+    except ValueError:
+        token = b""
+    if len(token) != 32:
+        raise LinkError(f"{path} is not a traceml token file (64 hex digits expected)")
+    return token
+
+
+def create_token(path: Path) -> bool:
+    """Write a new token to ``path`` (mode 0600) unless the file exists; True if it was created."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise LinkError(f"cannot create token file {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(secrets.token_hex(32) + "\n")
+    return True
+
+
+def token_warning(path: Path) -> str | None:
+    """A line for a token file others can read (it is the key to the session)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    if mode & 0o077:
+        return f"token file {path} can be read by other users (mode {mode & 0o777:o}): chmod 600 {path}"
+    return None
+
+
+def endpoint(text: str, default_host: str = "127.0.0.1") -> tuple[str, int]:
+    """HOST:PORT (or :PORT, or PORT) as (host, port); LinkError when it is not one."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = "", text
+    host = host.strip("[]") or default_host
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise LinkError(f"{text!r} is not HOST:PORT (for example 10.0.0.5:5555)")
+    return host, int(port_text)
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    return msgpack.packb(message, use_bin_type=True)
+
+
+def unpack(data: bytes) -> Any:
+    """One message, with the frame decoder's size limits; raises ValueError when malformed."""
+    if len(data) > MAX_FRAME_BYTES:
+        raise ValueError("message too large")
+    reader = unpacker()
+    try:
+        reader.feed(data)
+        message = reader.unpack()
+    except Exception as exc:   # msgpack's errors have no common base but ValueError subclasses
+        raise ValueError(f"not a message: {exc}") from exc
+    return message
+
+
+class StreamState:
+    """What a collector needs to read a stream it joins late: the newest state frames and every
+    code-frame and stack definition sent so far."""
+
+    def __init__(self) -> None:
+        self.hello: dict[str, Any] | None = None
+        self.frames: dict[tuple[str, int], dict[str, Any]] = {}
+        self.restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
+        self.fdefs: list[list[Any]] = []
+        self.sdefs: list[list[Any]] = []
+
+    def remember(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("k")
+        if kind == "hello":
+            self.hello = frame
+        elif kind in ("target", "threads", "exit"):
+            self.frames[(kind, int(frame.get("pid") or 0))] = frame
+        elif kind == "restart":
+            self.restarts.append(frame)
+        elif kind == "spans":
+            self.fdefs.extend(frame.get("fdefs") or ())
+            self.sdefs.extend(frame.get("sdefs") or ())
+
+    def context(self) -> list[dict[str, Any]]:
+        frames: list[dict[str, Any]] = [self.hello] if self.hello is not None else []
+        frames += [*self.frames.values(), *self.restarts]
+        if self.fdefs or self.sdefs:
+            frames.append({"k": "defs", "fdefs": self.fdefs, "sdefs": self.sdefs})
+        return frames
+
+
+@dataclass
+class LinkStats:
+    sent_messages: int = 0
+    sent_bytes: int = 0
+    resent_messages: int = 0
+    dropped_messages: int = 0
+    dropped_bytes: int = 0
+    acked: int = -1
+
+
+class AgentLink:
+    """Sends a node's frames to the collector (see the module doc). ``put`` is the FrameWriter's
+    listener; ``run`` is the link's own thread; ``finish`` says the job ended and waits for the
+    collector to acknowledge everything."""
+
+    def __init__(self, host: str, port: int, keys: Keys, node: str, buffer_bytes: int = BUFFER_BYTES) -> None:
+        import zmq
+
+        self.node, self.agent = node, uuid.uuid4().hex[:12]
+        self.buffer_bytes = buffer_bytes
+        self.stats = LinkStats()
+        self.state = StreamState()
+        self.ended_by: str | None = None           # the collector's reason, when it ended the session
+        self.collector_seen = threading.Event()    # some reply has come: the collector is there
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._buffer: deque[tuple[int, bytes]] = deque()   # (seq, message) not yet acknowledged
+        self._buffered = 0
+        self._seq = 0
+        self._last_send = 0.0
+        self._progress = time.monotonic()   # when an acknowledgement last moved forward
+        self._end: str | None = None
+        self._ctx = zmq.Context()
+        sock = self._sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.ROUTING_ID, self.agent.encode())
+        sock.curve_serverkey = keys.server_public
+        sock.curve_publickey = keys.client_public
+        sock.curve_secretkey = keys.client_secret
+        sock.setsockopt(zmq.IMMEDIATE, 1)        # nothing queued towards a collector that is not there
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 256)
+        sock.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        sock.setsockopt(zmq.MAXMSGSIZE, 1 << 20)   # replies are tiny
+        sock.connect(f"tcp://{host}:{port}")
+
+    # -- called by the node's threads ------------------------------------------------
+
+    def put(self, frame: dict[str, Any]) -> None:
+        with self._lock:
+            self._pending.append(frame)
+
+    # -- the link's thread -----------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Send, receive and resend until ``stop`` (or the collector ends the session)."""
+        next_batch = time.monotonic()
+        while not stop.is_set() and self.ended_by is None:
+            now = time.monotonic()
+            if now >= next_batch:
+                next_batch = now + BATCH_S
+                self._send_batch(now)
+                if self._buffer and now - self._progress >= RESEND_S:
+                    self._resend(self._buffer[0][0])
+            self._receive(timeout_ms=50)
+
+    def finish(self, reason: str, wait_s: float = END_WAIT_S) -> bool:
+        """Send what is pending and the end of the stream; True once the collector has it all."""
+        self._end = reason
+        self._send_batch(time.monotonic(), force=True)
+        deadline = time.monotonic() + wait_s
+        while self._buffer and time.monotonic() < deadline and self.ended_by is None:
+            if time.monotonic() - self._progress >= RESEND_S / 3:
+                self._resend(self._buffer[0][0])
+                self._progress = time.monotonic()
+            self._receive(timeout_ms=50)
+        return not self._buffer
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+    def _send_batch(self, now: float, force: bool = False) -> None:
+        with self._lock:
+            frames, self._pending = self._pending, []
+        for frame in frames:
+            self.state.remember(frame)
+        if not frames and not force and now - self._last_send < HEARTBEAT_S:
+            return
+        kind = "end" if self._end is not None and force else "data"
+        message = self._message(kind, seq=self._seq, frames=frames, reason=self._end)
+        self._buffer.append((self._seq, message))
+        self._buffered += len(message)
+        self._seq += 1
+        while self._buffered > self.buffer_bytes and len(self._buffer) > 1:
+            _, old = self._buffer.popleft()
+            self._buffered -= len(old)
+            self.stats.dropped_messages += 1
+            self.stats.dropped_bytes += len(old)
+        self._send(message)
+
+    def _message(self, kind: str, **fields: Any) -> bytes:
+        return pack({"v": LINK_VERSION, "kind": kind, "node": self.node, "agent": self.agent, "t": time.time_ns(),
+                     "dropped": self.stats.dropped_messages, "dropped_bytes": self.stats.dropped_bytes, **fields})
+
+    def _send(self, message: bytes) -> None:
+        import zmq
+
+        try:
+            self._sock.send(message, zmq.NOBLOCK)
+        except zmq.Again:
+            return   # no collector connected: the buffer keeps it for later
+        self._last_send = time.monotonic()
+        self.stats.sent_messages += 1
+        self.stats.sent_bytes += len(message)
+
+    def _resend(self, after: int) -> None:
+        """Send the buffer again from seq ``after`` on; the context first when that is gone."""
+        if self._buffer and self._buffer[0][0] > after:
+            self._send(self._message("ctx", seq=None, next=self._buffer[0][0], frames=self.state.context()))
+        for seq, message in list(self._buffer):
+            if seq >= after:
+                self._send(message)
+                self.stats.resent_messages += 1
+        self._progress = time.monotonic()
+
+    def _receive(self, timeout_ms: int) -> None:
+        import zmq
+
+        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+            return
+        while True:
+            try:
+                data = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.collector_seen.set()
+            with contextlib.suppress(ValueError):
+                self._reply(unpack(data))
+
+    def _reply(self, reply: Any) -> None:
+        if not isinstance(reply, dict):
+            return
+        if "end" in reply:
+            self.ended_by = str(reply["end"])
+        elif reply.get("need") == "ctx":
+            oldest = self._buffer[0][0] if self._buffer else self._seq
+            self._send(self._message("ctx", seq=None, next=oldest, frames=self.state.context()))
+            self._resend(oldest)
+        elif isinstance(reply.get("ack"), int):
+            acked = reply["ack"]
+            if acked > self.stats.acked:
+                self.stats.acked = acked
+                self._progress = time.monotonic()
+            while self._buffer and self._buffer[0][0] <= acked:
+                _, message = self._buffer.popleft()
+                self._buffered -= len(message)
+            if reply.get("gap"):
+                self._resend(acked + 1)
