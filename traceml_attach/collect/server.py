@@ -59,25 +59,23 @@ class NodeView:
 
 
 class _KeyCheck:
-    """The authenticator's credentials provider: only the token's client key gets in."""
+    """The authenticator's credentials provider: only the token's client key gets in (a refusal
+    fails the handshake, which the socket monitor counts)."""
 
-    def __init__(self, allowed: bytes, on_refuse: Callable[[], None]) -> None:
-        self.allowed, self.on_refuse = allowed, on_refuse
+    def __init__(self, allowed: bytes) -> None:
+        self.allowed = allowed
 
     def callback(self, domain: str, key: bytes) -> bool:
         from zmq.utils import z85
 
-        if z85.encode(key) == self.allowed or key == self.allowed:
-            return True
-        self.on_refuse()
-        return False
+        return z85.encode(key) == self.allowed or key == self.allowed
 
 
 class Collector:
     """Listens for agents and merges their streams into ``writer`` from its own thread."""
 
     def __init__(self, host: str, port: int, token_file: Path,
-                 note: Callable[[str], None] = lambda _line: None) -> None:
+                 note: Callable[[str], None] = lambda _line: None, lost_s: float = LOST_S) -> None:
         import zmq
         from zmq.auth.thread import ThreadAuthenticator
 
@@ -86,6 +84,7 @@ class Collector:
         elif (warning := token_warning(token_file)) is not None:
             note(warning)
         keys = Keys.from_token(read_token(token_file))
+        self.lost_s = lost_s
         self.writer = FrameWriter(None)   # the session's, once it has one (``record_to``)
         self.merger = Merger(self.writer)
         self.stats = NetStats()
@@ -98,7 +97,7 @@ class Collector:
         self._ctx = zmq.Context()
         self._auth = ThreadAuthenticator(self._ctx, log=_quiet_log())
         self._auth.start()
-        self._auth.configure_curve_callback("*", credentials_provider=_KeyCheck(keys.client_public, self._refused))
+        self._auth.configure_curve_callback("*", credentials_provider=_KeyCheck(keys.client_public))
         sock = self._sock = self._ctx.socket(zmq.ROUTER)
         sock.curve_server = True
         sock.curve_publickey = keys.server_public
@@ -108,8 +107,9 @@ class Collector:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        self._handshaking: set[int] = set()      # accepted connections (fds) not yet through the handshake
         self._monitor = sock.get_monitor_socket(
-            zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            zmq.EVENT_ACCEPTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | _failed_events())
         try:
             if port == 0:
                 port = sock.bind_to_random_port(f"tcp://{host}")
@@ -176,10 +176,10 @@ class Collector:
         self._auth.stop()
         self._ctx.term()
 
-    def _refused(self) -> None:
-        self.stats.refused_peers += 1
-
     def _drain_monitor(self) -> None:
+        """Count the connections that never completed a CURVE handshake: refused by the
+        authenticator (a wrong key), failed (not CURVE), or closed before it (garbage: ZeroMQ drops
+        a peer whose greeting is not ZMTP without a handshake event)."""
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
@@ -188,7 +188,13 @@ class Collector:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if event["event"] & (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+            kind, fd = event["event"], event["value"]
+            if kind == zmq.EVENT_ACCEPTED:
+                self._handshaking.add(fd)
+            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshaking.discard(fd)
+            elif (kind & _failed_events() or kind == zmq.EVENT_DISCONNECTED) and fd in self._handshaking:
+                self._handshaking.discard(fd)
                 self.stats.refused_peers += 1
 
     def _drain(self) -> None:
@@ -291,13 +297,19 @@ class Collector:
         now = time.monotonic()
         with self._lock:
             for agent, stream in self.merger.streams.items():
-                if stream.state in ("joined", "back") and now - self._heard.get(agent, now) > LOST_S:
-                    self.merger.node_frame(stream, "lost", f"no message for {LOST_S:.0f} s")
+                if stream.state in ("joined", "back") and now - self._heard.get(agent, now) > self.lost_s:
+                    self.merger.node_frame(stream, "lost", f"no message for {self.lost_s:.0f} s")
 
     def _write_stats(self, force: bool = False) -> None:
         if force or self.stats != self._written:
             self._written = NetStats(**asdict(self.stats))
             self.writer.write({"k": "net", "t": time.time_ns(), **asdict(self.stats)})
+
+
+def _failed_events() -> int:
+    import zmq
+
+    return zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
 
 def _quiet_log() -> Any:
