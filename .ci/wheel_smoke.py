@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +70,32 @@ def snapshot(traceml: Path, pid: int, tmp: Path) -> None:
         sys.exit("wheel smoke: the snapshot's summary is empty")
 
 
+def multinode(traceml: Path, pid: int, tmp: Path) -> None:
+    """A collector (snapshot --listen) and one agent, both from the wheel: pyzmq with CURVE installed."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    token = tmp / "token"
+    collector = subprocess.Popen([str(traceml), "snapshot", "--listen", f"127.0.0.1:{port}", "--expect-nodes", "1",
+                                  "--seconds", "6", "--quiet", "--token-file", str(token), "--logs-dir",
+                                  str(tmp / "logs"), "--run-name", "multinode"], cwd=tmp, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not token.exists() and collector.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agent = subprocess.Popen([str(traceml), "agent", "--pid", str(pid), "--connect", f"127.0.0.1:{port}",
+                              "--token-file", str(token)], cwd=tmp, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, err = collector.communicate(timeout=120)
+    _, agent_err = agent.communicate(timeout=60)
+    if collector.returncode or agent.returncode:
+        sys.exit(f"wheel smoke: multi-node failed: collector {collector.returncode}: {err.strip()[-400:]}; "
+                 f"agent {agent.returncode}: {agent_err.strip()[-400:]}")
+    summary = json.loads((tmp / "logs" / "multinode" / "final_summary.json").read_text())
+    if len(summary["nodes"]) != 1 or not summary["step_time"]["ranks"]:
+        sys.exit(f"wheel smoke: the collector saw no node's ranks: {summary['nodes']}")
+
+
 def tui(traceml: Path, pid: int, tmp: Path) -> None:
     exit_file = tmp / "tui-exit"
     term = Terminal(attach_command(pid, tmp / "logs", "tui", exit_file, program=str(traceml)), 160, 45)
@@ -104,6 +131,8 @@ def main() -> None:
             step(f"traceml --help works; examples/balanced.py runs as pid {job.pid}")
             snapshot(traceml, job.pid, tmp)
             step("traceml snapshot wrote its summary")
+            multinode(traceml, job.pid, tmp)
+            step("traceml agent streamed to a traceml snapshot --listen (ZeroMQ, CURVE)")
             if shutil.which("tmux") is None:
                 sys.exit("wheel smoke: needs tmux for the TUI")
             tui(traceml, job.pid, tmp)

@@ -101,8 +101,12 @@ def node_of_rank(summary: dict, rank: int) -> dict:
     return next(n for n in summary["nodes"] if n["node"] == number)
 
 
-def test_a_straggler_on_the_second_node_is_named_by_its_global_rank(cluster, tmp_path: Path):
-    # GIVEN one job on two "nodes", whose rank on the second node has slow input
+SECRET = "s3cr3t-4f2a9c"
+
+
+def test_a_straggler_on_the_second_node_is_named_by_its_global_rank(cluster, tmp_path: Path, monkeypatch):
+    # GIVEN one job on two "nodes", whose rank on the second node has slow input (and a secret in its environment)
+    monkeypatch.setenv("TRACEML_TEST_SECRET", SECRET)
     job = cluster("--straggler", "input", "--slow-rank", "1")
     time.sleep(2)
     # WHEN a collector gathers both nodes through their agents
@@ -122,6 +126,9 @@ def test_a_straggler_on_the_second_node_is_named_by_its_global_rank(cluster, tmp
         assert abs(shares["input"] - truth.shares["input"]) <= 0.05, (rank, shares, truth.shares)
     net = summary["net"]
     assert net["messages"] > 0 and net["refused_peers"] == 0 and net["bad_messages"] == 0
+    # AND no environment value but the rank variables left the nodes
+    frames = tmp_path / "logs" / "two-nodes" / "frames.msgpack"
+    assert SECRET.encode() not in frames.read_bytes()
     # AND the collector's recording replays to the same summary
     replayed = traceml("replay", str(tmp_path / "logs" / "two-nodes" / "frames.msgpack"), "--write",
                        "--out", str(tmp_path / "replayed"))

@@ -109,7 +109,8 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
                        help="also collect the ranks of other nodes, streamed by `traceml agent --connect` there; "
                        "HOST defaults to 127.0.0.1 (give 0.0.0.0 or the interface's address for other machines)")
     group.add_argument("--expect-nodes", type=positive_int, metavar="N",
-                       help="the session ends by itself only once N agents' nodes have joined and every job ended")
+                       help="wait for N agents' nodes: --seconds/--duration count from when N have joined (at "
+                       "most 120 s of waiting), and the session ends by itself only once N joined and every job ended")
     group.add_argument("--token-file", default=DEFAULT_TOKEN_FILE, metavar="FILE",
                        help=f"the session's key (default {DEFAULT_TOKEN_FILE}): created (mode 0600) when missing; "
                        "every agent needs a copy. Peers without it are refused")

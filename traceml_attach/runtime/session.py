@@ -102,6 +102,7 @@ class Session:
         self.rate_hz: int = args.rate
         self.ran_out = False
         self._local_ended = False
+        self._all_joined_at: float | None = None
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
 
     @property
@@ -128,7 +129,8 @@ class Session:
                     failed = self.node is not None and self.node.sampling_failed()
                     self.end_reason = "sampling_failed" if failed else "target_exited"
                     break
-                elapsed = time.monotonic() - started
+                clock_from = self._clock_from(started)
+                elapsed = time.monotonic() - clock_from if clock_from is not None else 0.0
                 if duration_s is not None and elapsed >= duration_s:
                     self.end_reason = "duration"
                     break
@@ -168,6 +170,16 @@ class Session:
         self.writer.write({"k": "node", "t": time.time_ns(), "node": 0, "name": socket.gethostname(),
                            "agent": None, "state": state, "reason": reason, "host": socket.gethostname(),
                            "rate_hz": self.rate_hz, "offset_ns": 0, "ranks": ranks})
+
+    def _clock_from(self, started: float) -> float | None:
+        """When the duration starts to count: at once, or with --expect-nodes once that many nodes
+        joined (at most JOIN_WAIT_S after the start); None while still waiting."""
+        if self._all_joined_at is None:
+            if self.collector is None or not self.expect_nodes:
+                self._all_joined_at = started
+            elif len(self.collector.nodes()) >= self.expect_nodes or time.monotonic() - started >= JOIN_WAIT_S:
+                self._all_joined_at = time.monotonic()
+        return self._all_joined_at
 
     def _ran_out(self) -> bool:
         """Nothing left to sample here, and every node's job has ended."""
@@ -234,6 +246,7 @@ def open_collector(args: argparse.Namespace) -> Collector:
     return collector
 
 
+JOIN_WAIT_S = 120.0   # --duration waits this long at most for --expect-nodes nodes to join
 TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)
 
 
