@@ -7,6 +7,7 @@ WORLD_SIZE and GROUP_RANK are ever read from an environment.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import psutil
@@ -119,14 +120,32 @@ def exit_status(pid: int) -> int | None:
 
 
 def find_launchers() -> list[int]:
-    """The launchers on this machine (``--pid auto``): the parents of rank processes (RANK in their
-    environment) that are not ranks themselves; torchrun, ``python -m torch.distributed.run``,
-    accelerate and deepspeed alike. Only the rank variables of each environment are read."""
+    """The launchers on this machine (``--pid auto``): the live parents of live rank processes
+    (RANK in their environment) that are not ranks themselves; torchrun, ``python -m
+    torch.distributed.run``, accelerate and deepspeed alike. A DataLoader worker's parent is a rank,
+    so workers add none. Ranks whose launcher died are adopted by PID 1, which counts only when it
+    is Python (torchrun as a container's entrypoint): an init launched nothing. The caller itself
+    is never a rank here (an agent started with RANK in its environment would name its own parent).
+    Only the rank variables of each environment are read."""
     launchers: set[int] = set()
+    me = os.getpid()
     for proc in psutil.process_iter(["pid", "ppid"]):
         pid, ppid = proc.info["pid"], proc.info["ppid"]
-        if not ppid or "RANK" not in rank_env(pid):
+        if not ppid or pid == me or ppid in launchers or "RANK" not in rank_env(pid):
             continue
-        if "RANK" not in rank_env(ppid) and _alive(proc):
+        if "RANK" in rank_env(ppid) or not _alive(proc):
+            continue
+        try:
+            parent = psutil.Process(ppid)
+        except psutil.Error:
+            continue
+        if _alive(parent) and (ppid != 1 or _is_python(ppid)):
             launchers.add(ppid)
     return sorted(launchers)
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from agent.discovery import find_launchers
 from agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
 from agent.node import NodeAgent
@@ -66,7 +68,7 @@ def _pids(args: argparse.Namespace, stop: threading.Event) -> list[int]:
     while not stop.is_set():
         found = find_launchers()
         if len(found) > 1:
-            raise CliError(f"--pid auto: several launchers on this node (PIDs {', '.join(map(str, found))}): "
+            raise CliError(f"--pid auto: several launchers on this node ({'; '.join(map(_described, found))}): "
                            "give the job's with --pid", EXIT_USAGE)
         if found:
             return found
@@ -80,6 +82,15 @@ def _pids(args: argparse.Namespace, stop: threading.Event) -> list[int]:
                   flush=True)
         stop.wait(1.0)
     raise CliError("interrupted before a launcher appeared", EXIT_OK)
+
+
+def _described(pid: int) -> str:
+    """``PID (its command line)``, for a user choosing among launchers."""
+    try:
+        cmd = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return str(pid)
+    return f"{pid} ({cmd[:80]}{'...' if len(cmd) > 80 else ''})"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -114,6 +114,11 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--token-file", default=DEFAULT_TOKEN_FILE, metavar="FILE",
                        help=f"the session's key (default {DEFAULT_TOKEN_FILE}): created (mode 0600) when missing; "
                        "every agent needs a copy. Peers without it are refused")
+    group.add_argument("--launch", metavar="CMD",
+                       help="start the agents through this launcher, e.g. \"srun --overlap --jobid 123 "
+                       "--ntasks-per-node=1\": runs CMD followed by `python -m traceml_attach agent --pid auto "
+                       "--connect <this host>:PORT --token-file FILE --rate HZ` (the collector's Python, so the "
+                       "same path on every node), its output in the run folder's launch.log, ended with the session")
 
 
 def check_targets(args: argparse.Namespace, parser_prog: str) -> None:
@@ -123,6 +128,8 @@ def check_targets(args: argparse.Namespace, parser_prog: str) -> None:
                        "the ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
     if args.expect_nodes and not args.listen:
         raise CliError("--expect-nodes needs --listen", EXIT_USAGE)
+    if args.launch and not args.listen:
+        raise CliError("--launch needs --listen (the address its agents connect to)", EXIT_USAGE)
 
 
 def positive_int(text: str) -> int:

@@ -107,7 +107,7 @@ class Collector:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
-        self._handshaking: set[int] = set()      # accepted connections (fds) not yet through the handshake
+        self._handshaking: dict[int, None] = {}   # accepted connections (fds) in their handshake, oldest first
         self._monitor = sock.get_monitor_socket(
             zmq.EVENT_ACCEPTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | _failed_events())
         try:
@@ -178,8 +178,13 @@ class Collector:
 
     def _drain_monitor(self) -> None:
         """Count the connections that never completed a CURVE handshake: refused by the
-        authenticator (a wrong key), failed (not CURVE), or closed before it (garbage: ZeroMQ drops
-        a peer whose greeting is not ZMTP without a handshake event)."""
+        authenticator (a wrong key), failed (not CURVE, a wrong server key), or closed before it
+        (garbage: ZeroMQ drops a peer whose greeting is not ZMTP without a handshake event).
+
+        Only connections and disconnections carry the connection's fd; a handshake's outcome is
+        matched to the oldest connection still in its handshake. Where two handshakes overlap that
+        may pair an outcome with the wrong one, but each connection is still counted once, and a
+        refused one once."""
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
@@ -190,11 +195,16 @@ class Collector:
                 return
             kind, fd = event["event"], event["value"]
             if kind == zmq.EVENT_ACCEPTED:
-                self._handshaking.add(fd)
+                self._handshaking[fd] = None
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._handshaking.discard(fd)
-            elif (kind & _failed_events() or kind == zmq.EVENT_DISCONNECTED) and fd in self._handshaking:
-                self._handshaking.discard(fd)
+                if self._handshaking:
+                    del self._handshaking[next(iter(self._handshaking))]
+            elif kind & _failed_events():
+                self.stats.refused_peers += 1
+                if self._handshaking:
+                    del self._handshaking[next(iter(self._handshaking))]
+            elif kind == zmq.EVENT_DISCONNECTED and fd in self._handshaking:
+                del self._handshaking[fd]
                 self.stats.refused_peers += 1
 
     def _drain(self) -> None:

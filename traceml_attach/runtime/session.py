@@ -31,7 +31,8 @@ from agent.sampler import SamplerConfig
 from agent.target import TargetError
 from agent.wire import WIRE_VERSION, FrameWriter
 from traceml_attach.cli.common import plan_targets, recording_bytes, run_dir, target_failure
-from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_OK, EXIT_TARGET_EXITED, KIND_TO_EXIT, CliError
+from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_OK, EXIT_TARGET_EXITED, EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.collect.launcher import AgentLaunch, LaunchError
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
@@ -89,8 +90,13 @@ class Session:
         name = args.run_name
         if name is None and not pids and self.collector is not None:
             name = f"nodes-{self.collector.port}-{time.strftime('%Y%m%d-%H%M%S')}"
-        self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
-        self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+        try:
+            self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
+            self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+        except BaseException:
+            if self.collector is not None:   # its port and threads go with the failed session
+                self.collector.close()
+            raise
         if self.node is not None:
             self.node.writer = self.writer
         if self.collector is not None:
@@ -104,6 +110,16 @@ class Session:
         self._local_ended = False
         self._all_joined_at: float | None = None
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
+        self.launch: AgentLaunch | None = None
+        if self.collector is not None and getattr(args, "launch", None):
+            try:
+                self.launch = AgentLaunch.start(args.launch, self.collector.host, self.collector.port,
+                                                Path(args.token_file).expanduser(), args.rate, self.run_dir,
+                                                self.writer, lambda line: print(f"traceml: {line}", file=sys.stderr))
+            except LaunchError as exc:
+                self.collector.close()
+                self.writer.close()
+                raise CliError(str(exc), EXIT_USAGE) from exc
 
     @property
     def rec(self) -> Recording:
@@ -144,6 +160,8 @@ class Session:
                 receiver.join()
                 self.collector.end_session(self.end_reason if self.ran_out else "stopped")
                 self.collector.close()
+                if self.launch is not None:
+                    self.launch.stop()
             analyst.join()
             if self.node is not None:
                 self.node.join()
