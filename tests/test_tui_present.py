@@ -14,8 +14,8 @@ from traceml_attach.output.summary import Summary
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.feed import Notice, Update
-from traceml_attach.tui.present import SPARK, move_phase, move_rank, present, sparkline
-from traceml_attach.tui.viewmodel import Selection
+from traceml_attach.tui.present import move_phase, move_rank, present
+from traceml_attach.tui.viewmodel import SPARK, Selection, sparkline
 from traceml_attach.tui.widgets._panel import window
 
 

@@ -6,23 +6,46 @@ import sys
 import time
 
 from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.diagnose.report import Report
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.render import listed_ranks, node_states, node_tag, spread
 from traceml_attach.steps.phases import REGISTRY
 
 _SHORT = {p.name: p.tiny for p in REGISTRY}
+LIVE_RANKS = 8      # ranks given one by one in a live line; past it, the spread and the slowest
+LIVE_SLOWEST = 3
 
 
 def live_line(rec: Recording, an: Analysis, elapsed_s: float) -> str:
     f = an.findings[0]
+    rep = an.report
     parts = [time.strftime("%H:%M:%S"), f"{elapsed_s:5.0f}s", f"[{f.status}] {f.summary}"]
+    if rep.nodes:
+        parts.append(node_states(rep.nodes))
+    if len(an.ranks) > LIVE_RANKS:
+        parts.append(_many(rep))
+        return " | ".join(parts)
     for r in an.ranks:
+        label = f"r{r.rank}" + (node_tag(rep, int(r.rank)) if r.rank.isdigit() else "")
         if r.shares:
             shares = " ".join(f"{_SHORT[p]} {100 * v:.0f}%" for p, v in r.shares.items())
             step = f"{r.step_ms:.1f} ms/step" if r.step_ms is not None else "step time unknown"
-            parts.append(f"r{r.rank}: {r.steps}{'' if r.step_ms is not None else '+'} steps, {step}, {shares}")
+            parts.append(f"{label}: {r.steps}{'' if r.step_ms is not None else '+'} steps, {step}, {shares}")
         else:
-            parts.append(f"r{r.rank}: {r.steps} steps")
+            parts.append(f"{label}: {r.steps} steps")
     return " | ".join(parts)
+
+
+def _many(rep: Report) -> str:
+    """Many ranks in one part: the step's spread across them and the slowest few."""
+    st = rep.step_time
+    dist = dict(spread(st))
+    if not dist:
+        return f"{len(st.ranks)} ranks, step time unknown"
+    known = [rank for rank in listed_ranks(st, LIVE_SLOWEST) if st.ranks[rank].step_ms is not None]
+    slow = ", ".join(f"r{rank}{node_tag(rep, rank)} {st.ranks[rank].step_ms:.1f}" for rank in known[:LIVE_SLOWEST])
+    return (f"{len(st.ranks)} ranks: step p50 {dist['p50'].step_ms:.1f} / p90 {dist['p90'].step_ms:.1f} / "
+            f"max {dist['max'].step_ms:.1f} ms; slowest {slow}")
 
 
 def print_live(rec: Recording, an: Analysis, elapsed_s: float) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterable
 
 from traceml_attach.diagnose.finding import Finding
-from traceml_attach.diagnose.report import PhaseRow, RankStepTime, Report, StepTimeReport
+from traceml_attach.diagnose.report import NetReport, NodeRow, PhaseRow, RankStepTime, Report, StepTimeReport
 from traceml_attach.ingest.segments import duration_text
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES, REGISTRY
@@ -47,29 +49,152 @@ def rank_note(r: RankStepTime) -> str | None:
     return f"rank {r.rank}: {coverage}; sampling problem{more}: {r.problems[-1].line()}"
 
 
-def _phase_row(label: str, row: PhaseRow) -> str:
-    return (f"  {label:<12}{'':>6}{_ms(row.step_ms):>9}"
+# --- many ranks and many nodes: shared with the TUI (tui/present.py) ----------------------
+
+MANY_RANKS = 64     # past this many ranks the step table summarises instead of listing every rank
+WORST_RANKS = 8     # ...listing this many of the slowest, and every rank a finding names
+SPREAD = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("max", 1.0))   # the distribution's rows
+
+
+def summarised(st: StepTimeReport) -> bool:
+    return len(st.ranks) > MANY_RANKS
+
+
+def listed_ranks(st: StepTimeReport, n: int = WORST_RANKS) -> tuple[int, ...]:
+    """The ranks a summarised step table lists, slowest first: the ``n`` slowest by typical
+    step, and every rank a finding names (a hang's rank need not be slow)."""
+    named = {f.worst_rank for f in st.findings if isinstance(f.worst_rank, int)} & set(st.ranks)
+    slow = sorted(st.ranks.values(), key=lambda r: (r.step_ms is None, -(r.step_ms or 0.0), r.rank))
+    keep = {r.rank for r in slow[:n]} | named
+    return tuple(r.rank for r in slow if r.rank in keep)
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The nearest-rank quantile of an ascending list (q=0: its minimum, 1: its maximum)."""
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def spread(st: StepTimeReport) -> tuple[tuple[str, PhaseRow], ...]:
+    """The typical step and each phase across the ranks whose step time is known (ms per step),
+    as SPREAD's rows. Each column is ranked on its own, so a row's phases need not add up to its
+    step, and no row is one rank's (the report's median and worst rows are)."""
+    known = [r for r in st.ranks.values() if r.step_ms is not None]
+    if not known:
+        return ()
+    steps = sorted(r.step_ms for r in known if r.step_ms is not None)
+    columns = {p: sorted((r.phases_ms or {}).get(p, 0.0) for r in known) for p in PHASES}
+    return tuple((label, PhaseRow(_quantile(steps, q), {p: _quantile(v, q) for p, v in columns.items()}))
+                 for label, q in SPREAD)
+
+
+def rank_place(rep: Report, rank: int) -> str:
+    """Where a global rank runs in a multi-node session: "n1/l1" (node 1, local rank 1); "" on
+    one machine."""
+    status = rep.ranks.get(rank)
+    if not rep.nodes or status is None:
+        return ""
+    return f"n{status.node}" + ("" if status.local_rank is None else f"/l{status.local_rank}")
+
+
+def node_tag(rep: Report, rank: int) -> str:
+    """The place beside a global rank: "65 (n1/l1)"."""
+    place = rank_place(rep, rank)
+    return f" ({place})" if place else ""
+
+
+def rank_ranges(ranks: tuple[int, ...] | list[int]) -> str:
+    """Ranks as compact ranges: 0-63, 65, 70-71."""
+    out: list[str] = []
+    ordered = sorted(set(ranks))
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ", ".join(out) if out else "none yet"
+
+
+def node_states(nodes: tuple[NodeRow, ...]) -> str:
+    """"3 nodes (2 joined, 1 lost)": a node that came back counts as joined."""
+    counts: dict[str, int] = {}
+    for n in nodes:
+        state = "joined" if n.state == "back" else n.state
+        counts[state] = counts.get(state, 0) + 1
+    states = ", ".join(f"{k} {state}" for state, k in sorted(counts.items(), key=lambda kv: kv[0] != "joined"))
+    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} ({states})"
+
+
+def worst_offset(nodes: tuple[NodeRow, ...]) -> NodeRow | None:
+    """The node whose clock is furthest from the collector's."""
+    known = [n for n in nodes if n.clock_offset_ms is not None]
+    return max(known, key=lambda n: abs(n.clock_offset_ms or 0.0), default=None)
+
+
+def net_line(net: NetReport) -> str:
+    return (f"net: {net.messages} messages, {net.bytes / 1e6:.1f} MB, {net.refused_peers} refused peers, "
+            f"{net.bad_messages} bad messages, {net.agent_dropped} dropped by agents")
+
+
+def _nodes(rep: Report) -> list[str]:
+    """A multi-node session's nodes: nothing at all on one machine."""
+    if not rep.nodes:
+        return []
+    out = [f"Nodes: {node_states(rep.nodes)}"]
+    for n in rep.nodes:
+        name = n.name if n.host in (None, n.name) else f"{n.name} ({n.host})"
+        state = f"{n.state} ({n.reason})" if n.reason and n.state in ("lost", "ended") else n.state
+        offset = "offset unknown" if n.clock_offset_ms is None else f"offset {n.clock_offset_ms:+.1f} ms"
+        out.append(f"  n{n.node:<3} {name}  {state}; ranks {rank_ranges(n.ranks)}; clock {offset}")
+    out.append("  (a clock offset is the collector's clock minus the node's; cross-node diagnoses compare "
+               "durations, which it does not change)")
+    if rep.net is not None:
+        out.append(f"  {net_line(rep.net)}")
+    return out
+
+
+# --- the step table -----------------------------------------------------------------------
+
+def _phase_row(label: str, row: PhaseRow, width: int = 12) -> str:
+    return (f"  {label:<{width}}{'':>6}{_ms(row.step_ms):>9}"
             + "".join(f"{_ms(row.phases_ms.get(p)):>10}" for p in PHASES))
 
 
-def _table(st: StepTimeReport) -> list[str]:
-    head = f"  {'Rank':<12}{'Steps':>6}{'Step ms':>9}" + "".join(f"{_HEAD[p]:>10}" for p in PHASES)
+def _table(rep: Report) -> list[str]:
+    st = rep.step_time
+    many = summarised(st)
+    listed = listed_ranks(st) if many else tuple(st.ranks)
+    labels = {rank: f"{rank}{node_tag(rep, rank)}" for rank in listed}
+    width = max([12, *(len(label) + 2 for label in labels.values())])
+    head = f"  {'Rank':<{width}}{'Steps':>6}{'Step ms':>9}" + "".join(f"{_HEAD[p]:>10}" for p in PHASES)
     rows = [head]
-    for rank, r in st.ranks.items():
+    for rank in listed:
+        r = st.ranks[rank]
         phases = r.phases_ms or {}
         steps = f"{r.steps}+" if r.step_ms is None else str(r.steps)
-        rows.append(f"  {rank:<12}{steps:>6}{_ms(r.step_ms):>9}"
+        rows.append(f"  {labels[rank]:<{width}}{steps:>6}{_ms(r.step_ms):>9}"
                     + "".join(f"{_ms(phases.get(p)):>10}" for p in PHASES))
         note = rank_note(r)
         if note:
             rows.append(f"    ! {note}")
+    if many:
+        troubled = sum(1 for rank, r in st.ranks.items() if r.problem_count and rank not in labels)
+        rows.append(f"  ... {len(st.ranks) - len(listed)} more ranks (listed: the {WORST_RANKS} slowest and those "
+                    "a finding names)" + (f"; {troubled} of them had sampling problems" if troubled else ""))
+        dist = spread(st)
+        if dist:
+            known = sum(1 for r in st.ranks.values() if r.step_ms is not None)
+            rows.append(f"  Across {known} ranks (each column on its own):")
+            rows += [_phase_row(label, row, width) for label, row in dist]
     if st.median is not None and st.worst is not None:
-        rows.append(_phase_row("Median", st.median))
-        rows.append(_phase_row(f"Worst (r{st.worst.rank})", st.worst))
+        rows.append(_phase_row("Median", st.median, width))
+        rows.append(_phase_row(f"Worst (r{st.worst.rank})", st.worst, width))
         rows.append(f"  Skew {st.skew_pct or 0.0:.1f}%   WAIT share {100 * (st.wait_share or 0.0):.1f}%")
     if st.step_time_note:
         rows.append(f"  {st.step_time_note}")
-    for rank, r in st.ranks.items():
+    for rank in listed:
+        r = st.ranks[rank]
         if r.shares:
             shares = r.shares
             rows.append(f"  rank {rank} shares: " + ", ".join(f"{p} {100 * shares[p]:.1f}%" for p in PHASES))
@@ -94,30 +219,58 @@ def micro_text(micro_batches: int | None) -> str:
     return f"of {micro_batches} micro-batches"
 
 
+TARGET_LINES = 8    # "Target:" lines; the rest are counted in one
+STATUS_LINES = 16   # "Rank N: exited ..." lines; the rest are counted in one
+
+
+def _rank_states(rep: Report) -> list[str]:
+    """The ranks that are not simply alive: the ranks of a node whose agent went silent in one
+    line per node (their own fate is unknown), then each exited or restarted rank."""
+    lost: dict[int, list[int]] = {}
+    lines = []
+    for rank, r in rep.ranks.items():
+        if r.status == "agent lost":
+            lost.setdefault(r.node, []).append(rank)
+        elif r.status != "alive" or r.restarts:
+            extra = f" with status {r.exit_status}" if r.exit_status is not None else ""
+            lines.append(f"Rank {rank}{node_tag(rep, rank)}: {r.status}{extra}; pids {', '.join(map(str, r.pids))}"
+                         + (f", {r.restarts} restart(s)" if r.restarts else ""))
+    reasons = {n.node: n.reason for n in rep.nodes}
+    out = [f"Rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)} (n{node}): AGENT LOST"
+           + (f" ({reasons[node]})" if reasons.get(node) else "")
+           + ": the node's agent went silent; whether these ranks still run is unknown"
+           for node, ranks in sorted(lost.items())]
+    out += lines[:STATUS_LINES]
+    if len(lines) > STATUS_LINES:
+        out.append(f"... {len(lines) - STATUS_LINES} more ranks exited or restarted")
+    return out
+
+
 def _head(s: Summary) -> list[str]:
     rep = s.report
     samp = rep.sampling
     win = samp.window
     span_s = (win.end - win.start) if win.start is not None and win.end is not None else 0.0
     out = [f"traceml-attach summary: {s.run_name}"]
-    for t in rep.targets:
+    for t in rep.targets[:TARGET_LINES]:
         state = "exited" if t.exited else "running"
         status = f" (status {t.exit_status})" if t.exit_status is not None else ""
-        out.append(f"Target: pid {t.pid}  {' '.join(t.cmd)[:90]}  [{state}{status}]")
+        where = f" on n{t.node}" if rep.nodes else ""
+        out.append(f"Target: pid {t.pid}{where}  {' '.join(t.cmd)[:90]}  [{state}{status}]")
+    if len(rep.targets) > TARGET_LINES:
+        exited = sum(1 for t in rep.targets[TARGET_LINES:] if t.exited)
+        out.append(f"... {len(rep.targets) - TARGET_LINES} more targets ({exited} exited)")
+    out += _nodes(rep)
     ranks = rep.step_time.ranks.values()
     frameworks = sorted({r.framework for r in ranks if r.framework})
     accumulating = sorted({micro_text(r.micro_batches) for r in ranks if r.micro_batches != 1})
     if frameworks or accumulating:
         micro = f"a step is an optimizer step {' / '.join(accumulating)}" if accumulating else ""
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")
-    for rank, r in rep.ranks.items():
-        if r.status != "alive" or r.restarts:
-            extra = f" with status {r.exit_status}" if r.exit_status is not None else ""
-            out.append(f"Rank {rank}: {r.status}{extra}; pids {', '.join(map(str, r.pids))}"
-                       + (f", {r.restarts} restart(s)" if r.restarts else ""))
+    out += _rank_states(rep)
     backend = f"{samp.backend} {samp.version}" if samp.version else samp.backend
-    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {samp.rate_hz} Hz, {samp.samples or 0} samples, "
-               f"{samp.errors or 0} errors")
+    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {samp.rate_hz} Hz, "
+               f"{samp.samples or 0} samples, {samp.errors or 0} errors")
     out.append("")
     p = rep.primary_diagnosis
     out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")
@@ -149,12 +302,30 @@ def _session(rep: Report) -> list[str]:
     return [*out, ""]
 
 
+def _detailed(rep: Report) -> set[int] | None:
+    """With many ranks, the ranks the per-rank lines are given for: those the step table lists,
+    and the one with the worst memory peak; None: every rank."""
+    st = rep.step_time
+    if not summarised(st):
+        return None
+    worst = rep.step_memory.shown.worst_rank
+    return {*listed_ranks(st), *([] if worst is None else [worst])}
+
+
+def _fewer(shown: set[int] | None, ranks: Iterable[int], indent: str) -> list[str]:
+    """The line that says how many of ``ranks`` had their lines left out."""
+    left = 0 if shown is None else sum(1 for rank in ranks if rank not in shown)
+    return [f"{indent}... {left} more ranks (lines for the ranks the step table lists)"] if left else []
+
+
 def _hot(rep: Report) -> list[str]:
     out = []
+    shown = _detailed(rep)
     for rank, phases in rep.hot_frames.items():
-        if not phases:
+        if not phases or (shown is not None and rank not in shown):
             continue
-        out.append(f"Hot frames (rank {rank}; share of each phase)")
+        place = rank_place(rep, rank)
+        out.append(f"Hot frames (rank {rank}{f' on {place}' if place else ''}; share of each phase)")
         for phase in PHASES:
             for h in phases.get(phase, ())[:3]:
                 via = f"  via {h.via}" if h.via else ""
@@ -165,6 +336,7 @@ def _hot(rep: Report) -> list[str]:
 
 def _memory(rep: Report) -> list[str]:
     sm = rep.step_memory
+    shown = _detailed(rep)
     out = _diag_block("Step Memory", sm.diagnosis)
     for mem in (sm.gpu, sm.host):
         if mem is None or not mem.ranks:
@@ -173,10 +345,13 @@ def _memory(rep: Report) -> list[str]:
         out.append(f"  {label}: median peak {_mb(mem.median_peak_bytes)}, worst peak "
                    f"{_mb(mem.worst_peak_bytes)} (rank {mem.worst_rank}), skew {mem.skew_pct}%")
         for rank, r in mem.ranks.items():
+            if shown is not None and rank not in shown:
+                continue
             trend = " → ".join(_mb(b) for b in r.head_mid_tail_bytes) if r.head_mid_tail_bytes else "too few samples"
             pace = (f"; past warm-up {r.growth_bytes / 2**20:+.0f} MB over {r.judged_s:.0f} s"
                     if r.growth_bytes is not None and r.judged_s else "")
-            out.append(f"    rank {rank}: head/mid/tail {trend}{pace}")
+            out.append(f"    rank {rank}{node_tag(rep, rank)}: head/mid/tail {trend}{pace}")
+        out += _fewer(shown, mem.ranks, "    ")
     return out
 
 
@@ -191,11 +366,15 @@ def _system_process(rep: Report) -> list[str]:
         out.append(f"  GPU {i}: util {g.util_percent_median}% (median), memory peak "
                    f"{None if g.mem_used_peak is None else round(100 * g.mem_used_peak)}%, "
                    f"temp peak {g.temp_c_peak} C")
+    shown = _detailed(rep)
     for rank, r in rep.process.ranks.items():
-        cpu_pct = r.cpu_percent_median
+        if shown is not None and rank not in shown:
+            continue
+        cpu_pct = "-" if r.cpu_percent_median is None else f"{r.cpu_percent_median:.0f}"
         gpu = f", GPU memory peak {_mb(r.gpu_mem_peak_bytes)}" if r.gpu_mem_peak_bytes else ""
-        out.append(f"  rank {rank}: pid {r.pid} CPU {'-' if cpu_pct is None else f'{cpu_pct:.0f}'}% (median), "
+        out.append(f"  rank {rank}{node_tag(rep, rank)}: pid {r.pid} CPU {cpu_pct}% (median), "
                    f"RSS peak {_mb(r.rss_peak_bytes)} with {_n(r.workers)} workers, {_n(r.threads)} threads{gpu}")
+    out += _fewer(shown, rep.process.ranks, "  ")
     for note in rep.process.notes:
         out.append(f"  note: {note}")
     return out
@@ -222,7 +401,7 @@ def render_text(s: Summary) -> str:
     out += _diag_block("Step Time", st.diagnosis)
     for extra in st.findings[1:]:
         out.append(f"  also [{extra.status}] {extra.severity}: {extra.summary}")
-    out += _table(st)
+    out += _table(rep)
     out.append("")
     out += _session(rep)
     out += _hot(rep)

@@ -7,7 +7,16 @@ import time
 
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime
-from traceml_attach.output.render import rank_note
+from traceml_attach.output.render import (
+    listed_ranks,
+    node_states,
+    node_tag,
+    rank_note,
+    rank_place,
+    spread,
+    summarised,
+    worst_offset,
+)
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import (
@@ -30,7 +39,6 @@ from traceml_attach.tui.viewmodel import (
     ViewModel,
 )
 
-SPARK = "▁▂▃▄▅▆▇█"
 NONE = "-"
 
 
@@ -68,17 +76,6 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
-def sparkline(values: list[int] | list[float]) -> str:
-    """Block characters, oldest first (live.SPARK_POINTS of them at most; the panel keeps what
-    fits). The scale starts at the series' minimum and spans at least 2% of its peak, so
-    sampling noise on a flat series stays flat."""
-    if not values:
-        return ""
-    lo, hi = min(values), max(values)
-    span = max(hi - lo, 0.02 * abs(hi), 1.0)
-    return "".join(SPARK[min(int((v - lo) / span * len(SPARK)), len(SPARK) - 1)] for v in values)
-
-
 # --- selection ----------------------------------------------------------------------------
 
 def rank_ids(doc: Summary) -> tuple[int, ...]:
@@ -113,6 +110,21 @@ def move_phase(sel: Selection, by: int) -> Selection:
 
 # --- panels -------------------------------------------------------------------------------
 
+ROWS_AROUND = 100   # rows a list panel is given either side of the selected rank: none is taller
+
+
+def around(ranks: list[int], selected: int | None) -> tuple[list[int], int]:
+    """The ranks a list panel (ranks, memory, process) is given, those within ROWS_AROUND of the
+    selected one, and how many it is not: the panel shows a window of them around the selection
+    anyway, and 1,024 ranks' rows would cost each refresh some 10 ms."""
+    span = 2 * ROWS_AROUND + 1
+    if len(ranks) <= span:
+        return ranks, 0
+    i = ranks.index(selected) if selected in ranks else 0
+    start = min(max(i - ROWS_AROUND, 0), len(ranks) - span)
+    return ranks[start:start + span], len(ranks) - span
+
+
 def _diagnosis(title: str, d: Finding) -> DiagnosisVM:
     return DiagnosisVM(title, d.status, d.severity, d.summary, d.why, d.action)
 
@@ -124,7 +136,8 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     script = next((a.rsplit("/", 1)[-1] for a in cmd[1:] if a.endswith(".py")), cmd[0] if cmd else "?")
     pids = ", ".join(str(t.pid) for t in targets[:4]) + (" …" if len(targets) > 4 else "")
     n = len(ids)
-    target = f"{script} · pid {pids} · {n} rank{'s' if n != 1 else ''}"
+    where = "" if doc.report.nodes else f" · pid {pids}"   # PIDs of many nodes would repeat (each its own)
+    target = f"{script}{where} · {n} rank{'s' if n != 1 else ''}"
     frameworks = sorted({r.framework for r in doc.report.step_time.ranks.values() if r.framework})
     if frameworks:
         target += f" · loop: {', '.join(frameworks)}"
@@ -143,7 +156,11 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
         mode = f"WARMING UP ({live.steps_seen} steps seen)"
     span = (win.end - win.start) if win.start is not None and win.end is not None else None
     sampling = f"{samp.backend} {samp.version or ''} · {samp.rate_hz} Hz · window {duration(span)}"
-    return HeaderVM(f"traceml attach · {doc.run_name}", target, clock, mode, sampling)
+    nodes = doc.report.nodes
+    far = worst_offset(nodes)
+    offset = "" if far is None else f" · clock {far.clock_offset_ms:+.1f} ms (n{far.node})"
+    return HeaderVM(f"traceml attach · {doc.run_name}", target, clock, mode, sampling,
+                    f"{node_states(nodes)}{offset}" if nodes else "", any(n.state == "lost" for n in nodes))
 
 
 def present_rail(doc: Summary) -> RailVM:
@@ -168,18 +185,30 @@ def present_rail(doc: Summary) -> RailVM:
 
 
 def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
-    st = doc.report.step_time
+    """Every rank's row; past render.MANY_RANKS ranks, the slowest (and those a finding names)
+    worst first, the selected one, and the spread of the step and its phases instead of the
+    median and worst rows."""
+    rep = doc.report
+    st = rep.step_time
     worst = st.worst
     named = st.diagnosis.worst_rank
     flagged = named if named is not None else (worst.rank if worst else None)
+    many = summarised(st)
+    listed = listed_ranks(st) if many else tuple(sorted(st.ranks))
+    if many and sel.rank in st.ranks and sel.rank not in listed:
+        listed += (sel.rank,)
     rows = []
-    for rank, r in sorted(st.ranks.items()):
+    for rank in listed:
+        r = st.ranks[rank]
         shares = r.shares
         steps = str(r.steps) + ("+" if r.step_ms is None else "")
-        rows.append(StepRow(f"r{rank}", "rank", steps, ms(r.step_ms, unknown="?"),
+        rows.append(StepRow(f"r{rank}{node_tag(rep, rank)}", "rank", steps, ms(r.step_ms, unknown="?"),
                             _cells(r.phases_ms or {}, shares), tuple(shares[p] for p in PHASES) if shares else None,
                             selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0))
-    if st.median is not None and worst is not None:
+    if many:   # each column ranked on its own: no bar, which would read as one rank's step
+        rows += [StepRow(label, "spread", "", ms(row.step_ms), tuple(ms(row.phases_ms.get(p)) for p in PHASES), None)
+                 for label, row in spread(st)]
+    elif st.median is not None and worst is not None:
         rows.append(StepRow("median", "median", "", ms(st.median.step_ms),
                             tuple(ms(st.median.phases_ms.get(p)) for p in PHASES), _shares(st.median)))
         rows.append(StepRow(f"worst r{worst.rank}", "worst", "", ms(worst.step_ms),
@@ -188,7 +217,7 @@ def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
     wait = NONE if st.wait_share is None else f"{100 * st.wait_share:.1f}%"
     note = (st.step_time_note or "") if rows else st.diagnosis.summary
     return StepTableVM(tuple(rows), sel.phase, skew, wait, None if worst is None else str(worst.rank), note,
-                       _alerts(st.ranks, sel.rank))
+                       _alerts(st.ranks, sel.rank), len(st.ranks) - len(listed))
 
 
 def _alerts(ranks: dict[int, RankStepTime], selected: int | None) -> tuple[str, ...]:
@@ -215,18 +244,19 @@ def present_memory(doc: Summary, sel: Selection) -> MemoryVM:
     report = sm.shown
     series = doc.live.memory_series if doc.live else {}
     rows = []
-    for rank in sorted(set(report.ranks) | set(series)):
+    ranks, hidden = around(sorted(set(report.ranks) | set(series)), sel.rank)
+    for rank in ranks:
         r = report.ranks.get(rank)
         values = series.get(rank, ())
         peak = r.peak_bytes if r is not None else (max(values) if values else None)
-        rows.append(MemoryRow(str(rank), sparkline(list(values)), size(peak),
+        rows.append(MemoryRow(str(rank), values, size(peak),
                               signed_size(r.delta_bytes if r is not None else None),
                               selected=rank == sel.rank, flagged=rank == report.worst_rank))
     label = "GPU memory (NVML: reserved + context)" if report.source == "gpu" else "host RSS + DataLoader workers"
     skew = report.skew_pct
     return MemoryVM(label, tuple(rows), size(report.median_peak_bytes), size(report.worst_peak_bytes),
                     None if report.worst_rank is None else str(report.worst_rank),
-                    NONE if skew is None else f"{skew:+.1f}%")
+                    NONE if skew is None else f"{skew:+.1f}%", hidden)
 
 
 def present_system(doc: Summary) -> SystemVM:
@@ -246,7 +276,9 @@ def present_system(doc: Summary) -> SystemVM:
 def present_process(doc: Summary, sel: Selection) -> ProcessVM:
     proc = doc.report.process
     rows = []
-    for rank, r in sorted(proc.ranks.items()):
+    ranks, hidden = around(sorted(proc.ranks), sel.rank)
+    for rank in ranks:
+        r = proc.ranks[rank]
         workers = NONE if r.workers is None else str(r.workers)
         if r.workers_cpu_percent is not None:
             workers += f" ({r.workers_cpu_percent:.0f}%)"
@@ -256,7 +288,7 @@ def present_process(doc: Summary, sel: Selection) -> ProcessVM:
         rows.append(ProcessRow(str(rank), str(r.pid), pct(r.cpu_percent_median), size(r.rss_peak_bytes), gpu,
                                workers, NONE if r.threads is None else str(r.threads), selected=rank == sel.rank))
     d = proc.diagnosis
-    return ProcessVM(tuple(rows), proc.notes, d.status, d.severity, d.summary)
+    return ProcessVM(tuple(rows), proc.notes, d.status, d.severity, d.summary, hidden)
 
 
 def present_hot(doc: Summary, sel: Selection) -> HotFramesVM:
@@ -279,12 +311,16 @@ def present_ranks(doc: Summary, ids: tuple[int, ...], sel: Selection) -> RanksVM
     status = doc.report.ranks
     steps = doc.report.step_time.ranks
     rows = []
-    for rank in ids:
+    lost = {n.node: n.reason for n in doc.report.nodes if n.state == "lost"}
+    ranks, hidden = around(list(ids), sel.rank)
+    for rank in ranks:
         s = status.get(rank)
         step = steps.get(rank)
         state = s.status if s is not None else "alive"
         if s is not None and s.status == "exited":
             detail = "exited" + (f" with status {s.exit_status}" if s.exit_status is not None else "")
+        elif s is not None and s.status == "agent lost":   # before stalled: its spans stopped with its agent
+            detail = f"node {s.node}'s agent went silent" + (f" ({lost[s.node]})" if lost.get(s.node) else "")
         elif s is not None and s.stall is not None and s.stall.stalled:
             state = "stalled"
             detail = f"no step for {s.stall.idle_s:.0f} s, in {s.stall.what}" + (
@@ -294,8 +330,9 @@ def present_ranks(doc: Summary, ids: tuple[int, ...], sel: Selection) -> RanksVM
         if s is not None and s.restarts:
             detail += f" · {s.restarts} restart{'s' if s.restarts > 1 else ''}"
         pid = s.pid if s is not None else (step.pid if step is not None else None)
-        rows.append(RankRow(str(rank), NONE if pid is None else str(pid), state, detail, selected=rank == sel.rank))
-    return RanksVM(tuple(rows))
+        rows.append(RankRow(str(rank), NONE if pid is None else str(pid), state, detail, selected=rank == sel.rank,
+                            node=rank_place(doc.report, rank)))
+    return RanksVM(tuple(rows), hidden)
 
 
 def present(doc: Summary, sel: Selection, mode: str = "LIVE") -> ViewModel:

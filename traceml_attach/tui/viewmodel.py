@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from traceml_attach.steps.phases import REGISTRY
 
 PHASE_HEADS = tuple(p.short for p in REGISTRY)   # column heads, in PHASES order
+SPARK = "▁▂▃▄▅▆▇█"
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class HeaderVM:
     clock: str          # "14:03:21 · 1m 05s"
     mode: str           # LIVE | PAUSED | REPLAY | WARMING UP (3 steps seen)
     sampling: str       # "py-spy 0.4.3 · 100 Hz · last 30 s"
+    nodes: str = ""     # "16 nodes (15 joined, 1 lost) · clock -2.1 ms (n7)" (the furthest offset); "" on one machine
+    nodes_lost: bool = False   # a node's agent went silent: the nodes show in red
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,8 @@ class RailVM:
 
 @dataclass(frozen=True)
 class StepRow:
-    label: str                              # "r0", "median", "worst r1"
-    kind: str                               # rank | median | worst
+    label: str                              # "r0", "r65 (n1/l1)", "median", "worst r1", "p90"
+    kind: str                               # rank | median | worst | spread (a distribution row: min, p50...)
     steps: str
     step_ms: str
     phases_ms: tuple[str, ...]              # in PHASES order
@@ -54,23 +57,41 @@ class StepRow:
 
 @dataclass(frozen=True)
 class StepTableVM:
-    rows: tuple[StepRow, ...]               # ranks first, then median and worst
+    rows: tuple[StepRow, ...]               # ranks first, then median and worst (or, summarised, the spread)
     phase: str                              # the selected phase (a highlighted column)
     skew: str                               # "+12.3%" or "-"
     wait_share: str                         # "8.0%" or "-"
     worst_rank: str | None
     note: str                               # what there is instead of rows, or what is unknown about them
     alerts: tuple[str, ...] = ()            # per rank: its sampling problems and coverage, selected first
+    hidden: int = 0                         # ranks not listed: the table summarises (slowest, selected, spread)
+
+
+def sparkline(values: tuple[int, ...] | list[int] | list[float]) -> str:
+    """Block characters, oldest first (live.SPARK_POINTS of them at most; the panel keeps what
+    fits). The scale starts at the series' minimum and spans at least 2% of its peak, so
+    sampling noise on a flat series stays flat."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    span = max(hi - lo, 0.02 * abs(hi), 1.0)
+    return "".join(SPARK[min(int((v - lo) / span * len(SPARK)), len(SPARK) - 1)] for v in values)
 
 
 @dataclass(frozen=True)
 class MemoryRow:
     rank: str
-    spark: str          # block characters, oldest first
+    trend: tuple[int, ...]   # bytes, oldest first (LiveState.memory_series)
     peak: str           # "1.2 GiB"
     change: str         # "+120 MiB" (tail third minus head third) or "-"
     selected: bool = False
     flagged: bool = False
+
+    @property
+    def spark(self) -> str:
+        """The trend in block characters, drawn only for the rows on screen (1,024 ranks' of 60
+        points would cost the refresh some 20 ms)."""
+        return sparkline(self.trend)
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,7 @@ class MemoryVM:
     worst_peak: str
     worst_rank: str | None
     skew: str
+    hidden: int = 0     # ranks not in rows (present.around): the panel counts them as more
 
 
 @dataclass(frozen=True)
@@ -122,6 +144,7 @@ class ProcessVM:
     status: str
     severity: str
     summary: str
+    hidden: int = 0     # ranks not in rows (present.around)
 
 
 @dataclass(frozen=True)
@@ -145,14 +168,16 @@ class HotFramesVM:
 class RankRow:
     rank: str
     pid: str
-    status: str         # alive | exited | restarted | stalled
+    status: str         # alive | exited | restarted | stalled | agent lost
     detail: str
     selected: bool = False
+    node: str = ""      # "n1/l1": its node and local rank; "" on one machine
 
 
 @dataclass(frozen=True)
 class RanksVM:
     rows: tuple[RankRow, ...]
+    hidden: int = 0     # ranks not in rows (present.around)
 
 
 @dataclass(frozen=True)

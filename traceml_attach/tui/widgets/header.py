@@ -1,4 +1,5 @@
-"""The top line: what is attached, the data's clock and the mode (live, paused, replay)."""
+"""The top line: what is attached (and its nodes), the data's clock and the mode (live, paused,
+replay)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ class HeaderBar(Widget):
         m = self.model
         style = MODE_STYLE.get(m.mode, "bold black on cyan")
         right = Text.assemble((f" {m.mode} ", style), f"  {m.clock} ")
-        left = Text.assemble((f" {m.title} ", "bold"), ("│ ", "dim"), m.target)
+        left = Text.assemble((f" {m.title} ", "bold"), ("│ ", "dim"))
+        if m.nodes:   # a multi-node session: before the target, which is cut first
+            left.append_text(Text.assemble((m.nodes, "bold red" if m.nodes_lost else "bold"), (" │ ", "dim")))
+        left.append(m.target)
         if width - len(left) - len(right) > len(m.sampling) + 4:
             left.append_text(Text.assemble(("  │ ", "dim"), (m.sampling, "dim")))
         left.truncate(max(width - len(right), 0), overflow="ellipsis")

@@ -10,7 +10,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-HELP = """\
+from traceml_attach.output.render import MANY_RANKS, WORST_RANKS
+
+HELP = f"""\
 [b]Keys[/b]
   [b]q[/b] / [b]ctrl+c[/b]   detach: stop sampling, write final_summary.json/.txt, leave
   [b]s[/b]            write the summary now and keep watching
@@ -33,6 +35,12 @@ HELP = """\
   [b]Step memory[/b] trends cover the whole session: GPU memory from NVML (allocator reserved
   + CUDA context) or, without a GPU, RSS with DataLoader workers.
   A rank is [b]stalled[/b] when it completed no step for 10 s and its stack stopped changing.
+  With more than {MANY_RANKS} ranks the table lists the {WORST_RANKS} slowest, any rank a finding names
+  and the selected one, then each column's spread across the ranks: min, p50, p90, max.
+  [b]Several nodes[/b] (traceml agent): a rank shows its node and local rank (r65 n1/l1), the top
+  line the nodes and the clock offset furthest from the collector's (cross-node diagnoses
+  compare durations, which it does not change). A rank is [b]agent lost[/b] when its node's
+  agent went silent: whether the rank still runs is unknown.
 """
 
 

@@ -22,7 +22,8 @@ class MemoryPanel(Panel):
                     (f"{'change':>10}", "bold"), width=width)]
         selected = next((i for i, r in enumerate(model.rows) if r.selected), None)
         room = height - 2
-        shown = window(len(model.rows), selected, room if len(model.rows) <= room else room - 1)
+        total = len(model.rows) + model.hidden
+        shown = window(len(model.rows), selected, room if total <= room else room - 1)
         for i in shown:
             r = model.rows[i]
             spark = r.spark[-spark_w:] if spark_w else ""
@@ -31,8 +32,8 @@ class MemoryPanel(Panel):
             if r.selected:
                 text.stylize(SELECTED)
             out.append(text)
-        if len(shown) < len(model.rows):
-            out.append(more(len(model.rows) - len(shown), width))
+        if len(shown) < total:
+            out.append(more(total - len(shown), width))
         out.append(line(("Peak: worst ", "dim"), (f"{model.worst_peak} (r{model.worst_rank})", "bold"),
                         ("  median ", "dim"), (model.median_peak, "bold"), ("  skew ", "dim"), (model.skew, "bold"),
                         width=width))

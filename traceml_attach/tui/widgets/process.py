@@ -18,7 +18,8 @@ class ProcessPanel(Panel):
                     width=width)]
         selected = next((i for i, r in enumerate(model.rows) if r.selected), None)
         room = height - len(out) - len(model.notes)
-        shown = window(len(model.rows), selected, room if len(model.rows) <= room else room - 1)
+        total = len(model.rows) + model.hidden
+        shown = window(len(model.rows), selected, room if total <= room else room - 1)
         for i in shown:
             r = model.rows[i]
             text = line(f"r{r.rank:<5}{r.pid:>8}{r.cpu:>6}{r.rss:>11}  {r.workers:<9}{r.threads:>4}  {r.gpu_mem}",
@@ -26,7 +27,7 @@ class ProcessPanel(Panel):
             if r.selected:
                 text.stylize(SELECTED)
             out.append(text)
-        if len(shown) < len(model.rows):
-            out.append(more(len(model.rows) - len(shown), width))
+        if len(shown) < total:
+            out.append(more(total - len(shown), width))
         out += [line(("note: ", "dim"), (n, "dim"), width=width) for n in model.notes]
         return out
