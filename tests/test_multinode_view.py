@@ -16,6 +16,7 @@ from tests.tui_support import FIXTURES, loaded
 from traceml_attach.cli.live import live_line
 from traceml_attach.collect.merge import proc_key
 from traceml_attach.diagnose.report import NodeRow, PhaseRow, RankStatus
+from traceml_attach.diagnose.sections import step_spread
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import analyze_live
 from traceml_attach.output.render import listed_ranks, rank_ranges, render_text, spread
@@ -165,7 +166,8 @@ def big() -> Summary:
     nodes = tuple(NodeRow(n, f"node{n:02d}", None, "joined", tuple(range(64 * n, 64 * n + 64)), 0.1 * n, None)
                   for n in range(16))
     diagnosis = replace(st.diagnosis, worst_rank=7)
-    st = replace(st, ranks=ranks, findings=(diagnosis,), worst=PhaseRow(202.3, {}, 1023))
+    st = replace(st, ranks=ranks, findings=(diagnosis,), worst=PhaseRow(202.3, {}, 1023),
+                 spread=step_spread(list(ranks.values())))
     return replace(doc, report=replace(rep, step_time=st, ranks=status, nodes=nodes))
 
 

@@ -8,7 +8,7 @@ or ``pct``, and every other unit is in the name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from traceml_attach.diagnose.finding import Finding, HangEvidence, ProcessRank, StragglerEvidence, SystemEvidence
@@ -93,6 +93,9 @@ class StepTimeReport:
     worst: PhaseRow | None
     skew_pct: float | None                  # worst rank's step over the median's, in percent
     wait_share: float | None                # median rank's wait share
+    # the distribution across the ranks with a known step: "min", "p50", "p90", "max" rows; each
+    # column ranked on its own, so a row's phases need not add up to its step
+    spread: dict[str, PhaseRow] = field(default_factory=dict)
 
     @property
     def diagnosis(self) -> Finding:

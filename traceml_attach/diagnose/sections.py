@@ -3,8 +3,10 @@ statistics and the recording's metadata and error events."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import fields
 
 from traceml_attach.diagnose.finding import Finding, SamplingEvidence
@@ -78,7 +80,24 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
         PhaseRow(round(med_step, 3), med_phases),
         PhaseRow(_round(worst.step_ms), _rounded(worst.phases_ms) or {}, int(worst.rank)),
         round(100 * ((worst.step_ms or 0.0) - med_step) / med_step, 2) if med_step else None,
-        round(statistics.median((r.shares or {})["wait"] for r in measured), 4))
+        round(statistics.median((r.shares or {})["wait"] for r in measured), 4), step_spread(measured))
+
+
+SPREAD = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("max", 1.0))   # the distribution's rows
+
+
+def step_spread(measured: Sequence[RankStepStats | RankStepTime]) -> dict[str, PhaseRow]:
+    """The step and each phase across ranks with a known step (nearest-rank quantiles, each column
+    on its own)."""
+    steps = sorted(r.step_ms or 0.0 for r in measured)
+    columns = {p: sorted((r.phases_ms or {}).get(p, 0.0) for r in measured) for p in PHASES}
+    return {label: PhaseRow(round(_quantile(steps, q), 3), {p: round(_quantile(v, q), 3) for p, v in columns.items()})
+            for label, q in SPREAD}
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """The nearest-rank quantile of an ascending list (q=0: its minimum, 1: its maximum)."""
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 def _clock(c: StepClock | None) -> Clock | None:

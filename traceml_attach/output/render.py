@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 
@@ -53,7 +52,6 @@ def rank_note(r: RankStepTime) -> str | None:
 
 MANY_RANKS = 64     # past this many ranks the step table summarises instead of listing every rank
 WORST_RANKS = 8     # ...listing this many of the slowest, and every rank a finding names
-SPREAD = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("max", 1.0))   # the distribution's rows
 
 
 def summarised(st: StepTimeReport) -> bool:
@@ -69,22 +67,9 @@ def listed_ranks(st: StepTimeReport, n: int = WORST_RANKS) -> tuple[int, ...]:
     return tuple(r.rank for r in slow if r.rank in keep)
 
 
-def _quantile(ordered: list[float], q: float) -> float:
-    """The nearest-rank quantile of an ascending list (q=0: its minimum, 1: its maximum)."""
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
-
-
 def spread(st: StepTimeReport) -> tuple[tuple[str, PhaseRow], ...]:
-    """The typical step and each phase across the ranks whose step time is known (ms per step),
-    as SPREAD's rows. Each column is ranked on its own, so a row's phases need not add up to its
-    step, and no row is one rank's (the report's median and worst rows are)."""
-    known = [r for r in st.ranks.values() if r.step_ms is not None]
-    if not known:
-        return ()
-    steps = sorted(r.step_ms for r in known if r.step_ms is not None)
-    columns = {p: sorted((r.phases_ms or {}).get(p, 0.0) for r in known) for p in PHASES}
-    return tuple((label, PhaseRow(_quantile(steps, q), {p: _quantile(v, q) for p, v in columns.items()}))
-                 for label, q in SPREAD)
+    """The report's distribution rows across the ranks (min, p50, p90, max), in that order."""
+    return tuple(st.spread.items())
 
 
 def rank_place(rep: Report, rank: int) -> str:
