@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import overload
 
 from agent.source import is_library
-from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo
+from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo, os_pid
 from traceml_attach.steps.classify import LoopRule, Rules, classifier
 from traceml_attach.steps.period import (
     MAX_STEP_ERROR,
@@ -228,7 +228,7 @@ def thread_label(info: ThreadInfo | None, pid: int) -> str | None:
         return None
     if info.name:
         return info.name
-    return "main thread" if info.os_tid == pid else None
+    return "main thread" if info.os_tid == os_pid(pid) else None
 
 
 def is_background(func_names: Iterable[str], thread_name: str | None) -> bool:
@@ -467,7 +467,8 @@ def build_timeline(
     bounds = _boundaries(mine, loop) if loop else []
     info = threads.get(tid) if tid is not None else None
     # The agent reads the main thread's counters: use them only for the main thread.
-    counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and info is not None and info.os_tid == pid else None
+    main = info is not None and info.os_tid == os_pid(pid)
+    counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and main else None
     intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz)
     clock, counts = _clock(intervals, segments, loop, rate_hz)
     labels: Counter[str] = Counter()

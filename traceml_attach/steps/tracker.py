@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from operator import itemgetter
 
-from traceml_attach.ingest.model import Span, Stack, ThreadInfo
+from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
@@ -427,7 +427,7 @@ class RankTracker:
     def _uses_counter(self) -> bool:
         """The agent reads the main thread's CPU counters: they count for the main thread only."""
         info = self.names.get(self.tid) if self.tid is not None else None
-        return bool(self.cpu) and info is not None and info.os_tid == self.pid
+        return bool(self.cpu) and info is not None and info.os_tid == os_pid(self.pid)
 
     def _close(self, start: int, end: int, spans: list[tuple[Span, _StackInfo]]) -> None:
         """An interval between two wraps, measured as ``timeline._intervals`` does."""
