@@ -21,6 +21,7 @@ import zmq
 
 from agent.link import AgentLink, Keys, LinkError, create_token, endpoint, read_token, token_warning
 from agent.wire import FrameWriter, unpacker
+from tests.conftest import traceml
 from traceml_attach.collect.merge import proc_key
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import analyze
@@ -344,3 +345,15 @@ def free_port() -> int:
 def test_process_keys_round_trip():
     assert os_pid(proc_key(5, 4_194_303)) == 4_194_303 and node_of(proc_key(5, 123)) == 5
     assert proc_key(0, 1234) == 1234
+
+
+def test_a_collector_that_no_agent_joins_says_so_and_fails(tmp_path: Path):
+    out = traceml("snapshot", "--listen", "127.0.0.1:0", "--seconds", "1", "--quiet", "--token-file",
+                  str(tmp_path / "token"), "--logs-dir", str(tmp_path / "logs"))
+    assert out.returncode == 9, out.stderr
+    assert "no agent joined on 127.0.0.1:" in out.stderr and "Traceback" not in out.stderr
+    assert list((tmp_path / "logs").glob("*/final_summary.json"))   # what was seen is still written
+    usage = traceml("snapshot", "--expect-nodes", "2", "--pid", str(os.getpid()))
+    assert usage.returncode == 2 and "--expect-nodes needs --listen" in usage.stderr
+    busy = traceml("snapshot", "--listen", "127.0.0.1:notaport", "--token-file", str(tmp_path / "token"))
+    assert busy.returncode == 9 and "is not HOST:PORT" in busy.stderr

@@ -244,6 +244,17 @@ class Session:
             message = last.message if last else "py-spy stopped working"
             raise CliError(f"sampling stopped: {message}; summary of what was seen written to {self.run_dir}",
                            KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
+        if self.collector is not None:
+            joined = len(self.collector.nodes())
+            where = f"{self.collector.host}:{self.collector.port}"
+            if joined == 0 and self.node is None:
+                refused = self.collector.stats.refused_peers
+                raise CliError(f"no agent joined on {where}" + (f" ({refused} connections refused: a wrong token "
+                               "file?)" if refused else "") + f"; run `traceml agent --connect {where}` on each "
+                               f"node; summary written to {self.run_dir}", EXIT_NETWORK)
+            if self.expect_nodes and joined < self.expect_nodes:
+                print(f"traceml: only {joined} of the {self.expect_nodes} expected nodes joined on {where}",
+                      file=sys.stderr)
         cut_short = self.ran_out and duration_s is not None
         return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
 
