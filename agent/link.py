@@ -23,10 +23,12 @@ Messages (one ZeroMQ frame each, msgpack, decoded with the recording's size limi
     collector -> agent  {ack: seq} | {ack: seq, gap: 1} (resend after seq) | {need: "ctx"} | {end: reason}
 
 Delivery. Every data message stays in the agent's buffer until acknowledged; unacknowledged
-messages are sent again, oldest first, when the collector asks (``gap``, a new collector) or
-after RESEND_S without progress. The buffer holds at most ``buffer_bytes`` (default
-BUFFER_BYTES); past it the oldest messages are dropped, counted in every later message's
-``dropped``/``dropped_bytes``, and the collector records the loss.
+messages are sent again, oldest first, when a connection to the collector is (re)established
+(TCP loses nothing on a live connection, only with a dropped one), when the collector asks
+(``gap``, a new collector), after a send ZeroMQ refused (no connection, or its queue full), and
+after RESEND_S without progress as a last resort. The buffer holds at most ``buffer_bytes``
+(default BUFFER_BYTES); past it the oldest messages are dropped, counted in every later
+message's ``dropped``/``dropped_bytes``, and the collector records the loss.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from agent.wire import MAX_FRAME_BYTES, unpacker
 LINK_VERSION = 1
 BATCH_S = 0.25            # frames are sent in one message this often
 HEARTBEAT_S = 1.0         # an empty message after this long without one
-RESEND_S = 3.0            # unacknowledged for this long: send the buffer again
+RESEND_S = 15.0           # no acknowledgement for this long on a live connection: send the buffer again
 BUFFER_BYTES = 64_000_000   # unacknowledged messages kept for a collector that is away
 END_WAIT_S = 5.0          # how long an agent whose job ended waits for the collector's acknowledgement
 RECONNECT_MS = 200        # ZeroMQ reconnects after this, doubling up to...
@@ -219,6 +221,8 @@ class AgentLink:
         self._last_send = 0.0
         self._progress = time.monotonic()   # when an acknowledgement last moved forward
         self._end: str | None = None
+        self._unsent_from: int | None = None   # the oldest seq ZeroMQ refused to send
+        self._connections = 0                  # handshakes with the collector so far
         self._ctx = zmq.Context()
         sock = self._sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.ROUTING_ID, self.agent.encode())
@@ -233,6 +237,7 @@ class AgentLink:
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
         sock.setsockopt(zmq.MAXMSGSIZE, 1 << 20)   # replies are tiny
+        self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         sock.connect(f"tcp://{host}:{port}")
 
     # -- called by the node's threads ------------------------------------------------
@@ -251,8 +256,7 @@ class AgentLink:
             if now >= next_batch:
                 next_batch = now + BATCH_S
                 self._send_batch(now)
-                if self._buffer and now - self._progress >= RESEND_S:
-                    self._resend(self._buffer[0][0])
+                self._retry(now)
             self._receive(timeout_ms=50)
 
     def finish(self, reason: str, wait_s: float = END_WAIT_S) -> bool:
@@ -261,13 +265,14 @@ class AgentLink:
         self._send_batch(time.monotonic(), force=True)
         deadline = time.monotonic() + wait_s
         while self._buffer and time.monotonic() < deadline and self.ended_by is None:
-            if time.monotonic() - self._progress >= RESEND_S / 3:
-                self._resend(self._buffer[0][0])
-                self._progress = time.monotonic()
+            self._retry(time.monotonic())
             self._receive(timeout_ms=50)
         return not self._buffer
 
     def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sock.disable_monitor()
+        self._monitor.close(linger=0)
         self._sock.close(linger=0)
         self._ctx.term()
 
@@ -287,38 +292,76 @@ class AgentLink:
             _, old = self._buffer.popleft()
             self._buffered -= len(old)
             self.stats.dropped_messages += 1
+            self._unsent_from = None if self._unsent_from is None else max(self._unsent_from, self._buffer[0][0])
             self.stats.dropped_bytes += len(old)
-        self._send(message)
+        if self._unsent_from is not None:   # in order: what ZeroMQ refused before goes first
+            self._resend(self._unsent_from)
+        else:
+            self._send(message, self._seq - 1)
+
+    def _retry(self, now: float) -> None:
+        """Send again what ZeroMQ refused, or everything after RESEND_S without progress."""
+        if not self._buffer:
+            self._unsent_from = None
+        elif self._unsent_from is not None:
+            start, self._unsent_from = self._unsent_from, None
+            self._resend(start)
+        elif now - self._progress >= RESEND_S:
+            self._resend(self._buffer[0][0])
 
     def _message(self, kind: str, **fields: Any) -> bytes:
         return pack({"v": LINK_VERSION, "kind": kind, "node": self.node, "agent": self.agent, "t": time.time_ns(),
                      "dropped": self.stats.dropped_messages, "dropped_bytes": self.stats.dropped_bytes, **fields})
 
-    def _send(self, message: bytes) -> None:
+    def _send(self, message: bytes, seq: int | None = None) -> bool:
         import zmq
 
         try:
             self._sock.send(message, zmq.NOBLOCK)
-        except zmq.Again:
-            return   # no collector connected: the buffer keeps it for later
+        except zmq.Again:   # no collector connected, or its queue is full: the buffer keeps it for later
+            if seq is not None:
+                self._unsent_from = seq if self._unsent_from is None else min(self._unsent_from, seq)
+            return False
         self._last_send = time.monotonic()
         self.stats.sent_messages += 1
         self.stats.sent_bytes += len(message)
+        return True
 
     def _resend(self, after: int) -> None:
         """Send the buffer again from seq ``after`` on; the context first when that is gone."""
-        if self._buffer and self._buffer[0][0] > after:
+        if self._buffer and self._buffer[0][0] > max(after, self.stats.acked + 1):   # dropped from a full buffer
             self._send(self._message("ctx", seq=None, next=self._buffer[0][0], frames=self.state.context()))
+        after = max(after, self.stats.acked + 1)
+        if self._unsent_from is not None and after <= self._unsent_from:
+            self._unsent_from = None   # sent now (a refusal below marks it again)
         for seq, message in list(self._buffer):
             if seq >= after:
-                self._send(message)
+                if not self._send(message, seq):
+                    break   # the rest goes with it, from this seq, once ZeroMQ takes messages again
                 self.stats.resent_messages += 1
         self._progress = time.monotonic()
 
     def _receive(self, timeout_ms: int) -> None:
         import zmq
+        from zmq.utils.monitor import recv_monitor_message
 
-        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        ready = dict(poller.poll(timeout_ms))
+        if self._monitor in ready:
+            connected = False
+            while True:
+                try:
+                    event = recv_monitor_message(self._monitor, zmq.NOBLOCK)["event"]
+                    connected |= event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+                except zmq.Again:
+                    break
+            if connected and self._connections and self._buffer:
+                # a new connection after another: what was in flight on the old one may be lost
+                self._resend(self._buffer[0][0])
+            self._connections += connected
+        if self._sock not in ready:
             return
         while True:
             try:

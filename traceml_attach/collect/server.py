@@ -94,6 +94,7 @@ class Collector:
         self._identity: dict[str, bytes] = {}     # agent -> its routing id
         self._heard: dict[str, float] = {}        # agent -> monotonic time of its last message
         self._asked: dict[str, float] = {}        # agent -> when we last asked it for its context
+        self._gaps: dict[str, tuple[int, float]] = {}   # agent -> the seq last asked for again, and when
         self._ctx = zmq.Context()
         self._auth = ThreadAuthenticator(self._ctx, log=_quiet_log())
         self._auth.start()
@@ -244,7 +245,8 @@ class Collector:
             if kind == "ctx":
                 stream = stream or self.merger.join(agent, node)
                 self._merge(stream, frames)
-                self._expected[agent] = int(msg.get("next") or 0)
+                # data goes on from ``next``: past messages the agent dropped, never back over merged ones
+                self._expected[agent] = max(self._expected.get(agent, 0), int(msg.get("next") or 0))
             elif stream is None or agent not in self._expected:
                 if msg.get("seq") == 0:   # a new agent's first message holds its hello
                     stream = self.merger.join(agent, node)
@@ -269,8 +271,12 @@ class Collector:
             self.stats.duplicates += 1
             self._reply(identity, {"ack": expected - 1})
             return
-        if seq > expected:   # one went missing in transit: the agent sends from it again
-            self._reply(identity, {"ack": expected - 1, "gap": 1})
+        if seq > expected:   # one went missing in transit: the agent sends from it again (asked once a while)
+            asked = self._gaps.get(agent)
+            again = asked is None or asked[0] != expected or time.monotonic() - asked[1] >= ASK_AGAIN_S
+            if again:
+                self._gaps[agent] = (expected, time.monotonic())
+            self._reply(identity, {"ack": expected - 1, "gap": 1} if again else {"ack": expected - 1})
             return
         with self._lock:
             self.merger.clock(stream, int(msg.get("t") or received), received)

@@ -10,6 +10,7 @@ summaries asked for. After ``run`` returns, the recording is the caller's.
 from __future__ import annotations
 
 import argparse
+import gc
 import queue
 import signal
 import socket
@@ -301,15 +302,23 @@ class Analyst(threading.Thread):
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
+                if self.session.collector is not None:
+                    # many nodes' recording is millions of long-lived objects: a full collection
+                    # over them stalls a tick for over a second (1,024 ranks), so the cyclic GC
+                    # is told to leave what is alive now alone (freed by reference count as before)
+                    gc.freeze()
             if self.on_tick is None or time.monotonic() < next_tick:
                 continue
-            next_tick = max(next_tick + self.tick_s, time.monotonic())
+            next_tick += self.tick_s
             try:
                 self.on_tick(self.session.rec, self.session.live_analysis(), time.monotonic() - self.started)
             except Exception as exc:
                 where = traceback.format_exception(exc)[-3:]
                 self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
                                            "msg": f"{type(exc).__name__}: {exc} ({''.join(where).strip()})"})
+            # a tick that overran leaves half a period to drain the frames that came meanwhile,
+            # rather than ticking again at once with them still queued
+            next_tick = max(next_tick, time.monotonic() + self.tick_s / 2)
 
 
 @contextmanager
