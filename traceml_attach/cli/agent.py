@@ -50,7 +50,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node-name", metavar="NAME", help="how the collector names this node (default: host name)")
     parser.add_argument("--buffer-mb", type=positive_float, default=BUFFER_BYTES / 1e6, metavar="MB",
                         help=f"frames kept while the collector is unreachable (default {BUFFER_BYTES / 1e6:.0f}; "
-                        "a rank sends about 10-25 KB/s at 100 Hz); past it the oldest are dropped, and the "
+                        "a rank sends about 2-3 KB/s at 100 Hz); past it the oldest are dropped, and the "
                         "collector says so")
     parser.add_argument("--wait", type=positive_float, metavar="S",
                         help="with --pid auto, give up after S seconds without a launcher (default: wait)")
