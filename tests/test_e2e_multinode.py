@@ -141,7 +141,7 @@ def test_a_straggler_on_the_second_node_is_named_by_its_global_rank(cluster, tmp
 def test_a_hang_on_the_second_node_names_the_rank_and_its_line(cluster):
     job = cluster("--hang-at-step", "5", "--slow-rank", "1")
     time.sleep(4)
-    job.collect("hang", seconds=14)
+    job.collect("hang", seconds=12)
     summary, out = job.summary()
     diag = summary["step_time"]["diagnosis"]
     assert (diag["kind"], diag["worst_rank"]) == ("HANG", 1), out
@@ -152,8 +152,8 @@ def test_a_hang_on_the_second_node_names_the_rank_and_its_line(cluster):
 def test_a_killed_agent_leaves_its_ranks_agent_lost_and_the_others_go_on(cluster):
     job = cluster("--straggler", "none")
     time.sleep(2)
-    job.collect("lost", seconds=24)
-    time.sleep(8)
+    job.collect("lost", seconds=18)
+    time.sleep(6)
     job.agents[1].send_signal(signal.SIGKILL)   # node1's agent dies; its job runs on
     summary, out = job.summary()
     assert summary["ranks"]["1"]["status"] == "agent lost", out
