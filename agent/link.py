@@ -218,7 +218,7 @@ class AgentLink:
         self._buffer: deque[tuple[int, bytes]] = deque()   # (seq, message) not yet acknowledged
         self._buffered = 0
         self._seq = 0
-        self._last_send = 0.0
+        self._last_queued = 0.0   # when a message last went into the buffer
         self._progress = time.monotonic()   # when an acknowledgement last moved forward
         self._end: str | None = None
         self._unsent_from: int | None = None   # the oldest seq ZeroMQ refused to send
@@ -270,7 +270,9 @@ class AgentLink:
         return not self._buffer
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        import zmq
+
+        with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
         self._monitor.close(linger=0)
         self._sock.close(linger=0)
@@ -281,8 +283,9 @@ class AgentLink:
             frames, self._pending = self._pending, []
         for frame in frames:
             self.state.remember(frame)
-        if not frames and not force and now - self._last_send < HEARTBEAT_S:
-            return
+        if not frames and not force and now - self._last_queued < HEARTBEAT_S:
+            return   # a heartbeat only after HEARTBEAT_S without a message (sent or waiting to be)
+        self._last_queued = now
         kind = "end" if self._end is not None and force else "data"
         message = self._message(kind, seq=self._seq, frames=frames, reason=self._end)
         self._buffer.append((self._seq, message))
@@ -322,7 +325,6 @@ class AgentLink:
             if seq is not None:
                 self._unsent_from = seq if self._unsent_from is None else min(self._unsent_from, seq)
             return False
-        self._last_send = time.monotonic()
         self.stats.sent_messages += 1
         self.stats.sent_bytes += len(message)
         return True

@@ -170,7 +170,9 @@ class Collector:
         self._write_stats(force=True)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
+        import zmq
+
+        with contextlib.suppress(zmq.ZMQError):
             self._sock.disable_monitor()
         self._monitor.close(linger=0)
         self._sock.close(linger=0)
