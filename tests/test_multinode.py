@@ -237,18 +237,20 @@ def test_malformed_messages_from_a_keyed_peer_are_counted_and_dropped(session: S
     sock.connect(f"tcp://127.0.0.1:{session.port}")
     bad = [b"\xc1not msgpack", msgpack.packb([1, 2, 3]), msgpack.packb({"v": 99, "kind": "data"}),
            msgpack.packb({"v": 1, "kind": "data", "node": "x", "agent": "y", "seq": 0, "frames": 7}),
+           msgpack.packb({"v": 1, "kind": "data", "node": "x", "agent": "y", "seq": "0", "frames": []}),
+           msgpack.packb({"v": 1, "kind": "data", "node": "x", "agent": "y", "seq": 0, "t": "noon", "frames": []}),
            msgpack.packb({"v": 1, "kind": "data", "node": "x", "agent": "y", "seq": 0,
                           "frames": [{"k": "target"}, {"nonsense": 1}, "a string"]})]
     for data in bad:
         sock.send(data)
-    wait_for(lambda: session.collector.stats.bad_messages >= 4 and session.collector.stats.bad_frames >= 3)
+    wait_for(lambda: session.collector.stats.bad_messages >= 6 and session.collector.stats.bad_frames >= 3)
     sock.close()
     ctx.term()
     agent = Agent(session.port, session.token, "node-a")
     agent.send(fixture_frames("input_bound")[:20])
     assert agent.finish()
     rec = session.close()
-    assert rec.net["bad_messages"] == 4 and rec.net["bad_frames"] == 3
+    assert rec.net["bad_messages"] == 6 and rec.net["bad_frames"] == 3
     assert len([t for t in rec.targets.values() if t.rank is None]) == 1
 
 

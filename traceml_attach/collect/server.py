@@ -239,7 +239,11 @@ class Collector:
             frames = msg.get("frames") or []
             if not isinstance(frames, list):
                 raise ValueError("frames")
-        except (ValueError, KeyError, TypeError):
+            sent, after = int(msg.get("t") or received), int(msg.get("next") or 0)
+            seq = msg.get("seq")
+            if kind != "ctx" and (not isinstance(seq, int) or isinstance(seq, bool)):
+                raise ValueError("seq")
+        except (ValueError, KeyError, TypeError, AttributeError):
             self.stats.bad_messages += 1
             return
         with self._lock:
@@ -248,9 +252,9 @@ class Collector:
                 stream = stream or self.merger.join(agent, node)
                 self._merge(stream, frames)
                 # data goes on from ``next``: past messages the agent dropped, never back over merged ones
-                self._expected[agent] = max(self._expected.get(agent, 0), int(msg.get("next") or 0))
+                self._expected[agent] = max(self._expected.get(agent, 0), after)
             elif stream is None or agent not in self._expected:
-                if msg.get("seq") == 0:   # a new agent's first message holds its hello
+                if seq == 0:   # a new agent's first message holds its hello
                     stream = self.merger.join(agent, node)
                     self._expected[agent] = 0
                 else:                     # we are a new collector: the agent must say who it is
@@ -263,10 +267,6 @@ class Collector:
         self._heard[agent] = time.monotonic()
         if kind == "ctx":
             self._note_drops(stream, msg)
-            return
-        seq = msg.get("seq")
-        if not isinstance(seq, int):
-            self.stats.bad_messages += 1
             return
         expected = self._expected[agent]
         if seq < expected:
@@ -281,7 +281,7 @@ class Collector:
             self._reply(identity, {"ack": expected - 1, "gap": 1} if again else {"ack": expected - 1})
             return
         with self._lock:
-            self.merger.clock(stream, int(msg.get("t") or received), received)
+            self.merger.clock(stream, sent, received)
             if stream.state == "lost":
                 self.merger.node_frame(stream, "back")
             self._merge(stream, frames)
@@ -306,7 +306,7 @@ class Collector:
             self.writer.write({
                 "k": "error", "t": time.time_ns(), "pid": None, "kind": "agent_buffer_full",
                 "msg": f"node {stream.name}: its agent's buffer dropped {dropped - stream.dropped} messages "
-                       f"({(int(msg.get('dropped_bytes') or 0)) / 1e6:.1f} MB in all) while the collector was "
+                       f"({_number(msg.get('dropped_bytes')) / 1e6:.1f} MB in all) while the collector was "
                        "unreachable; that stretch of its data is missing (raise the agent's --buffer-mb)"})
             self.stats.agent_dropped += dropped - stream.dropped
             stream.dropped = dropped
@@ -322,6 +322,10 @@ class Collector:
         if force or self.stats != self._written:
             self._written = NetStats(**asdict(self.stats))
             self.writer.write({"k": "net", "t": time.time_ns(), **asdict(self.stats)})
+
+
+def _number(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _failed_events() -> int:
