@@ -1,8 +1,10 @@
 """Find the training ranks below a launcher (torchrun, accelerate, deepspeed) or given PIDs.
 
-A rank is a process with RANK in its environment whose parent is not itself a rank: the
-DataLoader workers a rank forks inherit RANK, and belong to it. Only RANK, LOCAL_RANK,
-WORLD_SIZE and GROUP_RANK are ever read from an environment.
+A rank is a process with RANK in its environment whose parent does not have the same rank
+variables: the DataLoader workers a rank forks inherit them unchanged, and belong to it, while a
+launcher gives each worker its own. A launcher may have RANK itself: platforms that start
+torchrun with the node's index as RANK (Kubeflow's PyTorchJob, PAI-DLC). Only RANK,
+LOCAL_RANK, WORLD_SIZE and GROUP_RANK are ever read from an environment.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def worker_of(env: dict[str, int], parent_env: dict[str, int]) -> bool:
+    """A process with rank variables ``env`` is its parent's worker (a DataLoader worker, or any
+    child of a rank), not a rank of its own: it inherited them unchanged."""
+    return "RANK" in parent_env and parent_env == env
+
+
 def ranks_below(pid: int) -> list[RankProc]:
     """The live ranks among ``pid``'s descendants, by rank."""
     try:
@@ -42,6 +50,7 @@ def ranks_below(pid: int) -> list[RankProc]:
     except psutil.Error:
         return []
     envs = {p.pid: rank_env(p.pid) for p in descendants if _alive(p)}
+    envs[pid] = rank_env(pid)
     found = []
     for proc in descendants:
         env = envs.get(proc.pid)
@@ -51,20 +60,21 @@ def ranks_below(pid: int) -> list[RankProc]:
             parent = proc.ppid()
         except psutil.Error:
             continue
-        if "RANK" in envs.get(parent, {}):
+        if worker_of(env, envs.get(parent, {})):
             continue  # a DataLoader worker (or other child) of a rank
         found.append(_rank_proc(proc.pid, env))
     return sorted(found, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
 
 def launcher_of(pid: int) -> int | None:
-    """For a rank, the nearest ancestor that is not a rank (its launcher), if any."""
+    """For a rank (or its worker), the nearest ancestor that is not that rank (its launcher), if any."""
+    own = rank_env(pid)
     try:
         parent = psutil.Process(pid).parent()
     except psutil.Error:
         return None
     while parent is not None:
-        if "RANK" not in rank_env(parent.pid):
+        if not worker_of(own, rank_env(parent.pid)):
             return parent.pid
         try:
             parent = parent.parent()
@@ -87,10 +97,10 @@ def plan(pids: list[int]) -> Plan:
     if len(pids) == 1:
         pid = pids[0]
         env = rank_env(pid)
+        below = ranks_below(pid)
+        if below:   # a launcher (with RANK of its own on some platforms)
+            return Plan(below, pid, None)
         if "RANK" not in env:
-            below = ranks_below(pid)
-            if below:
-                return Plan(below, pid, None)
             return Plan([_rank_proc(pid, env)], None, None)
         launcher = launcher_of(pid)
         world = env.get("WORLD_SIZE")
@@ -131,9 +141,8 @@ def find_launchers() -> list[int]:
     me = os.getpid()
     for proc in psutil.process_iter(["pid", "ppid"]):
         pid, ppid = proc.info["pid"], proc.info["ppid"]
-        if not ppid or pid == me or ppid in launchers or "RANK" not in rank_env(pid):
-            continue
-        if "RANK" in rank_env(ppid) or not _alive(proc):
+        env = rank_env(pid) if ppid and pid != me and ppid not in launchers else {}
+        if "RANK" not in env or worker_of(env, rank_env(ppid)) or not _alive(proc):
             continue
         try:
             parent = psutil.Process(ppid)
@@ -141,7 +150,16 @@ def find_launchers() -> list[int]:
             continue
         if _alive(parent) and (ppid != 1 or _is_python(ppid)):
             launchers.add(ppid)
-    return sorted(launchers)
+    # a launcher with RANK of its own is, to the shell that started it, a "rank": keep the innermost
+    return sorted(pid for pid in launchers if not any(_ancestor(pid, other) for other in launchers - {pid}))
+
+
+def _ancestor(pid: int, of: int) -> bool:
+    """``pid`` is an ancestor of ``of``."""
+    try:
+        return any(p.pid == pid for p in psutil.Process(of).parents())
+    except psutil.Error:
+        return False
 
 
 def _is_python(pid: int) -> bool:

@@ -3,6 +3,7 @@ variables under a shell as their launcher (no torch)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -108,3 +109,34 @@ def test_a_rank_caught_while_its_interpreter_starts_is_probed_again(launcher, mo
     probed = node.probe()
     assert [rank.pid for rank, _, _ in probed] == ranks
     assert calls == [ranks[0], ranks[0]] and not node.failures
+
+
+def test_a_launcher_with_a_rank_of_its_own_is_still_the_launcher():
+    # GIVEN a launcher started with the node's index as RANK (Kubeflow's PyTorchJob does so for
+    # torchrun): its ranks get their own variables, and rank 1 forks a worker that inherits them
+    forks = (f"{sys.executable} -c 'import subprocess, sys, time; "
+             "subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(60)\"]); time.sleep(60)'")
+    script = f"RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 {SLEEPER} & RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 {forks} & wait"
+    proc = subprocess.Popen(["sh", "-c", script], env={**os.environ, "RANK": "1", "WORLD_SIZE": "2"})
+    try:
+        for _ in range(200):
+            below = discovery.ranks_below(proc.pid)
+            workers = psutil.Process(below[1].pid).children() if len(below) == 2 else []
+            if workers:
+                break
+            time.sleep(0.05)
+        assert workers, "the ranks and the worker did not start"
+        # THEN the launcher's PID plans both ranks (not the worker), and each points back at it
+        plan = discovery.plan([proc.pid])
+        assert [r.rank for r in plan.ranks] == [0, 1] and plan.launcher == proc.pid
+        assert discovery.launcher_of(workers[0].pid) == proc.pid
+        assert discovery.plan([below[1].pid]).note == (
+            f"PID {below[1].pid} is rank 1 of 4; to attach to every rank, give the launcher's PID: --pid {proc.pid}")
+        # AND --pid auto finds it, not the process that started it (to which it looks like a rank)
+        found = discovery.find_launchers()
+        assert proc.pid in found and os.getpid() not in found
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()
