@@ -47,7 +47,7 @@ from typing import Any
 
 import msgpack
 
-from agent.wire import MAX_FRAME_BYTES, unpacker
+from agent.wire import MAX_FRAME_BYTES, StateFrames, unpacker
 
 LINK_VERSION = 1
 BATCH_S = 0.25            # frames are sent in one message this often
@@ -57,7 +57,6 @@ BUFFER_BYTES = 64_000_000   # unacknowledged messages kept for a collector that 
 END_WAIT_S = 5.0          # how long an agent whose job ended waits for the collector's acknowledgement
 RECONNECT_MS = 200        # ZeroMQ reconnects after this, doubling up to...
 RECONNECT_MAX_MS = 5000   # ...this
-CONTEXT_RESTARTS = 64     # restarts a ``ctx`` message repeats at most
 
 
 class LinkError(Exception):
@@ -159,31 +158,22 @@ def unpack(data: bytes) -> Any:
 
 
 class StreamState:
-    """What a collector needs to read a stream it joins late: the newest state frames and every
-    code-frame and stack definition sent so far."""
+    """What a collector needs to read a stream it joins late: the newest state frames (as a rotated
+    segment repeats them) and every code-frame and stack definition sent so far."""
 
     def __init__(self) -> None:
-        self.hello: dict[str, Any] | None = None
-        self.frames: dict[tuple[str, int], dict[str, Any]] = {}
-        self.restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
+        self.frames = StateFrames()
         self.fdefs: list[list[Any]] = []
         self.sdefs: list[list[Any]] = []
 
     def remember(self, frame: dict[str, Any]) -> None:
-        kind = frame.get("k")
-        if kind == "hello":
-            self.hello = frame
-        elif kind in ("target", "threads", "exit"):
-            self.frames[(kind, int(frame.get("pid") or 0))] = frame
-        elif kind == "restart":
-            self.restarts.append(frame)
-        elif kind == "spans":
+        self.frames.remember(frame)
+        if frame.get("k") == "spans":
             self.fdefs.extend(frame.get("fdefs") or ())
             self.sdefs.extend(frame.get("sdefs") or ())
 
     def context(self) -> list[dict[str, Any]]:
-        frames: list[dict[str, Any]] = [self.hello] if self.hello is not None else []
-        frames += [*self.frames.values(), *self.restarts]
+        frames = self.frames.frames()
         if self.fdefs or self.sdefs:
             frames.append({"k": "defs", "fdefs": self.fdefs, "sdefs": self.sdefs})
         return frames

@@ -30,6 +30,20 @@ MAX_ATTACH_TRIES = 5   # a new worker that cannot be attached (it may still be s
 FAILED_REASONS = {"failed", "pyspy_failed"}   # a sampler's exit reasons that mean sampling itself failed
 
 
+Probed = tuple[RankProc, Sampler, list[ThreadDump]]   # a rank, its sampler and its first thread dump
+
+
+def hello_frame(config: SamplerConfig, backend_version: str | None, argv: list[str]) -> dict[str, Any]:
+    """A stream's first frame: who sampled, with what and how fast (``backend_version`` None: a
+    collector whose ranks' agents are on other nodes)."""
+    return {
+        "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
+        "backend": "py-spy", "backend_version": backend_version,
+        "rate_hz": config.rate_hz, "window_s": config.window_s, "host": socket.gethostname(),
+        "argv": argv,
+    }
+
+
 @dataclass
 class _Running:
     rank: RankProc
@@ -54,11 +68,11 @@ class NodeAgent:
     binary: str = ""                 # py-spy, found by probe()
     backend_version: str = ""
 
-    def probe(self) -> list[tuple[RankProc, Sampler, list[ThreadDump]]]:
+    def probe(self) -> list[Probed]:
         """Probe every rank; raises the first error when no rank can be sampled at all."""
         self.binary = find_pyspy()
         self.backend_version = pyspy_version(self.binary)
-        ready: list[tuple[RankProc, Sampler, list[ThreadDump]]] = []
+        ready: list[Probed] = []
         first_error: TargetError | PySpyError | None = None
         for rank in self.plan.ranks:
             try:
@@ -94,16 +108,9 @@ class NodeAgent:
             raise
 
     def hello(self) -> dict[str, Any]:
-        """The stream's first frame: who sampled, with what and how fast."""
-        cfg = self.config
-        return {
-            "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
-            "backend": "py-spy", "backend_version": self.backend_version,
-            "rate_hz": cfg.rate_hz, "window_s": cfg.window_s, "host": socket.gethostname(),
-            "argv": self.argv,
-        }
+        return hello_frame(self.config, self.backend_version, self.argv)
 
-    def start(self, probed: list[tuple[RankProc, Sampler, list[ThreadDump]]], stop: threading.Event) -> None:
+    def start(self, probed: list[Probed], stop: threading.Event) -> None:
         self.writer.write(self.hello())
         for rank, sampler, threads in probed:
             self._launch(rank, sampler, threads, stop)

@@ -182,6 +182,30 @@ class Interner:
         sdefs.append([sid, list(fids)])
 
 
+class StateFrames:
+    """The newest state frames of a stream, what a reader that starts late needs before the data
+    (a rotated segment's context; a collector joining a running agent, agent/link.py): the hello,
+    each process's newest ``target``, ``threads`` and ``exit`` frame, each node's newest ``node``
+    frame, and the newest CONTEXT_RESTARTS restarts."""
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple[str, int], dict[str, Any]] = {}   # (kind, pid or node) -> frame
+        self._restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
+
+    def remember(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("k")
+        if kind in ("hello", "target", "threads", "exit"):
+            self._latest[(kind, int(frame.get("pid") or 0))] = frame
+        elif kind == "node":
+            self._latest[(kind, int(frame.get("node") or 0))] = frame
+        elif kind == "restart":
+            self._restarts.append(frame)
+
+    def frames(self) -> list[dict[str, Any]]:
+        """In the order they were first seen (the hello first), the restarts last."""
+        return [*self._latest.values(), *self._restarts]
+
+
 class FrameWriter:
     """Appends frames to a file (and to any live listeners), thread-safe; shared by all of a
     node's samplers.
@@ -214,8 +238,7 @@ class FrameWriter:
         self._dropped, self._dropped_bytes = 0, 0
         self._dropped_from: int | None = None
         self._dropped_to: int | None = None
-        self._context: dict[tuple[str, int], dict[str, Any]] = {}   # (kind, pid) -> newest state frame
-        self._restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
+        self.state = StateFrames()   # the context a later segment repeats
 
     def listen(self, callback: Any) -> None:
         """Call ``callback(frame)`` for every frame written from now on."""
@@ -274,7 +297,7 @@ class FrameWriter:
         data = msgpack.packb(frame, use_bin_type=True)
         if self._must_rotate(len(data)):
             self._rotate()
-        self._remember(frame)
+        self.state.remember(frame)
         self._emit(frame, data)
 
     def _emit(self, frame: dict[str, Any], data: bytes) -> None:
@@ -309,16 +332,6 @@ class FrameWriter:
     def _must_rotate(self, incoming: int) -> bool:
         return (self._segment_bytes is not None and self._file is not None and self._has_data
                 and self._size + incoming > self._segment_bytes)
-
-    def _remember(self, frame: dict[str, Any]) -> None:
-        """Keep the newest state frames, the context a later segment repeats."""
-        kind = frame.get("k")
-        if kind in ("hello", "target", "threads", "exit"):
-            self._context[(kind, int(frame.get("pid") or 0))] = frame
-        elif kind == "node":
-            self._context[(kind, int(frame.get("node") or 0))] = frame
-        elif kind == "restart":
-            self._restarts.append(frame)
 
     def _on_disk(self) -> int:
         """Bytes of every segment kept, the one being written included (buffered or not)."""
@@ -368,7 +381,7 @@ class FrameWriter:
         self._file = open(segment_path(self._base, self._n), "ab")  # noqa: SIM115
         self.interner.new_segment()
         self._append(self._note())
-        for frame in [*self._context.values(), *self._restarts]:
+        for frame in self.state.frames():
             self._append(msgpack.packb({**frame, "ctx": 1}, use_bin_type=True))
         self._flush_locked()
 

@@ -19,7 +19,7 @@ from traceml_attach.diagnose.report import NodeRow, PhaseRow, RankStatus
 from traceml_attach.diagnose.sections import step_spread
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import analyze_live
-from traceml_attach.output.render import listed_ranks, rank_ranges, render_text, spread
+from traceml_attach.output.render import listed_ranks, rank_ranges, render_text
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
@@ -174,7 +174,7 @@ def big() -> Summary:
 
 def test_the_worst_ranks_are_listed_with_the_ones_a_finding_names(big):
     assert listed_ranks(big.report.step_time) == (*range(1023, 1015, -1), 7)
-    rows = dict(spread(big.report.step_time))
+    rows = big.report.step_time.spread
     assert [rows[k].step_ms for k in ("min", "p50", "p90", "max")] == \
         pytest.approx([100.0, 151.1, 192.1, 202.3])
     assert rank_ranges([0, 1, 2, 3, 5, 7, 8]) == "0-3, 5, 7-8"

@@ -17,18 +17,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from agent.discovery import find_launchers
 from agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
-from agent.node import NodeAgent
-from agent.pyspy import PySpyError
-from agent.sampler import SamplerConfig
-from agent.target import TargetError
-from agent.wire import FrameWriter
-from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, plan_targets, positive_float, rate, target_failure
+from agent.node import NodeAgent, Probed
+from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, positive_float, probe_ranks, rate
 from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_NO_PROCESS, EXIT_OK, EXIT_USAGE, CliError
 from traceml_attach.runtime.session import stop_on_signals
 
@@ -106,22 +101,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"traceml agent: {warning}", file=sys.stderr)
     stop = threading.Event()
     with stop_on_signals(stop):
-        pids = _pids(args, stop)
-        plan = plan_targets(pids)
-        node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
-        try:
-            probed = node.probe()
-        except (TargetError, PySpyError) as exc:
-            raise target_failure(exc, plan.ranks[0].pid) from exc
-        for line in node.failures:
-            print(f"traceml agent: skipping {line}", file=sys.stderr)
+        node, probed = probe_ranks(_pids(args, stop), args.rate,
+                                   lambda line: print(f"traceml agent: {line}", file=sys.stderr))
         name = args.node_name or socket.gethostname()
         link = AgentLink(host, port, keys, name, int(args.buffer_mb * 1e6))
         node.writer.listen(link.put)
         return _stream(node, probed, link, stop, f"{host}:{port}")
 
 
-def _stream(node: NodeAgent, probed: list[Any], link: AgentLink, stop: threading.Event, where: str) -> int:
+def _stream(node: NodeAgent, probed: list[Probed], link: AgentLink, stop: threading.Event, where: str) -> int:
     ranks = ", ".join(str(r.rank) for r, _, _ in probed if r.rank is not None) or "no RANK"
     print(f"traceml agent: sampling {len(probed)} process(es) (ranks {ranks}) and streaming to {where} "
           f"as node {link.node!r}", file=sys.stderr, flush=True)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent import discovery
+from agent.node import NodeAgent, Probed
 from agent.pyspy import PySpyError
+from agent.sampler import SamplerConfig
 from agent.target import TargetError, inspect_target, python_children
+from agent.wire import FrameWriter
 from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
 from traceml_attach.policy import RECORDING_MAX_MB
 from traceml_attach.steps.classify import Rules, RulesError, load_rules
@@ -36,6 +41,22 @@ def plan_targets(pids: list[int]) -> discovery.Plan:
         except TargetError as exc:
             raise target_failure(exc, pid) from exc
     return discovery.plan(pids)
+
+
+def probe_ranks(pids: list[int], rate_hz: int, say: Callable[[str], None]) -> tuple[NodeAgent, list[Probed]]:
+    """A NodeAgent for the ranks of ``pids``, each probed: one clear CliError when none can be
+    sampled. ``say`` gets what the plan noted and each rank skipped."""
+    plan = plan_targets(pids)
+    if plan.note:
+        say(plan.note)
+    node = NodeAgent(plan, SamplerConfig(rate_hz=rate_hz), FrameWriter(None), sys.argv)
+    try:
+        probed = node.probe()
+    except (TargetError, PySpyError) as exc:
+        raise target_failure(exc, plan.ranks[0].pid) from exc
+    for line in node.failures:
+        say(f"skipping {line}")
+    return node, probed
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ import time
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.report import Report
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.render import listed_ranks, node_states, node_tag, spread
+from traceml_attach.output.render import listed_ranks, node_states, node_tag
 from traceml_attach.steps.phases import REGISTRY
 
 _SHORT = {p.name: p.tiny for p in REGISTRY}
@@ -39,7 +39,7 @@ def live_line(rec: Recording, an: Analysis, elapsed_s: float) -> str:
 def _many(rep: Report) -> str:
     """Many ranks in one part: the step's spread across them and the slowest few."""
     st = rep.step_time
-    dist = dict(spread(st))
+    dist = st.spread
     if not dist:
         return f"{len(st.ranks)} ranks, step time unknown"
     known = [rank for rank in listed_ranks(st, LIVE_SLOWEST) if st.ranks[rank].step_ms is not None]

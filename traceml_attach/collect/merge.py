@@ -24,6 +24,7 @@ frame kind says when a node is ``lost`` (its agent silent for LOST_S), ``back``,
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,16 @@ def proc_key(node: int, pid: int) -> int:
 
 def device_key(node: int, index: int) -> int:
     return (node << DEVICE_BITS) | index
+
+
+def node_frame(node: int, name: str, agent: str | None, state: str, reason: str | None, host: str | None,
+               rate_hz: int | None, backend_version: str | None, offset_ns: int | None,
+               ranks: Iterable[int]) -> dict[str, Any]:
+    """A ``node`` frame: a node's state (joined | back | lost | ended), for the merger's streams and
+    the collector's own ranks (node 0)."""
+    return {"k": "node", "t": time.time_ns(), "node": node, "name": name, "agent": agent, "state": state,
+            "reason": reason, "host": host, "rate_hz": rate_hz, "backend_version": backend_version,
+            "offset_ns": offset_ns, "ranks": sorted(ranks)}
 
 
 # frames whose ``pid`` is rewritten as they are; the others are handled one by one below
@@ -101,12 +112,9 @@ class Merger:
     def node_frame(self, stream: Stream, state: str, reason: str | None = None) -> None:
         stream.state = state
         hello = stream.hello
-        self.writer.write({
-            "k": "node", "t": time.time_ns(), "node": stream.node, "name": stream.name, "agent": stream.agent,
-            "state": state, "reason": reason, "host": hello.get("host"), "rate_hz": hello.get("rate_hz"),
-            "backend_version": hello.get("backend_version"), "offset_ns": stream.offset_ns,
-            "ranks": sorted(stream.ranks),
-        })
+        self.writer.write(node_frame(stream.node, stream.name, stream.agent, state, reason, hello.get("host"),
+                                     hello.get("rate_hz"), hello.get("backend_version"), stream.offset_ns,
+                                     stream.ranks))
 
     def add(self, stream: Stream, frame: Any) -> bool:
         """Rewrite and write one frame of ``stream``; False (nothing written) when it is malformed."""

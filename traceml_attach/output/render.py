@@ -67,11 +67,6 @@ def listed_ranks(st: StepTimeReport, n: int = WORST_RANKS) -> tuple[int, ...]:
     return tuple(r.rank for r in slow if r.rank in keep)
 
 
-def spread(st: StepTimeReport) -> tuple[tuple[str, PhaseRow], ...]:
-    """The report's distribution rows across the ranks (min, p50, p90, max), in that order."""
-    return tuple(st.spread.items())
-
-
 def rank_place(rep: Report, rank: int) -> str:
     """Where a global rank runs in a multi-node session: "n1/l1" (node 1, local rank 1); "" on
     one machine."""
@@ -167,11 +162,10 @@ def _table(rep: Report) -> list[str]:
         troubled = sum(1 for rank, r in st.ranks.items() if r.problem_count and rank not in labels)
         rows.append(f"  ... {len(st.ranks) - len(listed)} more ranks (listed: the {WORST_RANKS} slowest and those "
                     "a finding names)" + (f"; {troubled} of them had sampling problems" if troubled else ""))
-        dist = spread(st)
-        if dist:
+        if st.spread:
             known = sum(1 for r in st.ranks.values() if r.step_ms is not None)
             rows.append(f"  Across {known} ranks (each column on its own):")
-            rows += [_phase_row(label, row, width) for label, row in dist]
+            rows += [_phase_row(label, row, width) for label, row in st.spread.items()]
     if st.median is not None and st.worst is not None:
         rows.append(_phase_row("Median", st.median, width))
         rows.append(_phase_row(f"Worst (r{st.worst.rank})", st.worst, width))

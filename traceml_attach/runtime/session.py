@@ -24,16 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import __version__
 from agent.link import LinkError, endpoint
-from agent.node import NodeAgent
-from agent.pyspy import PySpyError
+from agent.node import NodeAgent, Probed, hello_frame
 from agent.sampler import SamplerConfig
-from agent.target import TargetError
-from agent.wire import WIRE_VERSION, FrameWriter
-from traceml_attach.cli.common import plan_targets, recording_bytes, run_dir, target_failure
+from agent.wire import FrameWriter
+from traceml_attach.cli.common import probe_ranks, recording_bytes, run_dir
 from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_OK, EXIT_TARGET_EXITED, EXIT_USAGE, KIND_TO_EXIT, CliError
-from traceml_attach.collect.launcher import AgentLaunch, LaunchError
+from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
+from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
@@ -71,19 +69,11 @@ class Session:
         self.node: NodeAgent | None = None
         self.collector: Collector | None = None
         self.expect_nodes: int | None = getattr(args, "expect_nodes", None)
-        self._probed: list[Any] = []
+        self._probed: list[Probed] = []
         cmd: tuple[str, ...] = ()
         if pids:
-            plan = plan_targets(pids)
-            if plan.note:
-                print(f"traceml: {plan.note}", file=sys.stderr)
-            self.node = NodeAgent(plan, SamplerConfig(rate_hz=args.rate), FrameWriter(None), sys.argv)
-            try:
-                self._probed = self.node.probe()
-            except (TargetError, PySpyError) as exc:
-                raise target_failure(exc, plan.ranks[0].pid) from exc
-            for line in self.node.failures:
-                print(f"traceml: skipping {line}", file=sys.stderr)
+            self.node, self._probed = probe_ranks(pids, args.rate, lambda line: print(f"traceml: {line}",
+                                                                                       file=sys.stderr))
             first = self._probed[0][1].target
             cmd = first.cmd if first else ()
         if getattr(args, "listen", None):
@@ -176,19 +166,16 @@ class Session:
         if self.node is not None:
             self.node.start(self._probed, stop)
         else:
-            self.writer.write({"k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
-                               "backend": "py-spy", "backend_version": None, "rate_hz": self.rate_hz,
-                               "window_s": SamplerConfig().window_s, "host": socket.gethostname(),
-                               "argv": sys.argv})
+            self.writer.write(hello_frame(SamplerConfig(rate_hz=self.rate_hz), None, sys.argv))
         if self.node is not None and self.collector is not None:   # the local ranks are node 0
             self._local_node("joined")
 
     def _local_node(self, state: str, reason: str | None = None) -> None:
         assert self.node is not None
-        ranks = sorted(r.rank.rank for r in self.node.running.values() if r.rank.rank is not None)
-        self.writer.write({"k": "node", "t": time.time_ns(), "node": 0, "name": socket.gethostname(),
-                           "agent": None, "state": state, "reason": reason, "host": socket.gethostname(),
-                           "rate_hz": self.rate_hz, "offset_ns": 0, "ranks": ranks})
+        ranks = [r.rank.rank for r in self.node.running.values() if r.rank.rank is not None]
+        host = socket.gethostname()
+        self.writer.write(node_frame(0, host, None, state, reason, host, self.rate_hz, self.node.backend_version, 0,
+                                     ranks))
 
     def _clock_from(self, started: float) -> float | None:
         """When the duration starts to count: at once, or with --expect-nodes once that many nodes
@@ -270,7 +257,7 @@ def open_collector(args: argparse.Namespace) -> Collector:
         collector = Collector(host, port, Path(args.token_file).expanduser(), note)
     except LinkError as exc:
         raise CliError(str(exc), EXIT_NETWORK) from exc
-    where = "every interface" if host in ("0.0.0.0", "::", "*") else host
+    where = "every interface" if host in WILDCARDS else host
     note(f"listening for agents on {host}:{collector.port} ({where}); on each node run: traceml agent --pid auto "
          f"--connect <this host>:{collector.port} --token-file {args.token_file}")
     return collector

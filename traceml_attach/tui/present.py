@@ -13,7 +13,6 @@ from traceml_attach.output.render import (
     node_tag,
     rank_note,
     rank_place,
-    spread,
     summarised,
     worst_offset,
 )
@@ -207,7 +206,7 @@ def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
                             selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0))
     if many:   # each column ranked on its own: no bar, which would read as one rank's step
         rows += [StepRow(label, "spread", "", ms(row.step_ms), tuple(ms(row.phases_ms.get(p)) for p in PHASES), None)
-                 for label, row in spread(st)]
+                 for label, row in st.spread.items()]
     elif st.median is not None and worst is not None:
         rows.append(StepRow("median", "median", "", ms(st.median.step_ms),
                             tuple(ms(st.median.phases_ms.get(p)) for p in PHASES), _shares(st.median)))
