@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.wire import unpacker
+from tests.live_streams import cpu_gain, loop_period, shifted
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "ddp_input_straggler.msgpack"
@@ -63,21 +64,13 @@ class Source:
         ranks = {fr["rank"]: fr["pid"] for fr in frames if fr["k"] == "target"}
         self.window_s = float(next(fr["window_s"] for fr in frames if fr["k"] == "hello"))
         self.keeper, self.straggler = ranks[0], ranks[1]
-        rows = [row for fr in frames if fr["k"] == "spans" for row in fr["spans"]]
-        self.period_ns = max(ts + dur for _, ts, dur, _ in rows) - min(ts for _, ts, _, _ in rows)
+        self.period_ns = loop_period(frames)
         self.windows = 1 + max(fr["w"] for fr in frames if fr["k"] in ("spans", "window"))
-        first: dict[int, list[int]] = {}
-        last: dict[int, list[int]] = {}
-        for fr in frames:
-            if fr["k"] == "tcpu":
-                for row in fr["samples"]:
-                    first.setdefault(fr["pid"], row)
-                    last[fr["pid"]] = row
-        self.cpu_gain = {pid: (last[pid][1] - first[pid][1], last[pid][2] - first[pid][2]) for pid in first}
+        self.cpu_gain = cpu_gain(frames)
         self.frames = _due(frames)
         # each rank's first CPU counter row, read at attach: a later copy goes on from the last
         self.baseline = {next(i for i, (_, fr) in enumerate(self.frames) if fr["k"] == "tcpu" and fr["pid"] == pid)
-                         for pid in first}
+                         for pid in self.cpu_gain}
         self.origin_ns = self.frames[0][0]
         self.length_ns = self.frames[-1][0] - self.origin_ns
 
@@ -103,22 +96,10 @@ def _due(frames: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
 def _shifted(src: Source, fr: dict[str, Any], k: int, shift_ns: int) -> dict[str, Any]:
     """Frame ``fr`` of copy ``k``: its times moved by k periods and ``shift_ns`` (to the wall
     clock of now), its window ids by k loops, its CPU counters on by k loops' gain."""
-    dt = k * src.period_ns + shift_ns
-    out = dict(fr)
-    if "t" in out:
-        out["t"] += dt
-    kind = fr["k"]
-    if kind == "spans":
-        out["w"] += k * src.windows
-        out["spans"] = [[tid, ts + dt, dur, sid] for tid, ts, dur, sid in fr["spans"]]
+    on, rq = src.cpu_gain.get(fr["pid"], (0, 0)) if fr["k"] == "tcpu" else (0, 0)
+    out = shifted(fr, k * src.period_ns + shift_ns, (k * on, k * rq), k * src.windows)
+    if fr["k"] == "spans":
         out["fdefs"], out["sdefs"] = [], []   # each node's stream defines them once (Nodes)
-    elif kind == "window":
-        out["w"] += k * src.windows
-        out["start"] = fr["start"] + dt if fr.get("start") else fr.get("start")
-        out["end"] = fr["end"] + dt if fr.get("end") else fr.get("end")
-    elif kind == "tcpu":
-        on, rq = src.cpu_gain.get(fr["pid"], (0, 0))
-        out["samples"] = [[t + dt, a + k * on, b + k * rq] for t, a, b in fr["samples"]]
     return out
 
 

@@ -15,11 +15,34 @@ from traceml_attach.ingest.stream import Recording
 NS = 1_000_000_000
 
 
-def _shifted(frame: dict[str, Any], dt: int, cpu_off: tuple[int, int]) -> dict[str, Any]:
+def loop_period(frames: list[dict[str, Any]]) -> int:
+    """How long a recorded stream's spans cover (ns): the period it repeats with."""
+    spans = [s for fr in frames if fr["k"] == "spans" for s in fr["spans"]]
+    return max(s[1] + s[2] for s in spans) - min(s[1] for s in spans)
+
+
+def cpu_gain(frames: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """Each process's cumulative CPU counters' gain (on-CPU, run-queue ns) over the stream: what a
+    repeated copy goes on from."""
+    first: dict[int, list[int]] = {}
+    last: dict[int, list[int]] = {}
+    for fr in frames:
+        if fr["k"] == "tcpu":
+            for row in fr["samples"]:
+                first.setdefault(fr["pid"], row)
+                last[fr["pid"]] = row
+    return {pid: (last[pid][1] - first[pid][1], last[pid][2] - first[pid][2]) for pid in first}
+
+
+def shifted(frame: dict[str, Any], dt: int, cpu_off: tuple[int, int] = (0, 0), windows: int = 0) -> dict[str, Any]:
+    """``frame`` moved ``dt`` ns later, its CPU counters on by ``cpu_off``, its py-spy window ids
+    by ``windows``."""
     out = dict(frame)
     if "t" in out:
         out["t"] = out["t"] + dt
     kind = out["k"]
+    if kind in ("spans", "window"):
+        out["w"] = out["w"] + windows
     if kind == "spans":
         out["spans"] = [[tid, ts + dt, dur, sid] for tid, ts, dur, sid in out["spans"]]
     elif kind == "window":
@@ -36,15 +59,8 @@ def repeated(path: Path, seconds: float, ranks: int | None = None) -> Iterator[d
     cumulative CPU counters shifted, each stack defined once. With ``ranks``, a two-rank stream
     is cloned ranks/2 times under new PIDs and ranks (as bench/tui_bench.py does)."""
     frames = [fr for fr in read_frames(path) if isinstance(fr, dict)]
-    spans = [s for fr in frames if fr["k"] == "spans" for s in fr["spans"]]
-    period = max(s[1] + s[2] for s in spans) - min(s[1] for s in spans)
-    first: dict[int, list[int]] = {}
-    last: dict[int, list[int]] = {}
-    for fr in frames:
-        if fr["k"] == "tcpu":
-            for row in fr["samples"]:
-                first.setdefault(fr["pid"], row)
-                last[fr["pid"]] = row
+    period = loop_period(frames)
+    gain = cpu_gain(frames)
     copies = max(ranks // 2, 1) if ranks else 0
     reps = int(seconds * NS // period) + 1
     for k in range(reps):
@@ -57,15 +73,13 @@ def repeated(path: Path, seconds: float, ranks: int | None = None) -> Iterator[d
             if k and kind == "spans":
                 frame = dict(frame, fdefs=[], sdefs=[])
             pid = frame.get("pid")
-            off = (0, 0)
-            if kind == "tcpu" and pid in first:
-                off = (k * (last[pid][1] - first[pid][1]), k * (last[pid][2] - first[pid][2]))
-            shifted = _shifted(frame, k * period, off)
+            on, rq = gain.get(pid, (0, 0)) if kind == "tcpu" else (0, 0)
+            moved = shifted(frame, k * period, (k * on, k * rq))
             if pid is None or not copies:
-                yield shifted
+                yield moved
                 continue
             for c in range(copies):
-                clone = dict(shifted, pid=pid + 100_000 * (c + 1))
+                clone = dict(moved, pid=pid + 100_000 * (c + 1))
                 if kind == "target":
                     clone.update(rank=frame["rank"] + 2 * c, world_size=2 * copies, nspid=[clone["pid"]])
                 yield clone

@@ -107,6 +107,14 @@ class Agent:
         self.link.close()
 
 
+def served(session: Session) -> Recording:
+    """The recording of ``session`` after a real agent streamed to it, and ended, in it."""
+    agent = Agent(session.port, session.token, "node-a")
+    agent.send(fixture_frames("input_bound")[:20])
+    assert agent.finish()
+    return session.close()
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -219,10 +227,7 @@ def test_garbage_on_the_port_is_counted_and_the_collector_goes_on(session: Sessi
     plain.close()
     ctx.term()
     # THEN a real agent is still served
-    agent = Agent(session.port, session.token, "node-a")
-    agent.send(fixture_frames("input_bound")[:20])
-    assert agent.finish()
-    rec = session.close()
+    rec = served(session)
     assert len(rec.targets) == 1 and rec.net["refused_peers"] >= 3
 
 
@@ -246,10 +251,7 @@ def test_malformed_messages_from_a_keyed_peer_are_counted_and_dropped(session: S
     wait_for(lambda: session.collector.stats.bad_messages >= 6 and session.collector.stats.bad_frames >= 3)
     sock.close()
     ctx.term()
-    agent = Agent(session.port, session.token, "node-a")
-    agent.send(fixture_frames("input_bound")[:20])
-    assert agent.finish()
-    rec = session.close()
+    rec = served(session)
     assert rec.net["bad_messages"] == 6 and rec.net["bad_frames"] == 3
     assert len([t for t in rec.targets.values() if t.rank is None]) == 1
 
