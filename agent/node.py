@@ -62,7 +62,7 @@ class NodeAgent:
     running: dict[int, _Running] = field(default_factory=dict)  # by pid
     seen_ranks: dict[int, int] = field(default_factory=dict)    # rank -> latest pid
     failures: list[str] = field(default_factory=list)
-    refused: dict[int, int] = field(default_factory=dict)       # pid -> failed attempts to attach
+    refused: dict[int, int] = field(default_factory=dict)       # pid -> failed attempts, until one attaches
     nvml: Nvml = field(default_factory=Nvml)
     due: dict[str, float] = field(default_factory=dict)         # tick(): next run of each job (monotonic)
     binary: str = ""                 # py-spy, found by probe()
@@ -101,11 +101,13 @@ class NodeAgent:
         """A sampler for ``rank`` and its first thread dump; a failure is counted in ``refused``."""
         sampler = Sampler(rank.pid, self.binary, self.config)
         try:
-            return sampler, sampler.probe()
+            threads = sampler.probe()
         except (TargetError, PySpyError) as exc:
             fatal = exc.kind in FATAL_KINDS
             self.refused[rank.pid] = MAX_ATTACH_TRIES if fatal else self.refused.get(rank.pid, 0) + 1
             raise
+        self.refused.pop(rank.pid, None)   # a rank caught while its interpreter started, attached since
+        return sampler, threads
 
     def hello(self) -> dict[str, Any]:
         return hello_frame(self.config, self.backend_version, self.argv)

@@ -22,18 +22,19 @@ what is due (its lag), is printed too: on a machine without a spare core the two
 
 The measurements, on the collector's recording (frames.msgpack) and on the simulated nodes:
 
-  tick        the live tick (IncrementalAnalyzer.tick, as bench/tick_bench.py times it) at every
-              second of the recording's data clock, of it ``steps`` (classification and
-              step-finding: the per-rank trackers) and ``conclude`` (the findings and the
-              report); ``document`` is the live document built from it
+  tick        IncrementalAnalyzer.tick (as bench/tick_bench.py times it) at every second of the
+              recording's data clock: ``steps`` (classification and step-finding: the per-rank
+              trackers, which the session's pipeline advances once every TRACK_S of data) and
+              ``conclude`` (the findings and the report, what a live view adds each time it
+              ticks); ``document`` is the live document built from it
   node tick   the same for one node's 64 ranks alone: what an agent would spend every second if
               classification and step-finding ran on the agents
   step records  what an agent would ship per rank and second then: its steps (start, length,
               phases, blocked time, flags) each py-spy window, msgpack-encoded
   wire        bytes per rank per second: the agents' link counters and the collector's ``net``
-  ingest      the collector's work besides the live tick, per second of data: decoding the
-              messages, merging them into its recording, and the session's pipeline (whose
-              rollups run the step-finding of every rank again, every ROLLUP_S)
+  ingest      the collector's work besides the live view, per second of data: decoding the
+              messages, merging them into its recording, and the session's pipeline (the
+              Recording, and its trackers advanced every TRACK_S of data: the tick's ``steps``)
   TUI         one refresh of the TUI at 200x60 with the recording's newest windows
               (bench/tui_bench.py's refresh loop)
 """
@@ -75,10 +76,12 @@ from traceml_attach.output.live import live_document  # noqa: E402
 from traceml_attach.output.summary import Summary  # noqa: E402
 from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402
 from traceml_attach.runtime.pipeline import RETAIN_S, Pipeline  # noqa: E402
+from traceml_attach.runtime.session import COLLECTOR_GC_THRESHOLDS  # noqa: E402
 from traceml_attach.steps.classify import load_rules  # noqa: E402
 from traceml_attach.steps.phases import PHASES  # noqa: E402
 
 TICKS_FILE = "load_ticks.json"   # the live collector's own tick timings, in its run folder
+GC_FILE = "load_gc.json"         # and its cyclic garbage collections
 REPORT_EVERY_S = 10.0
 STEP_BATCH_S = 2.0               # an agent would ship its steps once per py-spy window
 
@@ -127,6 +130,17 @@ def collector(argv: list[str]) -> int:
         age_s = (time.time_ns() - newest[1]) / NS if newest else 0.0
         ticks.append((time.monotonic(), analysis_ms[0], 1e3 * (time.thread_time() - c0), age_s))
 
+    # the cyclic GC's own time, by generation: (monotonic s at its end, generation, seconds)
+    collections: list[tuple[float, int, float]] = []
+    began: list[float] = [0.0]
+
+    def timed_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            collections.append((time.monotonic(), info["generation"], time.perf_counter() - began[0]))
+
+    gc.callbacks.append(timed_gc)
     gc.freeze()   # as the TUI's process does before its app starts
     session = TimedSession(args, rules_from(args))
     stop = threading.Event()
@@ -134,6 +148,7 @@ def collector(argv: list[str]) -> int:
         session.run(stop, args.duration, tick, TICK_S)
     result = session.finish(args.duration)
     (result.run_dir / TICKS_FILE).write_text(json.dumps(ticks))
+    (result.run_dir / GC_FILE).write_text(json.dumps(collections))
     print(result.text, end="")
     return 0
 
@@ -306,6 +321,13 @@ def report_run(run_dir: Path, meter: Meter, layout: Layout, seconds: float) -> N
               f"1000); live analysis CPU {stats([t[1] for t in late])}; live document {stats([t[2] for t in late])}; "
               f"age of the newest span at the tick {stats([t[3] for t in late], 's')} (py-spy windows are "
               f"{Source().window_s:.0f} s)")
+    gc_file = run_dir / GC_FILE
+    if gc_file.exists():
+        steady_gc = [c for c in json.loads(gc_file.read_text()) if steady.wall_s <= c[0] <= end.wall_s]
+        by_gen = {g: [c[2] for c in steady_gc if c[1] == g] for g in (0, 1, 2)}
+        print("  collector's cyclic GC in the steady part: " + "; ".join(
+            f"generation {g}: {len(xs)} collections, {sum(xs):.1f} s" for g, xs in by_gen.items())
+            + f" ({100 * sum(c[2] for c in steady_gc) / wall:.0f}% of the wall time)")
 
 
 def report_summary(run_dir: Path, layout: Layout, seconds: float) -> None:
@@ -385,6 +407,7 @@ class Ticker:
         self.rows.append(((end - self._origin) / NS, 1e3 * (c1 - c0), 1e3 * timer.s, doc_ms))
         self.last = an
         self.rec.trim(end - int(RETAIN_S * NS))
+        gc.freeze()   # as a collector's analysis thread does every second (runtime/session.py)
 
     def steady(self) -> list[tuple[float, float, float, float]]:
         return [r for r in self.rows if r[0] >= LIVE_WINDOW_S]
@@ -453,13 +476,15 @@ def ingest(layout: Layout, seconds: float) -> None:
     per_s = 1e3 / seconds
     print(f"\nthe collector's ingest of {layout.world} ranks, {seconds:.0f} s of data in {len(messages)} messages, CPU "
           f"ms per second of data: decode {per_s * (c1 - c0):.0f} | merge and write {per_s * (c3 - c2):.0f} | "
-          f"pipeline {per_s * (c4 - c3):.0f} (of it the Recording {per_s * (c5 - c4):.0f}, the rest its rollups' "
-          f"step-finding and the trim) | in all {per_s * (c1 - c0 + c4 - c2):.0f}")
+          f"pipeline {per_s * (c4 - c3):.0f} (of it the Recording {per_s * (c5 - c4):.0f}, the rest its trackers "
+          f"every TRACK_S: classification and step-finding, the rollups and the trim) | in all "
+          f"{per_s * (c1 - c0 + c4 - c2):.0f}; a live view adds the conclusion and the document of each tick")
 
 
 def measure(run_dir: Path, layout: Layout, seconds: float, tui: bool) -> None:
     incremental.conclude = _Timed(incremental.conclude)
     gc.freeze()
+    gc.set_threshold(*COLLECTOR_GC_THRESHOLDS)   # the collector's, with a freeze each tick
     ingest(layout, min(seconds, 60.0))   # first: the cyclic collector has no large heap to go through yet
     print(f"\nthe collector's recording replayed, a tick every second of data ({run_dir / 'frames.msgpack'}):")
     t0 = time.perf_counter()
@@ -492,6 +517,7 @@ def measure(run_dir: Path, layout: Layout, seconds: float, tui: bool) -> None:
     if tui and whole.docs:
         import tui_bench
 
+        gc.freeze()   # as the TUI's process does before its app starts, and a collector each second
         r = asyncio.run(tui_bench.refreshes(whole.docs, (200, 60), 20))
         print(f"\nTUI at 200x60 with {len(whole.docs[-1].report.step_time.ranks)} ranks (bench/tui_bench.py's "
               f"refresh, the recording's last windows): refresh CPU {stats(r['refresh'])} | wall {stats(r['wall'])} "

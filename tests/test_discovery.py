@@ -109,6 +109,7 @@ def test_a_rank_caught_while_its_interpreter_starts_is_probed_again(launcher, mo
     probed = node.probe()
     assert [rank.pid for rank, _, _ in probed] == ranks
     assert calls == [ranks[0], ranks[0]] and not node.failures
+    assert node.refused == {}   # attached in the end: nothing held against it in later re-scans
 
 
 def test_a_launcher_with_a_rank_of_its_own_is_still_the_launcher():

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import msgpack
 import pytest
 
+import traceml_attach.runtime.pipeline as pipeline_module
 from tests.streams import looped, read_frames
+from tests.test_tracker import differences
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.history import MAX_BUCKETS, Bucket, History, Span3
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.runtime.pipeline import Pipeline, replay_file
+from traceml_attach.runtime.pipeline import TRACK_S, Pipeline, replay_file
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
 
@@ -106,3 +109,66 @@ def test_the_report_covers_the_whole_session_and_memory_reaches_back(long_run):
         assert series[0][0] - pipeline.history.origin_ns < 15e9
         window = [t for t, _ in series if an.start_ns is not None and t >= an.start_ns]
         assert len(window) >= 20 and len(series) > len(window)
+
+
+def test_a_live_view_shows_the_tracked_window_and_changes_nothing_it_records():
+    # GIVEN the same frames through two pipelines, one concluded by a live view after every frame
+    frames = list(looped(read_frames(FIXTURE), 6))
+    quiet, watched = Pipeline(load_rules()), Pipeline(load_rules())
+    tracked_ends: list[int] = []
+    for frame in frames:
+        quiet.add(frame)
+        watched.add(frame)
+        view = watched.live_analysis()
+        if watched.tracked is None or watched.tracked.end_ns in tracked_ends:
+            continue
+        # THEN each view is the batch analysis of the window just tracked (within the
+        # tracker's tolerances; spans that arrive later may still change that window)
+        tracked_ends.append(watched.tracked.end_ns)
+        assert (view.start_ns, view.end_ns) == (watched.tracked.start_ns, watched.tracked.end_ns)
+        batch = analyze(watched.rec, load_rules(), start_ns=view.start_ns, end_ns=view.end_ns)
+        assert not differences(view, batch), differences(view, batch)
+    assert view.report.step_time.diagnosis.kind == "INPUT_STRAGGLER"
+    # AND the trackers advanced at most once a second of data (as py-spy's windows bring it),
+    # not once a view, nor once a rollup only
+    seconds = (tracked_ends[-1] - tracked_ends[0]) / 1e9
+    assert seconds > 30 and seconds / 3 <= len(tracked_ends) <= seconds / TRACK_S + 1
+    assert len(frames) > 10 * len(tracked_ends)
+    # AND what the pipelines record is the same: the history, and the summary's window
+    quiet.finish()
+    watched.finish()
+    assert watched.history == quiet.history and watched.history.ranks
+    assert watched.window_analysis().report == quiet.window_analysis().report
+
+
+def test_more_ranks_are_tracked_less_often(monkeypatch):
+    # GIVEN a 2-rank job, with one rank counted as a block of ranks of its own
+    monkeypatch.setattr(pipeline_module, "TRACK_RANKS", 1)
+    pipeline, ends = Pipeline(load_rules()), []
+    for frame in looped(read_frames(FIXTURE), 4):
+        pipeline.add(frame)
+        if pipeline.tracked is not None and pipeline.tracked.end_ns not in ends:
+            ends.append(pipeline.tracked.end_ns)
+    # THEN its trackers advance every 2 s of data at the most, but for a rollup that closes
+    gaps = [(b - a) / 1e9 for a, b in itertools.pairwise(ends)]
+    assert len(gaps) > 5 and sum(g < 2 * TRACK_S for g in gaps) <= len(pipeline.history.ranks["0"].buckets) + 1
+
+
+def test_a_live_view_without_new_spans_still_sees_a_rank_exit():
+    # GIVEN a job tracked up to its last spans, and a live view of it
+    frames = list(looped(read_frames(FIXTURE), 2))
+    pipeline = Pipeline(load_rules())
+    for frame in frames:
+        pipeline.add(frame)
+    before = pipeline.live_analysis()
+    assert pipeline.tracked is not None and before is pipeline.live_analysis()   # nothing new: the same view
+    pid = pipeline.tracked.pids["1"]
+    assert before.report.ranks[1].status == "alive"
+    # WHEN rank 1 exits and no span comes after it, only telemetry moving the data clock on
+    last = max(f["t"] for f in frames if isinstance(f, dict) and isinstance(f.get("t"), int))
+    pipeline.add({"k": "exit", "t": last + 1, "pid": pid, "status": 3})
+    assert pipeline.live_analysis() is before
+    pipeline.add({"k": "host", "t": last + int(2.5 * TRACK_S * 1e9), "cpu": 10.0, "mem_used": 1, "mem_total": 2})
+    # THEN the view is concluded again, though the trackers did not advance
+    after = pipeline.live_analysis()
+    assert after is not before and after.report.ranks[1].status == "exited"

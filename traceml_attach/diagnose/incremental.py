@@ -12,11 +12,19 @@ fitted for its thread and loop gets one at once; retries of an unknown clock and
 for by a failed warm check share FIT_BUDGET intervals a tick (at least one fit runs), oldest
 request first.
 
+A tick is two halves. ``track`` advances the trackers (the cost that grows with the ranks and
+the data) and keeps their timelines, statistics and hot frames as a ``Tracked``; ``analysis``
+concludes a Tracked into an Analysis, and changes nothing, so a live view can conclude the
+pipeline's newest Tracked as often as it likes without changing what the pipeline records
+(runtime/pipeline.py tracks at points that the frames' order alone decides).
+
 One analyzer follows one recording forward in data time; given an earlier end than the last
 one (a recording read again), it starts over.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
 from traceml_attach.diagnose.ranks import rank_pids, synchronized
@@ -25,7 +33,8 @@ from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import micro_batches, with_accumulation
 from traceml_attach.steps.classify import Rules
-from traceml_attach.steps.steptime import stats_of, step_totals
+from traceml_attach.steps.hotframes import HotFrame
+from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
 from traceml_attach.steps.sync import share_tracked
 from traceml_attach.steps.timeline import Timeline
 from traceml_attach.steps.tracker import RankTracker
@@ -33,6 +42,19 @@ from traceml_attach.steps.tracker import RankTracker
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
 MICRO_RECHECK_S = 5.0  # gradient accumulation's micro-batches per step are looked for this often
+
+
+@dataclass(frozen=True)
+class Tracked:
+    """The ranks' half of a tick over [start_ns, end_ns): what ``conclude`` turns into an Analysis.
+    The timelines are views of the trackers' logs: valid until the next ``track``."""
+
+    start_ns: int
+    end_ns: int
+    pids: dict[str, int]
+    timelines: dict[str, Timeline]
+    stats: list[RankStepStats]
+    hot: dict[str, dict[str, list[HotFrame]]]
 
 
 class IncrementalAnalyzer:
@@ -52,9 +74,21 @@ class IncrementalAnalyzer:
     def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
         """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
         session's rollup ``history``, the report has its whole-session section."""
+        tracked = self.track(rec, end_ns)
+        if tracked is None:
+            return analyze(rec, self.rules, self.policy, history=history)
+        return self.analysis(rec, tracked, history)
+
+    def analysis(self, rec: Recording, tracked: Tracked, history: History | None = None) -> Analysis:
+        """``tracked`` concluded: the findings and the report (the trackers are left as they are)."""
+        return conclude(rec, self.policy, tracked.start_ns, tracked.end_ns, tracked.pids, tracked.timelines,
+                        tracked.stats, tracked.hot, history=history)
+
+    def track(self, rec: Recording, end_ns: int | None = None) -> Tracked | None:
+        """The trackers advanced to ``end_ns`` (default: the newest span); None before any span."""
         span_range = rec.time_range()
         if span_range is None:
-            return analyze(rec, self.rules, self.policy, history=history)
+            return None
         end = span_range[1] if end_ns is None else end_ns
         start = end - self.window_ns
         if self.last_end_ns is not None and end < self.last_end_ns:
@@ -87,7 +121,7 @@ class IncrementalAnalyzer:
             totals = by_rank[rank].totals(step_ms) if tl.micro_batches == 1 else step_totals(tl.steps, step_ms)
             stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
-        return conclude(rec, self.policy, start, end, pids, timelines, stats, hot, history=history)
+        return Tracked(start, end, pids, timelines, stats, hot)
 
     def _accumulated(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Timeline:
         """``with_accumulation``, with the micro-batches per step looked for again every

@@ -80,7 +80,7 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
     total = rec.hosts[-1].mem_total_bytes if rec.hosts else None
     rows: dict[str, Any] = {}
     for rank, pid in ranks.items():
-        ps = [p for p in rec.procs.get(pid, []) if start_ns <= p.ts_ns <= end_ns]
+        ps = rec.procs_between(pid, start_ns, end_ns)
         cpus = [p.cpu_percent for p in ps if p.cpu_percent is not None]
         rss = [p.rss_bytes + p.workers_rss_bytes for p in ps if p.rss_bytes is not None]
         workers = ps[-1].children if ps else ()

@@ -43,7 +43,7 @@ def host_memory_series(rec: Recording, lo: int, hi: int) -> MemorySeries:
     out = {}
     for rank, pid in rank_pids(rec, lo, hi).items():
         out[rank] = [(p.ts_ns, p.rss_bytes + p.workers_rss_bytes)
-                     for p in rec.procs.get(pid, []) if p.rss_bytes is not None and lo <= p.ts_ns <= hi]
+                     for p in rec.procs_between(pid, lo, hi) if p.rss_bytes is not None]
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 # A multi-node recording keys node n's process p as ``n << PID_BITS | p`` (collect/merge.py):
@@ -27,8 +28,8 @@ class CodeFrame:
     src: str | None   # the source line, when the agent could read it
     ctx: str | None   # enclosing `with` items of that line in user code
 
-    @property
-    def where(self) -> str:
+    @functools.cached_property
+    def where(self) -> str:   # asked of the same interned frames every tick (hangs, hot frames)
         return f"{self.name} ({_short(self.file)}:{self.line})"
 
 
@@ -67,8 +68,8 @@ class ProcSample:
     num_threads: int | None
     children: tuple[tuple[int, float | None, int | None], ...]  # (pid, cpu %, rss bytes)
 
-    @property
-    def workers_rss_bytes(self) -> int:
+    @functools.cached_property
+    def workers_rss_bytes(self) -> int:   # read every tick while the sample is in the window
         """The DataLoader workers' (children's) RSS; a worker that could not be read counts 0."""
         return sum(c[2] or 0 for c in self.children)
 

@@ -172,12 +172,21 @@ class Recording:
         if len(self.errors) > 2 * MAX_ERROR_EVENTS:
             del self.errors[MAX_ERROR_EVENTS:-MAX_ERROR_EVENTS]
 
+    def procs_between(self, pid: int, lo: int, hi: int) -> list[ProcSample]:
+        """``pid``'s psutil samples with lo <= ts_ns <= hi (a process's samples are in time order)."""
+        rows = self.procs.get(pid, [])
+        return rows[bisect.bisect_left(rows, lo, key=_proc_ts):bisect.bisect_right(rows, hi, key=_proc_ts)]
+
     def time_range(self) -> tuple[int, int] | None:
         """(first, last) ns covered by any span; kept as frames arrive (live ticks ask often)."""
         return self._range
 
 
 MAX_ERROR_EVENTS = 100   # trim keeps the first and the newest this many error events
+
+
+def _proc_ts(p: ProcSample) -> int:
+    return p.ts_ns
 
 
 def _cut(rows: list[Any], before_ns: int, ts: Callable[[Any], int]) -> None:

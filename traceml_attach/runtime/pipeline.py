@@ -1,12 +1,16 @@
 """Frames in, a bounded recording and the session's history out: the same for a live session
 and for a replay, so that a summary replays exactly.
 
-Every ROLLUP_S seconds of data (data time: the newest span's end, never the wall clock), once
-the data is CLOSE_LAG_S past a bucket's end (py-spy windows arrive a few seconds late), the
-newest LIVE_WINDOW_S are analysed and what fell inside the bucket is folded into the History.
-The analysis there is incremental (diagnose/incremental.py), ticked at those points only. The
-raw data older than the live window is then dropped (``Recording.trim``). Where those
-points fall depends only on the order of the frames, which the recording keeps.
+Every TRACK_S of data (data time: the newest span's end, never the wall clock; longer for
+more than TRACK_RANKS ranks) the ranks' trackers (diagnose/incremental.py) advance over the
+newest LIVE_WINDOW_S. That ``Tracked`` is what a live view concludes and shows
+(``live_analysis``): classification and step-finding run once per TRACK_S of data, however
+often the view ticks and however many views there are.
+Every ROLLUP_S of data, once the data is CLOSE_LAG_S past a bucket's end (py-spy windows
+arrive a few seconds late), what fell inside the bucket is folded into the History from the
+newest Tracked, and the raw data older than the live window is dropped (``Recording.trim``).
+Where those points fall depends only on the order of the frames, which the recording keeps:
+a replay tracks and folds at the same points as the live session did.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.gpu import rank_gpu
-from traceml_attach.diagnose.incremental import IncrementalAnalyzer
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer, Tracked
 from traceml_attach.ingest.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.ingest.segments import read_segments
 from traceml_attach.ingest.stream import Recording, RecordingError
@@ -26,6 +30,12 @@ from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.phases import PHASES
 
 CLOSE_LAG_S = 5.0
+# Data time between two advances of the trackers (the live view's freshness): TRACK_S for
+# each TRACK_RANKS ranks begun. Part of a tracker's work is per advance (its clock, the
+# shared clock of synchronized ranks, its timeline), so a job of 1,024 ranks is tracked every
+# 2 s of data, which py-spy's windows (about that long) bring in anyway.
+TRACK_S = 1.0
+TRACK_RANKS = 512
 # Raw data kept behind the newest: the live window, and the bucket still open before it.
 RETAIN_S = LIVE_WINDOW_S + ROLLUP_S
 _NS = 1_000_000_000
@@ -38,14 +48,48 @@ class Pipeline:
         self.rules = rules
         self.rec = Recording()
         self.history = History()
-        # ticked only where a rollup closes, which the frames' order alone decides: deterministic
-        self._closer = IncrementalAnalyzer(rules)
+        # advanced where the frames' order alone says (every TRACK_S of data): deterministic
+        self._analyzer = IncrementalAnalyzer(rules)
+        self.tracked: Tracked | None = None
+        self._next_track_ns: int | None = None
+        self._track_every_ns = int(TRACK_S * _NS)
+        self._clock_ns = 0   # the newest frame time seen, of any kind of frame
+        self._view: tuple[Tracked, int, Analysis] | None = None   # the last live_analysis, and when
         self.retain_ns = int(retain_s * _NS)
 
     def add(self, frame: Any) -> None:
         self.rec.add(frame)
-        if isinstance(frame, dict) and frame.get("k") == "spans":
+        if not isinstance(frame, dict):
+            return
+        t = frame.get("t")
+        if isinstance(t, int) and t > self._clock_ns:
+            self._clock_ns = t
+        if frame.get("k") == "spans":
+            span_range = self.rec.time_range()
+            if span_range is not None and (self._next_track_ns is None or span_range[1] >= self._next_track_ns):
+                self._track(span_range[1])
             self._roll(int(CLOSE_LAG_S * _NS))
+
+    def live_analysis(self) -> Analysis:
+        """The newest Tracked concluded, with the session's history: what a live view shows. It
+        is at most one tracking interval of data behind the newest span and costs no
+        step-finding; it is concluded again when the trackers advanced, or when the other frames
+        (exits, nodes, telemetry) moved the data clock on by two intervals without spans."""
+        if self.tracked is None:
+            return analyze(self.rec, self.rules, history=self.history)
+        view = self._view
+        if view is None or view[0] is not self.tracked or self._clock_ns >= view[1] + 2 * self._track_every_ns:
+            view = self._view = (self.tracked, self._clock_ns,
+                                 self._analyzer.analysis(self.rec, self.tracked, self.history))
+        return view[2]
+
+    def _track(self, newest: int) -> Tracked | None:
+        if self.tracked is None or self.tracked.end_ns != newest:
+            self.tracked = self._analyzer.track(self.rec, newest)
+            ranks = len(self.tracked.pids) if self.tracked is not None else 0
+            self._track_every_ns = int(TRACK_S * max(1, -(-ranks // TRACK_RANKS)) * _NS)
+            self._next_track_ns = newest + self._track_every_ns
+        return self.tracked
 
     def window_analysis(self) -> Analysis:
         """The analysis of the newest LIVE_WINDOW_S of data: what a live view shows and what the
@@ -76,15 +120,16 @@ class Pipeline:
         if self.history.origin_ns is None:
             self.history.origin_ns = span_range[0]
         newest = span_range[1]
-        an: Analysis | None = None
+        folded = False
         while (end := self.history.next_end()) is not None and newest >= end + lag_ns:
-            if an is None:
-                an = self._closer.tick(self.rec, newest)
-            self._fold(end - int(ROLLUP_S * _NS), end, an)
-        if an is not None and self.history.closed_ns is not None:
+            tracked = self._track(newest)
+            assert tracked is not None
+            self._fold(end - int(ROLLUP_S * _NS), end, tracked)
+            folded = True
+        if folded and self.history.closed_ns is not None:
             self.rec.trim(min(newest - self.retain_ns, self.history.closed_ns))
 
-    def _fold(self, start: int, end: int, an: Analysis) -> None:
+    def _fold(self, start: int, end: int, an: Analysis | Tracked) -> None:
         rows: dict[str, Bucket] = {}
         gpu = rank_gpu(self.rec, an.pids, start, end - 1)
         for rank, pid in an.pids.items():

@@ -34,7 +34,6 @@ from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
-from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
@@ -95,7 +94,6 @@ class Session:
         self._inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.writer.listen(self._inbox.put)
         self.pipeline = Pipeline(rules)
-        self.live = IncrementalAnalyzer(rules)
         self.rate_hz: int = args.rate
         self.ran_out = False
         self._local_ended = False
@@ -197,23 +195,26 @@ class Session:
             self._local_node("ended", "target_exited")
         return local_done and self.collector.ended(self.expect_nodes)
 
-    def drain(self, wait_s: float = 0.0) -> None:
-        """Fold the frames written so far into the pipeline (waiting up to ``wait_s`` for one)."""
+    def drain(self, wait_s: float = 0.0, until: float | None = None) -> None:
+        """Fold the frames written so far into the pipeline (waiting up to ``wait_s`` for one),
+        or those that can be folded before the monotonic time ``until`` (the next tick's)."""
         try:
             frame = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()
         except queue.Empty:
             return
         while True:
             self.pipeline.add(frame)
+            if until is not None and time.monotonic() >= until:
+                return   # the rest after the tick: the view shows what was folded by then
             try:
                 frame = self._inbox.get_nowait()
             except queue.Empty:
                 return
 
     def live_analysis(self) -> Analysis:
-        """The live window's analysis for a tick: incremental, carried from the last tick (the
-        summaries use the pipeline's batch analysis of the same window, which replays exactly)."""
-        return self.live.tick(self.rec, history=self.pipeline.history)
+        """The live window's analysis for a tick: the pipeline's newest tracked window, concluded
+        (the summaries use the pipeline's batch analysis of the same window, which replays exactly)."""
+        return self.pipeline.live_analysis()
 
     def summarize(self, final: bool = False) -> tuple[Summary, str]:
         """Write the summary of what was recorded so far (the newest LIVE_WINDOW_S in detail,
@@ -265,6 +266,11 @@ def open_collector(args: argparse.Namespace) -> Collector:
 
 JOIN_WAIT_S = 120.0   # --duration waits this long at most for --expect-nodes nodes to join
 TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)
+FREEZE_EVERY_S = 1.0  # how often a collector's analysis thread freezes the cyclic GC's generations
+# Python's (700, 10, 10), with a full collection only after 1,000 of generation 1 (not 10): what
+# survives a second is frozen anyway, and young cycles are still collected in generations 0 and 1
+COLLECTOR_GC_THRESHOLDS = (700, 10, 1000)
+THAW_EVERY_S = 600.0
 
 
 class Analyst(threading.Thread):
@@ -276,6 +282,7 @@ class Analyst(threading.Thread):
         super().__init__(name="traceml-analysis", daemon=True)
         self.session, self.on_tick, self.tick_s, self.started = session, on_tick, tick_s, started
         self.done = threading.Event()
+        self.thresholds: tuple[int, int, int] | None = None   # the GC's, before a collector's
 
     def join(self, timeout: float | None = None) -> None:
         self.done.set()
@@ -284,16 +291,30 @@ class Analyst(threading.Thread):
     def run(self) -> None:
         next_tick = self.started + self.tick_s
         next_trim = self.started + TRIM_EVERY_S
+        next_freeze = self.started + FREEZE_EVERY_S
+        next_thaw = self.started + THAW_EVERY_S
         while not self.done.is_set():
-            self.session.drain(wait_s=0.1)
+            self.session.drain(wait_s=0.1, until=next_tick if self.on_tick is not None else None)
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
-                if self.session.collector is not None:
-                    # many nodes' recording is millions of long-lived objects: a full collection
-                    # over them stalls a tick for over a second (1,024 ranks), so the cyclic GC
-                    # is told to leave what is alive now alone (freed by reference count as before)
-                    gc.freeze()
+            if self.session.collector is not None and time.monotonic() >= next_freeze:
+                # many nodes' recording is millions of long-lived objects (20 MB a second at 1,024
+                # ranks). Python's full collections come each time the objects not yet collected
+                # grow by a quarter, and go over all of them: frozen every 30 s, that was 42% of
+                # the collector's time (bench/multinode_load.py). So what is alive each second is
+                # frozen: the cyclic GC leaves it alone, and reference counts free it as before.
+                next_freeze = time.monotonic() + FREEZE_EVERY_S
+                if time.monotonic() >= next_thaw:
+                    # a cycle frozen while alive is never collected once garbage: every
+                    # THAW_EVERY_S all of it is gone through once (~1 s at 1,024 ranks)
+                    next_thaw = time.monotonic() + THAW_EVERY_S
+                    gc.unfreeze()
+                    gc.collect()
+                gc.freeze()
+                if self.thresholds is None:   # and a full collection waits for many more young ones
+                    self.thresholds = gc.get_threshold()
+                    gc.set_threshold(*COLLECTOR_GC_THRESHOLDS)
             if self.on_tick is None or time.monotonic() < next_tick:
                 continue
             next_tick += self.tick_s
@@ -306,6 +327,9 @@ class Analyst(threading.Thread):
             # a tick that overran leaves half a period to drain the frames that came meanwhile,
             # rather than ticking again at once with them still queued
             next_tick = max(next_tick, time.monotonic() + self.tick_s / 2)
+        if self.thresholds is not None:   # the session is over: the process's GC as it was
+            gc.unfreeze()
+            gc.set_threshold(*self.thresholds)
 
 
 @contextmanager
