@@ -68,6 +68,10 @@ def snapshot(traceml: Path, pid: int, tmp: Path) -> None:
         "--run-name", "snap", cwd=tmp)
     if not json.loads((tmp / "logs" / "snap" / "final_summary.json").read_text()):
         sys.exit("wheel smoke: the snapshot's summary is empty")
+    same = json.loads(run(traceml, "compare", tmp / "logs" / "snap", tmp / "logs" / "snap", "--json",
+                          "--fail-on-regression", "0", cwd=tmp))
+    if same["step"]["verdict"] not in ("no change", "unknown"):
+        sys.exit(f"wheel smoke: a run compared with itself is {same['step']['verdict']}")
 
 
 def multinode(traceml: Path, pid: int, tmp: Path) -> None:
@@ -130,7 +134,7 @@ def main() -> None:
         try:
             step(f"traceml --help works; examples/balanced.py runs as pid {job.pid}")
             snapshot(traceml, job.pid, tmp)
-            step("traceml snapshot wrote its summary")
+            step("traceml snapshot wrote its summary; traceml compare of it with itself: no change")
             multinode(traceml, job.pid, tmp)
             step("traceml agent streamed to a traceml snapshot --listen (ZeroMQ, CURVE)")
             if shutil.which("tmux") is None:

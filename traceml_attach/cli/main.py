@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Sequence
 
 from traceml_attach import __version__
-from traceml_attach.cli import agent, attach, replay, snapshot, stacks, view
+from traceml_attach.cli import agent, attach, compare, replay, snapshot, stacks, view
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 
 COMMANDS = {
@@ -17,6 +17,7 @@ COMMANDS = {
     "stacks": (stacks, "print every rank's current stack, grouped, with its phase (for hangs)"),
     "view": (view, "print a saved final_summary.json as text"),
     "replay": (replay, "re-diagnose a recorded frames.msgpack"),
+    "compare": (compare, "what changed between two runs' summaries, beyond the noise (a CI gate)"),
     "agent": (agent, "sample this node's ranks for a collector on another node (attach/snapshot --listen)"),
 }
 
@@ -24,7 +25,8 @@ EPILOG = """\
 exit codes: 0 ok; 2 usage; 3 no such process; 4 not Python / unsupported Python;
 5 not permitted (ptrace); 6 py-spy missing or failing; 7 missing or corrupt file;
 8 target exited before the requested duration (summary still written); 9 multi-node: cannot
-listen or connect, or a bad token file; 70 internal error.
+listen or connect, or a bad token file, and compare --fail-on-regression: the step rose beyond
+the noise; 70 internal error.
 """
 
 

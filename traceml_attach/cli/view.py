@@ -17,6 +17,17 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def load_summary(path: Path) -> Summary:
+    doc, path = read_summary_doc(path)
+    try:
+        return from_json(doc)
+    except SchemaError as exc:
+        raise CliError(f"{path} cannot be read ({exc}): re-create it with `traceml replay` on the run's "
+                       "frames.msgpack", EXIT_BAD_FILE) from exc
+
+
+def read_summary_doc(path: Path) -> tuple[dict, Path]:
+    """The JSON document of a final_summary.json (or of the one in a run folder), and its path;
+    CliError (exit 7) when it is missing, unreadable or not a summary."""
     if path.is_dir():
         path = path / "final_summary.json"
     try:
@@ -31,11 +42,7 @@ def load_summary(path: Path) -> Summary:
                        "re-create it with `traceml replay` on the run's frames.msgpack", EXIT_BAD_FILE) from exc
     if not isinstance(data, dict) or "schema_version" not in data:
         raise CliError(f"{path} is not a traceml-attach summary (it has no schema_version)", EXIT_BAD_FILE)
-    try:
-        return from_json(data)
-    except SchemaError as exc:
-        raise CliError(f"{path} cannot be read ({exc}): re-create it with `traceml replay` on the run's "
-                       "frames.msgpack", EXIT_BAD_FILE) from exc
+    return data, path
 
 
 def run(args: argparse.Namespace) -> int:

@@ -71,6 +71,7 @@ class RankStepTime:
     framework: str | None = None            # whose loop or code it runs: "HF Trainer (transformers 5.x)"
     micro_batches: int | None = 1           # per step: with gradient accumulation a step is an optimizer step
     #                                         (None: optimizer steps whose micro-batches were not counted)
+    step_ms_sd: float | None = None         # the typical steps' spread (IQR / 1.349): what `compare` judges noise by
 
 
 @dataclass(frozen=True)

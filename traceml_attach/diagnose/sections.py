@@ -67,7 +67,7 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
             int(r.rank), os_pid(r.pid), r.steps, _round(r.step_ms), _rounded(r.phases_ms), _rounded(r.shares, 4),
             _rounded(r.wait_labels, 4) or {}, r.loop, r.thread, _round(r.coverage), _round(r.sync_wait_ms),
             _round(r.sync_wait_share, 4), _clock(r.clock), tuple(own[-MAX_RANK_PROBLEMS:]), len(own),
-            r.framework, r.micro_batches)
+            r.framework, r.micro_batches, _round(r.step_sd_ms))
     measured = [r for r in stats if r.step_ms is not None and r.phases_ms]
     known = bool(measured) and len(measured) == len([r for r in stats if r.shares])
     if not measured:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from traceml_attach.policy import TYPICAL_MAX
 from traceml_attach.steps.phases import COMPONENTS, PHASES
@@ -37,6 +38,9 @@ class RankStepStats:
     # with no loop found: the training thread's time by phase (a loop the rules do not know)
     unlooped_shares: dict[str, float] | None = None
     loop_hint: str | None = None          # ...and a library frame on its path that wraps, to name in a rule
+    # the typical steps' spread: their interquartile range / 1.349 (a standard deviation that an
+    # occasional long step does not move); the batch analysis only (a live tick keeps sums)
+    step_sd_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,9 @@ class StepTotals:
     measured: int                  # covered steps with CPU counters
     measured_ns: int
     blocked_ns: dict[str, int]     # time blocked in synchronizing phases, over the measured steps
+
+
+IQR_PER_SD = 1.349   # a normal distribution's interquartile range, in standard deviations
 
 
 def typical_limit_ns(step_ms: float | None) -> float | None:
@@ -77,7 +84,20 @@ def step_totals(steps: Sequence[Step], step_ms: float | None) -> StepTotals:
 
 def rank_stats(rank: str, tl: Timeline) -> RankStepStats:
     step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
-    return stats_of(rank, tl, step_totals(tl.steps, step_ms))
+    stats = stats_of(rank, tl, step_totals(tl.steps, step_ms))
+    if step_ms is None:
+        return stats
+    return replace(stats, step_sd_ms=step_spread_ms(tl.steps, step_ms))
+
+
+def step_spread_ms(steps: Sequence[Step], step_ms: float) -> float | None:
+    """The typical covered steps' interquartile range / 1.349, in ms (None under 4 steps)."""
+    limit = typical_limit_ns(step_ms)
+    durations = [s.dur_ns for s in steps if s.covered and (limit is None or s.dur_ns <= limit)]
+    if len(durations) < 4:
+        return None
+    q1, _, q3 = statistics.quantiles(durations, n=4)
+    return (q3 - q1) / IQR_PER_SD / 1e6
 
 
 def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
