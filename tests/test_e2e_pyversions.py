@@ -44,8 +44,8 @@ def test_a_torch_free_loop_on_each_python(version: str, tmp_path: Path):
     job = start_example("pure_loop", truth=truth_file, python=python)
     try:
         time.sleep(1)
-        # WHEN traceml samples it for 8 s
-        out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "8", "--quiet",
+        # WHEN traceml samples it for 5 s (~55 steps)
+        out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "5", "--quiet",
                       "--logs-dir", str(tmp_path / "logs"), "--run-name", "pure")
     finally:
         stop_example(job)
