@@ -72,6 +72,9 @@ def snapshot(traceml: Path, pid: int, tmp: Path) -> None:
                           "--fail-on-regression", "0", cwd=tmp))
     if same["step"]["verdict"] not in ("no change", "unknown"):
         sys.exit(f"wheel smoke: a run compared with itself is {same['step']['verdict']}")
+    run(traceml, "export", tmp / "logs" / "snap", "--perfetto", tmp / "trace.json", cwd=tmp)
+    if not any(e["ph"] == "X" for e in json.loads((tmp / "trace.json").read_text())["traceEvents"]):
+        sys.exit("wheel smoke: the Perfetto export has no slices")
 
 
 def multinode(traceml: Path, pid: int, tmp: Path) -> None:
@@ -134,7 +137,7 @@ def main() -> None:
         try:
             step(f"traceml --help works; examples/balanced.py runs as pid {job.pid}")
             snapshot(traceml, job.pid, tmp)
-            step("traceml snapshot wrote its summary; traceml compare of it with itself: no change")
+            step("traceml snapshot wrote its summary; compare with itself: no change; export --perfetto")
             multinode(traceml, job.pid, tmp)
             step("traceml agent streamed to a traceml snapshot --listen (ZeroMQ, CURVE)")
             if shutil.which("tmux") is None:

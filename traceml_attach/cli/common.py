@@ -16,7 +16,7 @@ from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
 from agent.target import TargetError, inspect_target, python_children
 from agent.wire import FrameWriter
-from traceml_attach.cli.errors import EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, KIND_TO_EXIT, CliError
 from traceml_attach.policy import RECORDING_MAX_MB
 from traceml_attach.steps.classify import Rules, RulesError, load_rules
 
@@ -158,3 +158,12 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def frames_path(given: Path) -> Path:
+    """The frames.msgpack a command was given, itself or in the run folder given; CliError (exit 7)
+    when there is none."""
+    path = given / "frames.msgpack" if given.is_dir() else given
+    if not path.exists():
+        raise CliError(f"{path} does not exist: give a frames.msgpack or its run folder", EXIT_BAD_FILE)
+    return path

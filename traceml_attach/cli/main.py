@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Sequence
 
 from traceml_attach import __version__
-from traceml_attach.cli import agent, attach, compare, replay, snapshot, stacks, view
+from traceml_attach.cli import agent, attach, compare, export, replay, snapshot, stacks, view
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 
 COMMANDS = {
@@ -17,6 +17,7 @@ COMMANDS = {
     "stacks": (stacks, "print every rank's current stack, grouped, with its phase (for hangs)"),
     "view": (view, "print a saved final_summary.json as text"),
     "replay": (replay, "re-diagnose a recorded frames.msgpack"),
+    "export": (export, "write a recording as a trace for ui.perfetto.dev (--perfetto OUT.json)"),
     "compare": (compare, "what changed between two runs' summaries, beyond the noise (a CI gate)"),
     "agent": (agent, "sample this node's ranks for a collector on another node (attach/snapshot --listen)"),
 }

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from traceml_attach.cli.common import add_rules_option, rules_from
+from traceml_attach.cli.common import add_rules_option, frames_path, rules_from
 from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.ingest.segments import describe as describe_dropped
 from traceml_attach.ingest.stream import Recording, RecordingError
@@ -36,9 +36,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rules = rules_from(args)
-    path: Path = args.file / "frames.msgpack" if args.file.is_dir() else args.file
-    if not path.exists():
-        raise CliError(f"{path} does not exist: give a frames.msgpack or its run folder", EXIT_BAD_FILE)
+    path = frames_path(args.file)
     try:
         pipeline, problem = replay_file(path, rules)
         rec = pipeline.rec

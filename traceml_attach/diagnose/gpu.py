@@ -13,6 +13,7 @@ class RankGpu:
     memory: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rank -> (ts, bytes)
     capacity: dict[str, int | None] = field(default_factory=dict)
     sm_util: dict[str, list[int]] = field(default_factory=dict)             # rank -> SM % samples
+    sm_series: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rank -> (ts, SM %)
     notes: list[str] = field(default_factory=list)
 
 
@@ -61,6 +62,7 @@ def rank_gpu(rec: Recording, ranks: dict[str, int], start_ns: int, end_ns: int) 
                 used[owner] += mem
             if sm is not None:
                 out.sm_util.setdefault(owner, []).append(sm)
+                out.sm_series.setdefault(owner, []).append((sample.ts_ns, sm))
         for rank, value in used.items():
             out.memory.setdefault(rank, []).append((sample.ts_ns, value))
     if fallback_used:
