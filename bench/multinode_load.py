@@ -75,8 +75,8 @@ from traceml_attach.ingest.stream import Recording  # noqa: E402
 from traceml_attach.output.live import live_document  # noqa: E402
 from traceml_attach.output.summary import Summary  # noqa: E402
 from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402
+from traceml_attach.runtime.heap import COLLECTOR_GC_THRESHOLDS  # noqa: E402
 from traceml_attach.runtime.pipeline import RETAIN_S, Pipeline  # noqa: E402
-from traceml_attach.runtime.session import COLLECTOR_GC_THRESHOLDS  # noqa: E402
 from traceml_attach.steps.classify import load_rules  # noqa: E402
 from traceml_attach.steps.phases import PHASES  # noqa: E402
 

@@ -10,7 +10,6 @@ summaries asked for. After ``run`` returns, the recording is the caller's.
 from __future__ import annotations
 
 import argparse
-import gc
 import queue
 import signal
 import socket
@@ -37,7 +36,7 @@ from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
-from traceml_attach.runtime.heap import release_free_memory
+from traceml_attach.runtime.heap import FrozenHeap, release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
 from traceml_attach.steps.classify import Rules
@@ -266,11 +265,6 @@ def open_collector(args: argparse.Namespace) -> Collector:
 
 JOIN_WAIT_S = 120.0   # --duration waits this long at most for --expect-nodes nodes to join
 TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)
-FREEZE_EVERY_S = 1.0  # how often a collector's analysis thread freezes the cyclic GC's generations
-# Python's (700, 10, 10), with a full collection only after 1,000 of generation 1 (not 10): what
-# survives a second is frozen anyway, and young cycles are still collected in generations 0 and 1
-COLLECTOR_GC_THRESHOLDS = (700, 10, 1000)
-THAW_EVERY_S = 600.0
 
 
 class Analyst(threading.Thread):
@@ -282,7 +276,7 @@ class Analyst(threading.Thread):
         super().__init__(name="traceml-analysis", daemon=True)
         self.session, self.on_tick, self.tick_s, self.started = session, on_tick, tick_s, started
         self.done = threading.Event()
-        self.thresholds: tuple[int, int, int] | None = None   # the GC's, before a collector's
+        self.heap = FrozenHeap(started) if session.collector is not None else None
 
     def join(self, timeout: float | None = None) -> None:
         self.done.set()
@@ -291,30 +285,13 @@ class Analyst(threading.Thread):
     def run(self) -> None:
         next_tick = self.started + self.tick_s
         next_trim = self.started + TRIM_EVERY_S
-        next_freeze = self.started + FREEZE_EVERY_S
-        next_thaw = self.started + THAW_EVERY_S
         while not self.done.is_set():
             self.session.drain(wait_s=0.1, until=next_tick if self.on_tick is not None else None)
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
-            if self.session.collector is not None and time.monotonic() >= next_freeze:
-                # many nodes' recording is millions of long-lived objects (20 MB a second at 1,024
-                # ranks). Python's full collections come each time the objects not yet collected
-                # grow by a quarter, and go over all of them: frozen every 30 s, that was 42% of
-                # the collector's time (bench/multinode_load.py). So what is alive each second is
-                # frozen: the cyclic GC leaves it alone, and reference counts free it as before.
-                next_freeze = time.monotonic() + FREEZE_EVERY_S
-                if time.monotonic() >= next_thaw:
-                    # a cycle frozen while alive is never collected once garbage: every
-                    # THAW_EVERY_S all of it is gone through once (~1 s at 1,024 ranks)
-                    next_thaw = time.monotonic() + THAW_EVERY_S
-                    gc.unfreeze()
-                    gc.collect()
-                gc.freeze()
-                if self.thresholds is None:   # and a full collection waits for many more young ones
-                    self.thresholds = gc.get_threshold()
-                    gc.set_threshold(*COLLECTOR_GC_THRESHOLDS)
+            if self.heap is not None:
+                self.heap.tick(time.monotonic())
             if self.on_tick is None or time.monotonic() < next_tick:
                 continue
             next_tick += self.tick_s
@@ -327,9 +304,8 @@ class Analyst(threading.Thread):
             # a tick that overran leaves half a period to drain the frames that came meanwhile,
             # rather than ticking again at once with them still queued
             next_tick = max(next_tick, time.monotonic() + self.tick_s / 2)
-        if self.thresholds is not None:   # the session is over: the process's GC as it was
-            gc.unfreeze()
-            gc.set_threshold(*self.thresholds)
+        if self.heap is not None:   # the session is over: the process's GC as it was
+            self.heap.restore()
 
 
 @contextmanager
