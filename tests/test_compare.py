@@ -132,3 +132,16 @@ def test_a_missing_or_corrupt_summary_is_one_line_and_exit_7(tmp_path, capsys, c
     assert main(["compare", str(good), str(bad)]) == 7
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(bad) in err
+
+
+def test_a_summary_without_per_step_spread_is_judged_on_the_least_drift_and_still_gates():
+    # an older summary: no step_ms_sd on any rank
+    old = summary("input_bound")
+    st = old.report.step_time
+    bare = replace(old, report=replace(old.report, step_time=replace(
+        st, ranks={r: replace(row, step_ms_sd=None) for r, row in st.ranks.items()})))
+    same, slower = compare(bare, bare), compare(bare, scaled(bare, 0.2))
+    assert same.noise[0] is None and same.band_ms == pytest.approx(DRIFT * (same.step.old or 0.0))
+    assert same.step.verdict == "no change" and not same.regressed_beyond(0.0)
+    assert slower.step.verdict == "slower" and slower.regressed_beyond(5.0)
+    assert "no per-step spread" in render_compare(slower)

@@ -44,7 +44,6 @@ class Change:
     """One number, old and new; ``verdict``: "slower", "faster", "no change", or "unknown"
     (one side has no value)."""
 
-    name: str
     old: float | None
     new: float | None
     verdict: str
@@ -84,8 +83,8 @@ class Comparison:
     diagnosis: tuple[str, str]              # status, old -> new
     diagnosis_changed: bool
     step: Change                            # the median rank's step, ms
-    band_ms: float | None                   # half-width of "no change", ms (None: unknown)
-    noise: tuple[Noise | None, Noise | None]
+    band_ms: float | None                   # half-width of "no change", ms (None: no step to judge)
+    noise: tuple[Noise | None, Noise | None]   # None for a window without per-step spread: DRIFT alone
     phases: tuple[PhaseChange, ...]
     worst_rank: tuple[int | None, int | None]
     skew_pct: tuple[float | None, float | None]
@@ -107,13 +106,13 @@ def compare(old: Summary, new: Summary, warnings: tuple[str, ...] = ()) -> Compa
     noise = (_noise(a), _noise(b))
     old_ms = a.step_time.median.step_ms if a.step_time.median else None
     new_ms = b.step_time.median.step_ms if b.step_time.median else None
-    band = _band(old_ms, noise)
-    step = Change("step", old_ms, new_ms, _verdict(old_ms, new_ms, band))
+    band = _band(old_ms, new_ms, noise)
+    step = Change(old_ms, new_ms, _verdict(old_ms, new_ms, band))
     phases = []
     for phase in PHASES:
         o = a.step_time.median.phases_ms.get(phase) if a.step_time.median else None
         n = b.step_time.median.phases_ms.get(phase) if b.step_time.median else None
-        phases.append(PhaseChange(phase, Change(phase, o, n, _verdict(o, n, band)),
+        phases.append(PhaseChange(phase, Change(o, n, _verdict(o, n, band)),
                                   _share(o, old_ms), _share(n, new_ms)))
     old_diag, new_diag = a.step_time.diagnosis, b.step_time.diagnosis
     memory = (a.step_memory, b.step_memory)
@@ -141,17 +140,19 @@ def _noise(report: Report) -> Noise | None:
     return Noise(row.rank, row.step_ms_sd, row.steps)
 
 
-def _band(old_ms: float | None, noise: tuple[Noise | None, Noise | None]) -> float | None:
-    if old_ms is None or noise[0] is None or noise[1] is None:
+def _band(old_ms: float | None, new_ms: float | None, noise: tuple[Noise | None, Noise | None]) -> float | None:
+    """Half-width of "no change" in ms, for the step and every phase; without a window's per-step
+    spread (an older summary), DRIFT of the larger step alone. None without both steps."""
+    if old_ms is None or new_ms is None:
         return None
+    if noise[0] is None or noise[1] is None:
+        return DRIFT * max(old_ms, new_ms)
     return max(NOISE_Z * math.hypot(noise[0].se_ms, noise[1].se_ms), DRIFT * old_ms)
 
 
 def _verdict(old: float | None, new: float | None, band: float | None) -> str:
-    if old is None or new is None:
+    if old is None or new is None or band is None:
         return "unknown"
-    if band is None:   # no spread to judge by: only a difference beyond the least drift counts
-        band = DRIFT * max(old, new)
     if abs(new - old) <= band:
         return "no change"
     return "slower" if new > old else "faster"

@@ -63,11 +63,12 @@ def _noise_json(n: Noise | None) -> dict[str, Any] | None:
 
 def _how(c: Comparison) -> str:
     if c.band_ms is None:
-        missing = " and ".join(w for w, n in zip(("old", "new"), c.noise, strict=True) if n is None)
-        return (f"no change within ±{100 * DRIFT:.0f}% (the {missing} window has no per-step spread to "
-                "estimate its noise from)")
+        return "no change cannot be judged: a run without a step time"
     a, b = c.noise
-    assert a is not None and b is not None
+    if a is None or b is None:
+        missing = " and ".join(w for w, n in zip(("old", "new"), c.noise, strict=True) if n is None)
+        return (f"no change within ±{c.band_ms:.1f} ms, {100 * DRIFT:.0f}% of the larger step (the {missing} "
+                "window has no per-step spread to estimate its noise from)")
     return (f"no change within ±{c.band_ms:.1f} ms: {NOISE_Z:.0f} standard errors of the difference of the two "
             f"windows' median steps (per-step sd {a.sd_ms:.1f} ms over {a.steps} steps, {b.sd_ms:.1f} ms over "
             f"{b.steps}; rank {a.rank} and {b.rank}), at least {100 * DRIFT:.0f}% of the old step")
