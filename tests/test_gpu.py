@@ -58,3 +58,22 @@ def test_real_nvml_reads_every_device():
     assert frame is not None and frame["devices"]
     _index, util, used, total, *_ = frame["devices"][0]
     assert total > 0 and used is not None and 0 <= util <= 100
+
+
+def test_prometheus_exports_the_ranks_gpu(example, tmp_path: Path):
+    from tests.test_e2e_prometheus import attach_with_prometheus, by_rank, scrape
+
+    job = example("input_bound", "--device", "cuda")
+    time.sleep(2)
+    attacher, port = attach_with_prometheus(job.pid, tmp_path, 20)
+    try:
+        deadline, metrics = time.monotonic() + 15, scrape(port)
+        while time.monotonic() < deadline and not ("traceml_gpu_sm_util" in metrics
+                                                   and by_rank(metrics["traceml_gpu_sm_util"])):
+            time.sleep(1)
+            metrics = scrape(port)
+        assert by_rank(metrics["traceml_gpu_memory_bytes"])["0"] > 0   # NVML's PID matched the rank
+        assert 0 <= by_rank(metrics["traceml_gpu_sm_util"])["0"] <= 100
+    finally:
+        attacher.terminate()
+        attacher.wait(timeout=30)

@@ -22,6 +22,7 @@ from traceml_attach.cli.common import (
     add_recording_option,
     add_rules_option,
     check_targets,
+    host_port,
     positive_float,
     rate,
     rules_from,
@@ -50,6 +51,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         help="where run folders are written (default ./logs)")
     parser.add_argument("--run-name", metavar="NAME",
                         help="name of the run folder (default: <script>-<pid>-<time>)")
+    parser.add_argument("--prometheus", type=host_port, metavar="HOST:PORT",
+                        help="serve the live diagnosis as Prometheus metrics at http://HOST:PORT/metrics, updated "
+                        "every tick: step and phase times, the diagnosis, straggler scores, memory, GPU (docs/"
+                        "prometheus.md). HOST defaults to 127.0.0.1; give 0.0.0.0 for a Prometheus on another machine")
     add_recording_option(parser)
     add_rules_option(parser)
     add_listen_options(parser)

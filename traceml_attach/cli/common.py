@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import discovery
+from agent.link import LinkError, endpoint
 from agent.node import NodeAgent, Probed
 from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
@@ -84,6 +85,14 @@ def rate(text: str) -> int:
     if not 1 <= value <= 1000:
         raise argparse.ArgumentTypeError("must be between 1 and 1000 Hz")
     return value
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """HOST:PORT, :PORT or PORT (HOST 127.0.0.1) for an option that listens."""
+    try:
+        return endpoint(text)
+    except LinkError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_recording_option(parser: argparse.ArgumentParser) -> None:

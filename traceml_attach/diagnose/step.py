@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 import statistics
 from dataclasses import replace
@@ -20,7 +21,7 @@ from traceml_attach.steps.phases import COMPONENTS
 from traceml_attach.steps.steptime import RankStepStats
 
 __all__ = ["SEVERITY_ORDER", "STATUS", "Finding", "diagnose_step_time", "finding_order", "refine_with_gpu",
-           "unknown_step_note"]
+           "straggler_scores", "unknown_step_note"]
 
 
 def _pct(x: float) -> str:
@@ -197,27 +198,19 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     a share of the step, which synchronized ranks have in common: the shares are totals over
     the window, right even where single steps were miscounted or the step time is unknown.
     """
-    if len(ranks) < 2:
+    compared = _compared(ranks)
+    if compared is None:
         return []
-    synced = all(r.sync_wait_share is not None and r.active_shares is not None for r in ranks)
+    synced, work = compared
     if synced:
-        work = {r.rank: r.active_shares or {} for r in ranks}
         culprit = min(ranks, key=lambda r: (r.sync_wait_share or 0.0, -sum(_burden(work[r.rank]))))
-    elif all(r.phases_ms is not None and r.step_ms for r in ranks):
-        # independent ranks: each one's work per step, in shares of the median rank's step
-        unit = statistics.median(r.step_ms or 0.0 for r in ranks)
-        work = {r.rank: {p: v / unit for p, v in (r.phases_ms or {}).items()} for r in ranks}
-        culprit = max(ranks, key=lambda r: sum(_burden(work[r.rank])))
     else:
-        return []
+        culprit = max(ranks, key=lambda r: sum(_burden(work[r.rank])))
     others = [r for r in ranks if r is not culprit]
     v_input = statistics.median(_burden(work[r.rank])[0] for r in others)
     v_compute = statistics.median(_burden(work[r.rank])[1] for r in others)
     c_input, c_compute = _burden(work[culprit.rank])
-    if synced:
-        excess = statistics.median(r.sync_wait_share or 0.0 for r in others) - (culprit.sync_wait_share or 0.0)
-    else:
-        excess = (c_input + c_compute) - (v_input + v_compute)
+    excess = _excess(ranks, synced, work)[culprit.rank]
     if excess < policy.straggler_warn:
         return []
     step_ms = _job_step_ms(ranks)
@@ -261,6 +254,53 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
         f"input {amount(ex_input, True)}, compute {amount(ex_compute, True)}",
         action, culprit.rank, evidence,
     )]
+
+
+def _compared(ranks: list[RankStepStats]) -> tuple[bool, dict[str, dict[str, float]]] | None:
+    """What the straggler rule compares: whether the ranks are synchronized (compared on their
+    blocked time, each phase's work as active shares), else each rank's phase time per step in
+    shares of the median rank's step; None with fewer than two ranks or nothing comparable."""
+    if len(ranks) < 2:
+        return None
+    if all(r.sync_wait_share is not None and r.active_shares is not None for r in ranks):
+        return True, {r.rank: r.active_shares or {} for r in ranks}
+    if all(r.phases_ms is not None and r.step_ms for r in ranks):
+        unit = statistics.median(r.step_ms or 0.0 for r in ranks)
+        return False, {r.rank: {p: v / unit for p, v in (r.phases_ms or {}).items()} for r in ranks}
+    return None
+
+
+def _excess(ranks: list[RankStepStats], synced: bool, work: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each rank's excess share, as if it were the culprit: what the others wait for it per step
+    (their median blocked share less its own), or its input + compute beyond the others'
+    medians. One pass over sorted values: a 1,024-rank job costs no more than a sort."""
+    def median_without(ordered: list[float], value: float) -> float:
+        """The median of ``ordered`` (sorted) with one occurrence of ``value`` taken out."""
+        at = bisect.bisect_left(ordered, value)
+        m = len(ordered) - 1
+
+        def nth(j: int) -> float:
+            return ordered[j] if j < at else ordered[j + 1]
+
+        return nth(m // 2) if m % 2 else (nth(m // 2 - 1) + nth(m // 2)) / 2
+
+    if synced:
+        blocked = {r.rank: r.sync_wait_share or 0.0 for r in ranks}
+        ordered = sorted(blocked.values())
+        return {rank: median_without(ordered, own) - own for rank, own in blocked.items()}
+    burden = {r.rank: _burden(work[r.rank]) for r in ranks}
+    inputs, computes = sorted(b[0] for b in burden.values()), sorted(b[1] for b in burden.values())
+    return {rank: (c_input + c_compute) - (median_without(inputs, c_input) + median_without(computes, c_compute))
+            for rank, (c_input, c_compute) in burden.items()}
+
+
+def straggler_scores(ranks: list[RankStepStats]) -> dict[str, float]:
+    """Every rank's straggler score: the excess share the straggler rule would charge it with as
+    the culprit (the named straggler's is its finding's score). {} when the rule cannot compare
+    the ranks (one rank, or no shares)."""
+    shared = [r for r in ranks if r.shares is not None]
+    compared = _compared(shared)
+    return {} if compared is None else _excess(shared, *compared)
 
 
 def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util: dict[str, float],

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.link import LinkError, endpoint
 from agent.node import NodeAgent, Probed, hello_frame
@@ -40,6 +40,9 @@ from traceml_attach.runtime.heap import FrozenHeap, release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
 from traceml_attach.steps.classify import Rules
+
+if TYPE_CHECKING:
+    from traceml_attach.output.prometheus import MetricsServer
 
 Tick = Callable[[Recording, Analysis, float], None]
 
@@ -98,6 +101,15 @@ class Session:
         self._local_ended = False
         self._all_joined_at: float | None = None
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
+        self.metrics: MetricsServer | None = None
+        if getattr(args, "prometheus", None):
+            try:
+                self.metrics = open_metrics(*args.prometheus)
+            except CliError:
+                if self.collector is not None:
+                    self.collector.close()
+                self.writer.close()
+                raise
         self.launch: AgentLaunch | None = None
         if self.collector is not None and getattr(args, "launch", None):
             try:
@@ -107,6 +119,8 @@ class Session:
             except LaunchError as exc:
                 self.collector.close()
                 self.writer.close()
+                if self.metrics is not None:
+                    self.metrics.close()
                 raise CliError(str(exc), EXIT_USAGE) from exc
 
     @property
@@ -157,6 +171,8 @@ class Session:
             self.writer.write({"k": "bye", "t": time.time_ns(), "reason": reason})
             self.writer.close()
             self.drain()
+            if self.metrics is not None:
+                self.metrics.close()
 
     def _begin(self, stop: threading.Event) -> None:
         """The stream's first frames: the hello (the local ranks' agent's, or the collector's own)."""
@@ -263,6 +279,21 @@ def open_collector(args: argparse.Namespace) -> Collector:
     return collector
 
 
+def open_metrics(host: str, port: int) -> MetricsServer:
+    """The Prometheus endpoint of ``--prometheus HOST:PORT``, listening; CliError when it cannot."""
+    from traceml_attach.output.prometheus import MetricsServer  # prometheus-client loads only for this
+
+    try:
+        metrics = MetricsServer(host, port)
+    except OSError as exc:
+        raise CliError(f"cannot serve Prometheus metrics on {host}:{port}: {exc.strerror or exc}; give a free port "
+                       "with --prometheus HOST:PORT", EXIT_NETWORK) from exc
+    shown = f"[{metrics.host}]" if ":" in metrics.host else metrics.host
+    print(f"traceml: Prometheus metrics on http://{shown}:{metrics.port}/metrics"
+          + (" (every interface)" if host in WILDCARDS else ""), file=sys.stderr)
+    return metrics
+
+
 JOIN_WAIT_S = 120.0   # --duration waits this long at most for --expect-nodes nodes to join
 TRIM_EVERY_S = 30.0   # how often the analysis thread hands freed memory back (runtime/heap.py)
 
@@ -285,18 +316,24 @@ class Analyst(threading.Thread):
     def run(self) -> None:
         next_tick = self.started + self.tick_s
         next_trim = self.started + TRIM_EVERY_S
+        metrics = self.session.metrics
+        ticking = self.on_tick is not None or metrics is not None
         while not self.done.is_set():
-            self.session.drain(wait_s=0.1, until=next_tick if self.on_tick is not None else None)
+            self.session.drain(wait_s=0.1, until=next_tick if ticking else None)
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
             if self.heap is not None:
                 self.heap.tick(time.monotonic())
-            if self.on_tick is None or time.monotonic() < next_tick:
+            if not ticking or time.monotonic() < next_tick:
                 continue
             next_tick += self.tick_s
             try:
-                self.on_tick(self.session.rec, self.session.live_analysis(), time.monotonic() - self.started)
+                analysis = self.session.live_analysis()
+                if metrics is not None:
+                    metrics.update(self.session.rec, analysis)
+                if self.on_tick is not None:
+                    self.on_tick(self.session.rec, analysis, time.monotonic() - self.started)
             except Exception as exc:
                 where = traceback.format_exception(exc)[-3:]
                 self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
