@@ -1,5 +1,6 @@
 """The wheel as a user installs it: built, installed non-editable into a fresh venv without torch,
-then its `traceml` runs --help, a snapshot of a running example and the TUI in a real terminal.
+then its `traceml` runs --help, a snapshot of a running example (compared, exported, made an HTML
+report), attach --prometheus scraped, an agent and a collector, and the TUI in a real terminal.
 
 Every test runs from the editable install, which finds data files in the source tree: this is
 the one check that the wheel ships them (a missing app.tcss crashed the TUI of every pip install).
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +78,34 @@ def snapshot(traceml: Path, pid: int, tmp: Path) -> None:
     run(traceml, "export", tmp / "logs" / "snap", "--perfetto", tmp / "trace.json", cwd=tmp)
     if not any(e["ph"] == "X" for e in json.loads((tmp / "trace.json").read_text())["traceEvents"]):
         sys.exit("wheel smoke: the Perfetto export has no slices")
+    run(traceml, "view", tmp / "logs" / "snap", "--html", tmp / "report.html", cwd=tmp)
+    page = (tmp / "report.html").read_text()
+    if len(page) < 1_000_000 or '<script id="report-data"' not in page:   # the inlined ECharts is package data
+        sys.exit(f"wheel smoke: the HTML report lacks its library or data ({len(page)} bytes)")
+
+
+def prometheus(traceml: Path, pid: int, tmp: Path) -> None:
+    """attach --prometheus from the wheel (prometheus-client installed): scraped once it ticked."""
+    attach = subprocess.Popen([str(traceml), "attach", "--pid", str(pid), "--no-tui", "--duration", "20",
+                               "--prometheus", "127.0.0.1:0", "--logs-dir", str(tmp / "logs"), "--run-name", "prom"],
+                              cwd=tmp, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert attach.stderr is not None
+    try:
+        lines = [attach.stderr.readline()]
+        while not (found := re.search(r"http://127\.0\.0\.1:(\d+)/metrics", lines[-1])):
+            if not lines[-1] or len(lines) > 20:
+                sys.exit(f"wheel smoke: attach --prometheus said no address: {lines}")
+            lines.append(attach.stderr.readline())
+        deadline, text = time.monotonic() + 20, ""
+        while "traceml_samples_total" not in text and time.monotonic() < deadline:
+            time.sleep(1)
+            with urllib.request.urlopen(f"http://127.0.0.1:{found.group(1)}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        if "traceml_samples_total" not in text:
+            sys.exit(f"wheel smoke: the Prometheus scrape has no samples counter:\n{text[-1000:]}")
+    finally:
+        attach.terminate()
+        attach.wait(timeout=30)
 
 
 def multinode(traceml: Path, pid: int, tmp: Path) -> None:
@@ -137,7 +168,9 @@ def main() -> None:
         try:
             step(f"traceml --help works; examples/balanced.py runs as pid {job.pid}")
             snapshot(traceml, job.pid, tmp)
-            step("traceml snapshot wrote its summary; compare with itself: no change; export --perfetto")
+            step("traceml snapshot wrote its summary; compare with itself: no change; export --perfetto; view --html")
+            prometheus(traceml, job.pid, tmp)
+            step("traceml attach --prometheus served a scrape")
             multinode(traceml, job.pid, tmp)
             step("traceml agent streamed to a traceml snapshot --listen (ZeroMQ, CURVE)")
             if shutil.which("tmux") is None:

@@ -3,6 +3,8 @@
     python docs/make_screenshots.py          # SVG from the recorded torchrun stream (tests/fixtures)
     python docs/make_screenshots.py --live   # also text captures of live attaches in tmux (needs torch),
                                              # written as docs/tui-*.txt to paste into docs/tui.md
+    python docs/make_screenshots.py --html RUN [--png NAME]   # docs/html-report.png: RUN's `traceml view
+                                             # --html` report in headless Chromium (apt-get install chromium)
 """
 
 from __future__ import annotations
@@ -55,10 +57,28 @@ def live(captures: list[tuple[str, tuple[int, int], list[str]]]) -> None:
                 stop_example(job)
 
 
+def html_screenshot(run: Path, name: str) -> None:
+    from tests.browser import screenshot
+    from traceml_attach.cli.main import main as traceml
+
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "report.html"
+        if traceml(["view", str(run), "--html", str(page)]) != 0:
+            sys.exit(f"traceml view {run} --html failed")
+        out = DOCS / name
+        screenshot(page, out, 1400, 2700)
+    print(f"wrote {out.relative_to(ROOT)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--live", action="store_true")
+    ap.add_argument("--html", type=Path, metavar="RUN", help="a run folder to screenshot the HTML report of")
+    ap.add_argument("--png", default="html-report.png", help="the screenshot's name in docs/ (default html-report.png)")
     args = ap.parse_args()
+    if args.html:
+        html_screenshot(args.html, args.png)
+        return
     os.environ["TZ"] = "UTC"
     time.tzset()
     out = DOCS / "tui-ddp-straggler.svg"

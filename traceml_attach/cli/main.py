@@ -15,7 +15,7 @@ COMMANDS = {
     "attach": (attach, "attach to a live job and diagnose it until you stop (Ctrl-C)"),
     "snapshot": (snapshot, "sample a live job for N seconds, print and write the summary"),
     "stacks": (stacks, "print every rank's current stack, grouped, with its phase (for hangs)"),
-    "view": (view, "print a saved final_summary.json as text"),
+    "view": (view, "print a saved final_summary.json as text, or write the run as an HTML report (--html)"),
     "replay": (replay, "re-diagnose a recorded frames.msgpack"),
     "export": (export, "write a recording as a trace for ui.perfetto.dev (--perfetto OUT.json)"),
     "compare": (compare, "what changed between two runs' summaries, beyond the noise (a CI gate)"),
@@ -26,8 +26,8 @@ EPILOG = """\
 exit codes: 0 ok; 2 usage; 3 no such process; 4 not Python / unsupported Python;
 5 not permitted (ptrace); 6 py-spy missing or failing; 7 missing or corrupt file;
 8 target exited before the requested duration (summary still written); 9 multi-node: cannot
-listen or connect, or a bad token file, and compare --fail-on-regression: the step rose beyond
-the noise; 70 internal error.
+listen or connect, or a bad token file; --prometheus: the port is taken; compare
+--fail-on-regression: the step rose beyond the noise; 70 internal error.
 """
 
 

@@ -112,8 +112,9 @@ class RankHistory:
 
 @dataclass
 class History:
-    """Every rank's buckets, closed every ROLLUP_S seconds of data from ``origin_ns`` on."""
+    """Every rank's buckets, closed every ``rollup_s`` seconds of data from ``origin_ns`` on."""
 
+    rollup_s: float = ROLLUP_S          # the first buckets' length (the HTML report replays with shorter ones)
     origin_ns: int | None = None
     closed_ns: int | None = None        # end of the newest bucket folded in
     ranks: dict[str, RankHistory] = field(default_factory=dict)
@@ -123,7 +124,7 @@ class History:
     def next_end(self) -> int | None:
         if self.origin_ns is None:
             return None
-        return (self.closed_ns if self.closed_ns is not None else self.origin_ns) + int(ROLLUP_S * 1e9)
+        return (self.closed_ns if self.closed_ns is not None else self.origin_ns) + int(self.rollup_s * 1e9)
 
     def fold(self, end_ns: int, rows: dict[str, Bucket], host_cpu: float | None, host_mem: int | None) -> None:
         """Add the buckets that end at ``end_ns`` (one per rank that was seen)."""

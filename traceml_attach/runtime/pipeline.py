@@ -44,10 +44,10 @@ _NS = 1_000_000_000
 class Pipeline:
     """Feeds frames into a Recording, folds closed buckets into a History and trims."""
 
-    def __init__(self, rules: Rules, retain_s: float = RETAIN_S) -> None:
+    def __init__(self, rules: Rules, retain_s: float = RETAIN_S, rollup_s: float = ROLLUP_S) -> None:
         self.rules = rules
         self.rec = Recording()
-        self.history = History()
+        self.history = History(rollup_s)
         # advanced where the frames' order alone says (every TRACK_S of data): deterministic
         self._analyzer = IncrementalAnalyzer(rules)
         self.tracked: Tracked | None = None
@@ -124,7 +124,7 @@ class Pipeline:
         while (end := self.history.next_end()) is not None and newest >= end + lag_ns:
             tracked = self._track(newest)
             assert tracked is not None
-            self._fold(end - int(ROLLUP_S * _NS), end, tracked)
+            self._fold(end - int(self.history.rollup_s * _NS), end, tracked)
             folded = True
         if folded and self.history.closed_ns is not None:
             self.rec.trim(min(newest - self.retain_ns, self.history.closed_ns))
@@ -153,11 +153,12 @@ class Pipeline:
         self.history.fold(end, rows, statistics.median(cpus) if cpus else None, max(used) if used else None)
 
 
-def replay_file(path: str | Path, rules: Rules) -> tuple[Pipeline, str | None]:
+def replay_file(path: str | Path, rules: Rules, rollup_s: float = ROLLUP_S) -> tuple[Pipeline, str | None]:
     """A recorded session (a frames file and the segments rotation left beside it) through a
-    Pipeline, finished: what the live session held when it ended. Also returns what is wrong
-    with the file, if it is damaged (every frame before the damage is kept)."""
-    pipeline = Pipeline(rules)
+    Pipeline, finished: what the live session held when it ended (with rollups of ``rollup_s``).
+    Also returns what is wrong with the file, if it is damaged (every frame before the damage is
+    kept)."""
+    pipeline = Pipeline(rules, rollup_s=rollup_s)
     try:
         pipeline.rec.dropped, problem = read_segments(Path(path), pipeline.add)
     except OSError as exc:
