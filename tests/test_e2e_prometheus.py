@@ -1,8 +1,10 @@
 """`traceml attach --prometheus`: scraped over HTTP during a real attach to a 2-rank torchrun
-job (gloo, CPU), and the scrape read with prometheus-client's own parser."""
+job (gloo, CPU) with an input straggler, and the scrape read with prometheus-client's own parser;
+then the attach's own summary of that job."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from launch import rank_truth
 from tests.conftest import ROOT, traceml
+from tests.test_e2e_ddp import assert_ranks_match_truth
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +44,7 @@ def attach_with_prometheus(pid: int, tmp_path: Path, seconds: float) -> tuple[su
     attacher = subprocess.Popen(
         [sys.executable, "-m", "traceml_attach", "attach", "--pid", str(pid), "--no-tui", "--duration", str(seconds),
          "--prometheus", "127.0.0.1:0", "--logs-dir", str(tmp_path / "logs"), "--run-name", "prom"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert attacher.stderr is not None
     lines = [attacher.stderr.readline()]
     while not (found := re.search(r"Prometheus metrics on http://127\.0\.0\.1:(\d+)/metrics", lines[-1])):
@@ -99,6 +102,18 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
         time.sleep(4)   # the counter goes on counting between scrapes
         assert scrape(port)["traceml_samples"].samples[0].value > first
         assert launcher.poll() is None
-    finally:
+
+        # SIGTERM ends the attach as Ctrl-C does: its summary names the same straggler, each rank's
+        # phases match the job's own ground truth (test_e2e_ddp.py's other stragglers, by snapshot)
         attacher.terminate()
-        attacher.wait(timeout=30)
+        out, err = attacher.communicate(timeout=60)
+        assert attacher.returncode == 0, err
+        summary = json.loads((tmp_path / "logs" / "prom" / "final_summary.json").read_text())
+        diag = summary["step_time"]["diagnosis"]
+        assert (diag["kind"], diag["worst_rank"]) == ("INPUT_STRAGGLER", 1), out
+        assert_ranks_match_truth(summary, tmp_path, 2)
+        assert "Rank " in out and "Worst (r" in out
+    finally:
+        if attacher.poll() is None:
+            attacher.terminate()
+            attacher.wait(timeout=30)

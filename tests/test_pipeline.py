@@ -96,6 +96,22 @@ def test_replaying_a_file_gives_the_pipeline_of_the_live_frames(tmp_path: Path):
     assert replayed.window_analysis().findings == live.window_analysis().findings
 
 
+def test_a_replay_with_shorter_rollups_and_progress(tmp_path: Path, monkeypatch):
+    frames = list(looped(read_frames(FIXTURE), 30))   # 4 min of data, over 2,000 frames
+    path = tmp_path / "frames.msgpack"
+    path.write_bytes(b"".join(msgpack.packb(f) for f in frames))
+    monkeypatch.setattr(pipeline_module, "PROGRESS_S", 0.0)   # every 1,000th frame says how far it got
+    heard: list[float] = []
+    fine, _ = replay_file(path, load_rules(), rollup_s=2.0, progress=heard.append)
+    coarse, _ = replay_file(path, load_rules())
+    assert heard == sorted(heard) and len(heard) == len(frames) // 1000 and heard[-1] > 0
+    for rank, history in coarse.history.ranks.items():
+        buckets = fine.history.ranks[rank].buckets
+        assert all(b.end_ns - b.start_ns == 2 * 10**9 for b in buckets[:-1])
+        assert len(buckets) >= 4 * len(history.buckets) - 4
+        assert sum(b.steps for b in buckets) == history.steps   # the same steps, in finer rollups
+
+
 def test_the_report_covers_the_whole_session_and_memory_reaches_back(long_run):
     pipeline, _, _ = long_run
     an = pipeline.window_analysis()

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     rules = rules_from(args)
     path = frames_path(args.file)
     try:
-        pipeline, problem = replay_file(path, rules)
+        pipeline, problem = replay_file(path, rules, progress=progress)
         rec = pipeline.rec
     except RecordingError as exc:
         raise CliError(str(exc), EXIT_BAD_FILE) from exc
@@ -83,6 +83,11 @@ def write_failed(out: Path, exc: OSError) -> CliError:
     """A summary that could not be written: one line, what to do, a non-zero exit."""
     return CliError(f"could not write the summary into {out}: {exc.strerror or exc}; "
                     "give a folder you can write to with --out DIR", EXIT_USAGE)
+
+
+def progress(seconds: float) -> None:
+    """A long replay's line every few seconds: how much of the session has been read."""
+    print(f"traceml: … {seconds:,.0f} s of data replayed", file=sys.stderr, flush=True)
 
 
 def run_name(path: Path) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
-from traceml_attach.cli.replay import run_name
+from traceml_attach.cli.replay import progress, run_name
 from traceml_attach.ingest.stream import RecordingError
 from traceml_attach.output.html import ROLLUP_S, html_report
 from traceml_attach.output.render import render_text
@@ -87,7 +87,7 @@ def write_html(given: Path, out: Path, rules: Rules) -> int:
         print(f"traceml: reading {frames} ({frames.stat().st_size / 1e6:.1f} MB) for the series over time…",
               file=sys.stderr, flush=True)
         try:
-            pipeline, problem = replay_file(frames, rules, ROLLUP_S)
+            pipeline, problem = replay_file(frames, rules, ROLLUP_S, progress)
         except RecordingError as exc:
             pipeline, problem = None, str(exc)
         if problem:

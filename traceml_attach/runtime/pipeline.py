@@ -16,6 +16,8 @@ a replay tracks and folds at the same points as the live session did.
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,15 +155,32 @@ class Pipeline:
         self.history.fold(end, rows, statistics.median(cpus) if cpus else None, max(used) if used else None)
 
 
-def replay_file(path: str | Path, rules: Rules, rollup_s: float = ROLLUP_S) -> tuple[Pipeline, str | None]:
+def replay_file(path: str | Path, rules: Rules, rollup_s: float = ROLLUP_S,
+                progress: Callable[[float], None] | None = None) -> tuple[Pipeline, str | None]:
     """A recorded session (a frames file and the segments rotation left beside it) through a
     Pipeline, finished: what the live session held when it ended (with rollups of ``rollup_s``).
     Also returns what is wrong with the file, if it is damaged (every frame before the damage is
-    kept)."""
+    kept). ``progress`` hears the seconds of data replayed so far, every PROGRESS_S of wall time."""
     pipeline = Pipeline(rules, rollup_s=rollup_s)
+    add = pipeline.add
+    if progress is not None:
+        frames, next_report = 0, time.monotonic() + PROGRESS_S
+
+        def add(frame: Any) -> None:
+            nonlocal frames, next_report
+            pipeline.add(frame)
+            frames += 1
+            if frames % 1000 == 0 and time.monotonic() >= next_report:
+                next_report += PROGRESS_S
+                span_range, origin = pipeline.rec.time_range(), pipeline.history.origin_ns
+                if span_range is not None and origin is not None:
+                    progress((span_range[1] - origin) / _NS)
     try:
-        pipeline.rec.dropped, problem = read_segments(Path(path), pipeline.add)
+        pipeline.rec.dropped, problem = read_segments(Path(path), add)
     except OSError as exc:
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from exc
     pipeline.finish()
     return pipeline, problem
+
+
+PROGRESS_S = 5.0   # how often a long replay says how far it got
