@@ -144,3 +144,12 @@ def test_without_frames_chromium_draws_the_summarys_parts_only(run2: Path, tmp_p
     assert status["errors"] == [] and status["done"]
     assert not status["charts"]["steps"]["drawn"] and not status["charts"]["memory"]["drawn"]
     assert status["charts"]["phases"]["drawn"] and status["hot_tables"] >= 3
+
+
+def test_an_unreadable_recording_beside_the_summary_is_said_in_the_page(run2: Path, tmp_path: Path, capsys):
+    shutil.copy(run2 / "final_summary.json", tmp_path / "final_summary.json")
+    (tmp_path / "frames.msgpack").write_bytes(b"\xc1" * 64)   # not a recording
+    code = main(["view", str(tmp_path), "--html", str(tmp_path / "r.html")])
+    page = (tmp_path / "r.html").read_text()
+    assert "frames.msgpack could not be read" in page and page_data(page)["series"] == {}
+    assert code == 7 and "wrote" in capsys.readouterr().err   # written, and the damage said in the exit code

@@ -96,6 +96,8 @@ def write_html(given: Path, out: Path, rules: Rules) -> int:
             history = pipeline.history
             if summary is None:
                 summary = build_summary(pipeline.rec, pipeline.window_analysis(), run_name(frames))
+        else:
+            note = f"{frames.name} could not be read ({problem or 'no traceml-attach recording'}): no series over time"
     else:
         note = f"{frames.name} is not beside the summary: the step time and memory over the session need it"
     if summary is None:
