@@ -8,8 +8,8 @@ for a chosen rank. Past ``MANY_RANKS`` ranks the series over time are drawn as h
 per rank), which stay readable at 64 ranks and beyond where 64 lines would not.
 
 The series over time come from the session's rollups (ingest/history.py), replayed from the
-recording: one point per rank per rollup interval (2 s, doubling each time a long session's
-rollups merge), at most 360 per rank however long the session.
+recording: one point per rank per 2 s (older points cover longer spans once a long session's
+rollups merge in pairs), at most 360 per rank however long the session.
 Everything else is the summary's: the newest 30 s in detail.
 """
 

@@ -118,7 +118,8 @@
   }
 
   const rowsHeight = (base) => Math.max(base, 15 * ranks.length + 130);
-  const rollup = "one point per rank per rollup interval (2 s, doubling each time a long session's rollups merge)";
+  const rollup = "one point per rank per 2 s (older points cover longer spans once a long session's rollups "
+    + "merge in pairs)";
   const missing = "Not drawn: this needs the run's frames.msgpack (the session's rollups are rebuilt from it).";
   const hasSeries = Object.keys(data.series).length > 0;
 
