@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.step import straggler_scores
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY
 
 UP = ("alive", "restarted")   # a rank's statuses that count as up (restarted: its new process runs)
 
@@ -49,7 +50,8 @@ def families(rec: Recording, an: Analysis, diagnoses: set[tuple[str, str]]) -> l
         diagnosis.add_metric([kind, severity], 1.0 if (kind, severity) == (primary.kind, primary.severity) else 0.0)
 
     straggler = GaugeMetricFamily("traceml_straggler_score", "Excess share of the step the straggler rule charges "
-                                  "the rank with (what the others wait for it per step); above 0.1 it is named",
+                                  "the rank with (what the others wait for it per step); from "
+                                  f"{DEFAULT_STEP_TIME_POLICY.straggler_warn:g} on the highest is named",
                                   labels=["rank"])
     for key, score in straggler_scores(an.ranks).items():
         straggler.add_metric([key], score)
