@@ -98,6 +98,7 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
                         f"127.0.0.1:{port}", "--logs-dir", str(tmp_path / "logs"), "--run-name", "clash")
         assert clash.returncode == 9, clash.stderr
         assert clash.stderr.count("\n") == 1 and f"cannot serve Prometheus metrics on 127.0.0.1:{port}" in clash.stderr
+        assert not (tmp_path / "logs" / "clash").exists()   # refused before its run folder was made
 
         time.sleep(4)   # the counter goes on counting between scrapes
         assert scrape(port)["traceml_samples"].samples[0].value > first

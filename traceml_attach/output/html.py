@@ -57,8 +57,8 @@ def _series(history: RankHistory, origin_ns: int) -> dict[str, list[list[float |
 
 
 def _finding(f: Finding, section: str) -> dict[str, Any]:
-    return {"section": section, "status": f.status, "kind": f.kind, "severity": f.severity, "summary": f.summary,
-            "why": f.why, "next": f.action, "rank": f.worst_rank}
+    return {"section": section, "status": f.status, "severity": f.severity, "summary": f.summary, "why": f.why,
+            "next": f.action}
 
 
 def report_data(summary: Summary, history: History | None) -> dict[str, Any]:
@@ -81,7 +81,6 @@ def report_data(summary: Summary, history: History | None) -> dict[str, Any]:
         "phases_order": list(PHASES),
         "phases": phases,
         "phase_unit": "ms" if known else "%",
-        "step_ms": {str(rank): row.step_ms for rank, row in sorted(st.ranks.items())},
         "series": series,
         "memory_source": report.step_memory.source,
         "hot": hot,

@@ -40,6 +40,7 @@ TRACK_S = 1.0
 TRACK_RANKS = 512
 # Raw data kept behind the newest: the live window, and the bucket still open before it.
 RETAIN_S = LIVE_WINDOW_S + ROLLUP_S
+PROGRESS_S = 5.0   # how often a long replay says how far it got (replay_file's progress)
 _NS = 1_000_000_000
 
 
@@ -181,6 +182,3 @@ def replay_file(path: str | Path, rules: Rules, rollup_s: float = ROLLUP_S,
         raise RecordingError(f"cannot read {path}: {exc.strerror or exc}") from exc
     pipeline.finish()
     return pipeline, problem
-
-
-PROGRESS_S = 5.0   # how often a long replay says how far it got

@@ -82,12 +82,14 @@ class Session:
         name = args.run_name
         if name is None and not pids and self.collector is not None:
             name = f"nodes-{self.collector.port}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.metrics: MetricsServer | None = None
         try:
+            if getattr(args, "prometheus", None):   # before the run folder: a taken port leaves none behind
+                self.metrics = open_metrics(*args.prometheus)
             self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
             self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
         except BaseException:
-            if self.collector is not None:   # its port and threads go with the failed session
-                self.collector.close()
+            self._close_listeners()
             raise
         if self.node is not None:
             self.node.writer = self.writer
@@ -101,15 +103,6 @@ class Session:
         self._local_ended = False
         self._all_joined_at: float | None = None
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
-        self.metrics: MetricsServer | None = None
-        if getattr(args, "prometheus", None):
-            try:
-                self.metrics = open_metrics(*args.prometheus)
-            except CliError:
-                if self.collector is not None:
-                    self.collector.close()
-                self.writer.close()
-                raise
         self.launch: AgentLaunch | None = None
         if self.collector is not None and getattr(args, "launch", None):
             try:
@@ -117,11 +110,16 @@ class Session:
                                                 Path(args.token_file).expanduser(), args.rate, self.run_dir,
                                                 self.writer, lambda line: print(f"traceml: {line}", file=sys.stderr))
             except LaunchError as exc:
-                self.collector.close()
+                self._close_listeners()
                 self.writer.close()
-                if self.metrics is not None:
-                    self.metrics.close()
                 raise CliError(str(exc), EXIT_USAGE) from exc
+
+    def _close_listeners(self) -> None:
+        """A session that failed to start: its ports and their threads go with it."""
+        if self.collector is not None:
+            self.collector.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
     @property
     def rec(self) -> Recording:
