@@ -36,6 +36,15 @@ JOBS = {
     "lightning torchrun, input straggler r1": ("lightning_job", ("--straggler", "input", "--slow-rank", "1",
                                                                 "--input-share", "0.1"), 2),
     "accelerate torchrun, input straggler r1": ("accelerate_job", ("--straggler", "input", "--slow-rank", "1"), 2),
+    # the shapes of issue "Every step counted": one line holds nearly the whole step, accumulation
+    # with a long optimizer and no DataLoader, a bursty loader, short synchronized steps
+    "hf_trainer, compute 99%": ("hf_trainer", ("--input-share", "0.01"), 1),
+    "lightning torchrun, compute": ("lightning_job", ("--input-share", "0.02"), 2),
+    "stream --accum 4 --opt-repeat 4": ("grad_accum", ("--accum", "4", "--stream", "--opt-repeat", "4"), 1),
+    "loader 2 workers": ("input_bound", ("--workers", "2"), 1),
+    "module-level loop --accum 4": ("module_loop", ("--accum", "4"), 1),
+    "ddp 27 ms, compute straggler r0": ("ddp", ("--straggler", "compute", "--slow-rank", "0", "--extra-ms", "8",
+                                                "--width", "256"), 2),
 }
 
 

@@ -1,14 +1,37 @@
 """The step estimator over a wide grid of simulated jobs: how often it knows, how wrong it is when it does.
 
-    python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick]
+    python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick] [--shape FAMILY] [--worst 20]
+    python bench/sim_grid.py --point SPEC      # one grid point again, rank by rank
 
-Each grid point is a job (tests/simulator.py) with a known schedule: step period 5-500 ms,
-dominant-phase share 50-99% (input or backward on one rank; the fast ranks' wait in the
-all-reduce on 2-8 synchronized ranks), per-phase jitter 2-15%, a for / while-next / nested loop,
-sampled by a simulated py-spy (Poisson, random phase) at 50-200 Hz for the summary's window. The
-full analysis runs on it. Printed: for each samples-per-step band, how many ranks got a step time
-and the worst errors against the truth (median step over the window, steps counted), and the
-worst disagreement between synchronized ranks.
+Each grid point is a job (tests/simulator.py) with a known schedule, sampled by a simulated py-spy
+(Poisson, random phase) at 50-500 Hz on 1-8 synchronized ranks for the summary's window, every
+phase's duration jittered by 2-20% each step. The full analysis runs on it. The families:
+
+  classic  each phase on its own line of the loop frame (for / while-next / nested): step period
+           5-500 ms, dominant-phase share 50-99% (input or backward on one rank; the fast ranks'
+           wait in the all-reduce on 2-8 ranks). The knob is the share.
+  wrapper  the loop's one line ``loss = training_step(model, batch)`` holds >= 95% of the step:
+           the optimizer inside it or on its own short line after it, the batch fetched by the
+           loop's ``for`` or inside the wrapper. The knob is "in|out/loop|step".
+  library  the loop frame is a framework's (Lightning's advance, HF Trainer 5.x / 4.x), the step
+           under one line of it. The knob is the library.
+  accum    gradient accumulation, k = 2-16 micro-batches per optimizer step, a short (1-3%) or
+           long (15-30%) optimizer; the micro-batch loop on the loop frame's own lines, inside the
+           one-line wrapper, or in a framework's loop. Optimizer-step period 13-1300 ms. The knob
+           is "k/short|long".
+  bursty   DataLoader workers deliver in bursts: one batch in w (w = 2-8) waits for the input of
+           w steps, the others are ready; input 20-80% of the time. The knob is w.
+
+The truth is each rank's median step over the analysis window; for an accumulating job a step is
+an optimizer step (and samples per step count samples per optimizer step). With bursty delivery
+the steps are not alike: the median is a ready batch's step (at w = 2 the steps alternate and the
+median is either kind, by the window's parity); the mean is shown beside it in the worst points.
+
+Printed: per samples-per-step band and per family, the rank-windows, the share given a step time,
+the worst |step error| among those given one and the worst |count error| (steps counted against
+the steps wholly in the window); the issue's target over the rank-windows whose steps are at least
+5 samples long (>= 95% known, every known step within 5%, counts within 3%); and the worst points
+(> 5% step or > 3% count error) with the --point SPEC that runs one again.
 """
 
 from __future__ import annotations
@@ -22,94 +45,263 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.simulator import SHAPES, job, simulate
-from traceml_attach.diagnose.analysis import analyze
+from tests.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, shaped_job, simulate
+from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.steps.classify import load_rules
 
 PERIODS_MS = (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500)
+ACCUM_PERIODS_MS = (13, 20, 30, 50, 80, 130, 200, 320, 500, 800, 1300)   # optimizer steps
 SHARES = (0.5, 0.7, 0.9, 0.95, 0.99)
-RATES_HZ = (50, 100, 200)
+RATES_HZ = (50, 100, 200, 300, 500)
 RANKS = (1, 2, 4, 8)
-BANDS = ((0, 5), (5, 10), (10, 30), (30, 101))
+JITTERS = (0.02, 0.05, 0.1, 0.15, 0.2)
+KS = (2, 3, 4, 6, 8, 12, 16)
+WORKERS = (2, 3, 4, 6, 8)
+KNOBS: dict[str, tuple[str, ...]] = {
+    "classic": tuple(str(s) for s in SHARES),
+    "wrapper": ("in/loop", "in/step", "out/loop", "out/step"),
+    "library": LIBRARIES,
+    "accum": tuple(f"{k}/{o}" for k in KS for o in ("short", "long")),
+    "bursty": tuple(str(w) for w in WORKERS),
+}
+FAMILIES = tuple(KNOBS)
+BANDS = ((0, 2), (2, 5), (5, 10), (10, 30), (30, 100), (100, float("inf")))
+QUICK_SHARE = 0.12     # --quick: this share of each family's points, the same ones every run
+TARGET_SAMPLES = 5     # the issue's target holds for steps at least this many samples long
+STEP_LIMIT, COUNT_LIMIT = 0.05, 0.03
+
+
+@dataclass(frozen=True)
+class Point:
+    family: str
+    period_ms: float
+    knob: str
+    rate_hz: int
+    ranks: int
+    seed: int
+
+    @property
+    def spec(self) -> str:
+        return f"{self.family}:{self.period_ms:g}:{self.knob}:{self.rate_hz}:{self.ranks}:{self.seed}"
+
+    @classmethod
+    def parse(cls, spec: str) -> Point:
+        family, period, knob, rate, ranks, seed = spec.split(":")
+        if family not in KNOBS or knob not in KNOBS[family]:
+            raise SystemExit(f"--point {spec!r}: FAMILY:PERIOD_MS:KNOB:RATE_HZ:RANKS:SEED, knobs {KNOBS}")
+        return cls(family, float(period), knob, int(rate), int(ranks), int(seed))
 
 
 @dataclass
 class Outcome:
+    family: str
     samples_per_step: float
     known: bool
-    step_error: float | None      # relative, signed
+    step_error: float | None      # relative, signed, against the median step
+    mean_error: float | None      # relative, signed, against the mean step
     count_error: float | None     # relative, signed
+    counted: int
+    true_steps: int
     disagreement: float | None    # synchronized ranks' spread of step_ms (relative)
-    point: str
+    point: Point
+    about: str
 
 
-def run_point(period_ms: float, share: float, rate_hz: int, ranks: int, seconds: float, seed: int,
-              rules: list) -> list[Outcome]:
-    rng = random.Random(seed)
-    dominant = "wait" if ranks > 1 else rng.choice(("input", "backward"))
-    shape = rng.choice(SHAPES)
-    jitter = rng.choice((0.02, 0.05, 0.15))
-    the_job = job(period_ms, dominant, share, ranks=ranks, rng=rng, jitter=jitter, shape=shape,
-                  sub_stacks=rng.choice((1, 3)))
-    rec, truths = simulate(the_job, rate_hz, seconds, seed=seed)
+def build(pt: Point) -> tuple[Job, str]:
+    """The point's job (its other choices drawn from its seed) and what they were."""
+    rng = random.Random(pt.seed)
+    p, n = pt.period_ms, pt.ranks
+    jitter = rng.choice(JITTERS)
+    sub = rng.choice((1, 3))
+    straggler = rng.choice((0.0, 0.3, 0.7)) if n > 1 else 0.0
+    if pt.family == "classic":
+        dominant = "wait" if n > 1 else rng.choice(("input", "backward"))
+        shape = rng.choice(SHAPES)
+        return (job(p, dominant, float(pt.knob), ranks=n, rng=rng, jitter=jitter, shape=shape, sub_stacks=sub),
+                f"{dominant} {float(pt.knob):.0%}, {shape}")
+    if pt.family == "wrapper":
+        inside, fetch = pt.knob.split("/")
+        shares = {"input": rng.choice((0.002, 0.01, 0.03))}
+        if inside == "out":
+            shares["optimizer"] = rng.uniform(0.01, 0.03)
+        the_job = shaped_job(p, shares, ranks=n, rng=rng, straggler=straggler, jitter=jitter, sub_stacks=sub,
+                             shape="wrapper", optimizer_inside=inside == "in", fetch=fetch)
+        return the_job, f"input {shares['input']:.1%}, straggler {straggler:.0%}"
+    if pt.family == "library":
+        shares = {"input": rng.choice((0.002, 0.01, 0.03))}
+        if pt.knob == "lightning":
+            shares["h2d"] = rng.uniform(0.005, 0.02)
+        else:
+            shares["optimizer"] = rng.uniform(0.01, 0.05)
+        the_job = shaped_job(p, shares, ranks=n, rng=rng, straggler=straggler, jitter=jitter, sub_stacks=sub,
+                             shape="library", library=pt.knob)
+        return the_job, f"input {shares['input']:.1%}, straggler {straggler:.0%}"
+    if pt.family == "accum":
+        k_text, length = pt.knob.split("/")
+        k = int(k_text)
+        opt = rng.uniform(0.01, 0.03) if length == "short" else rng.uniform(0.15, 0.30)
+        shape = rng.choice(("for", "while_next", "nested", "wrapper", "wrapper", "library"))
+        extra: dict[str, object] = {}
+        if shape == "wrapper":
+            extra = {"optimizer_inside": rng.random() < 0.5, "fetch": rng.choice(("loop", "step"))}
+        elif shape == "library":
+            extra = {"library": rng.choice(LIBRARIES)}
+        input_share = rng.choice((0.01, 0.05, 0.2))
+        straggler = min(straggler, 0.3)   # the micro-batches keep some work of their own
+        the_job = shaped_job(p, {"optimizer": opt, "input": input_share}, ranks=n, rng=rng, straggler=straggler,
+                             jitter=jitter, sub_stacks=sub, shape=shape, accumulation=k, **extra)
+        where = "/".join(str(v) for v in extra.values())
+        return the_job, (f"optimizer {opt:.0%}, input {input_share:.0%}, {shape}{' ' + where if where else ''}, "
+                         f"straggler {straggler:.0%}")
+    # bursty
+    input_share = rng.choice((0.2, 0.4, 0.6, 0.8))
+    shape = rng.choice(ALL_SHAPES)
+    library = rng.choice(LIBRARIES)
+    the_job = shaped_job(p, {"input": input_share}, ranks=n, rng=rng, jitter=jitter, sub_stacks=sub, shape=shape,
+                         library=library, workers=int(pt.knob))
+    return the_job, f"input {input_share:.0%}, {shape}{' ' + library if shape == 'library' else ''}"
+
+
+def run_point(pt: Point, seconds: float, rules) -> tuple[list[Outcome], Analysis, list[Truth]]:
+    the_job, about = build(pt)
+    about = f"{about}, jitter {the_job.jitter:.0%}"
+    rec, truths = simulate(the_job, pt.rate_hz, seconds, seed=pt.seed)
     an = analyze(rec, rules)
     lo, hi = an.start_ns or 0, an.end_ns or 0
     known = [r.step_ms for r in an.ranks if r.step_ms is not None]
     spread = (max(known) - min(known)) / min(known) if len(known) > 1 else None
-    point = (f"{period_ms} ms, {dominant} {share:.0%}, {rate_hz} Hz, {ranks} rank(s), {shape}, "
-             f"jitter {jitter:.0%}, seed {seed}")
     out = []
     for r, truth in zip(an.ranks, truths, strict=True):
-        true_ms = truth.median_step_ms(lo, hi)
+        if not truth.steps_in(lo, hi):
+            continue   # no whole step in the window: nothing to judge
+        true_ms, mean_ms = truth.median_step_ms(lo, hi), truth.mean_step_ms(lo, hi)
         true_steps = truth.steps_in(lo, hi)
         err = None if r.step_ms is None else r.step_ms / true_ms - 1
+        mean_err = None if r.step_ms is None else r.step_ms / mean_ms - 1
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
-        out.append(Outcome(true_ms * rate_hz / 1000, r.step_ms is not None, err, count, spread, point))
-    return out
+        out.append(Outcome(pt.family, true_ms * pt.rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
+                           r.steps, true_steps, spread, pt, about))
+    return out, an, truths
+
+
+def points(family: str) -> list[Point]:
+    periods = ACCUM_PERIODS_MS if family == "accum" else PERIODS_MS
+    grid = [(p, k, r, n) for p in periods for k in KNOBS[family] for r in RATES_HZ for n in RANKS]
+    return [Point(family, p, k, r, n, 1000 * i) for i, (p, k, r, n) in enumerate(grid)]
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def show_point(spec: str, seconds: float, rules) -> None:
+    pt = Point.parse(spec)
+    outcomes, an, truths = run_point(pt, seconds, rules)
+    print(f"{pt.spec}: {outcomes[0].about}")
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth, o in zip(an.ranks, truths, outcomes, strict=True):
+        clock = r.clock
+        print(f"  rank {r.rank}: step {r.step_ms and round(r.step_ms, 2)} ms vs median "
+              f"{truth.median_step_ms(lo, hi):.2f} / mean {truth.mean_step_ms(lo, hi):.2f} ms ({pct(o.step_error)}), "
+              f"{r.steps} steps vs {o.true_steps} ({pct(o.count_error)}), micro-batches {r.micro_batches} "
+              f"(true {truth.micro_batches}), {o.samples_per_step:.1f} samples/step, loop {r.loop}, "
+              f"method {clock.method if clock else None}{': ' + clock.reason if clock and clock.reason else ''}")
+
+
+def table(outcomes: list[Outcome], families: list[str]) -> None:
+    print("| samples per step | family | rank-windows | known | worst step error | worst count error |")
+    print("|---|---|---|---|---|---|")
+    for lo, hi in BANDS:
+        label = f"{lo}-{hi:g}" if hi != float("inf") else f"{lo}+"
+        rows = [*families, "all"] if len(families) > 1 else families
+        for family in rows:
+            band = [o for o in outcomes if lo <= o.samples_per_step < hi and family in (o.family, "all")]
+            if not band:
+                continue
+            known = [o for o in band if o.known]
+            worst = max((abs(o.step_error or 0.0) for o in known), default=None)
+            worst_n = max((abs(o.count_error or 0.0) for o in known), default=None)
+            given = f"{len(known)} ({100 * len(known) / len(band):.0f}%)"
+            w = "-" if worst is None else f"{100 * worst:.1f}%"
+            wn = "-" if worst_n is None else f"{100 * worst_n:.1f}%"
+            name = f"**{family}**" if family == "all" else family
+            print(f"| {label} | {name} | {len(band)} | {given} | {w} | {wn} |")
+
+
+def target(outcomes: list[Outcome], families: list[str]) -> None:
+    print(f"\nsteps at least {TARGET_SAMPLES} samples long (target: >= 95% known, every known step within "
+          f"{STEP_LIMIT:.0%}, counts within {COUNT_LIMIT:.0%}):")
+    for family in [*families, "all"] if len(families) > 1 else families:
+        long = [o for o in outcomes if o.samples_per_step >= TARGET_SAMPLES and family in (o.family, "all")]
+        known = [o for o in long if o.known]
+        off = sum(1 for o in known if abs(o.step_error or 0.0) > STEP_LIMIT)
+        miscounted = sum(1 for o in known if abs(o.count_error or 0.0) > COUNT_LIMIT)
+        share = 100 * len(known) / max(len(long), 1)
+        print(f"  {family:8s} {len(known)} of {len(long)} rank-windows known ({share:.1f}%); "
+              f"known beyond {STEP_LIMIT:.0%}: {off}; counts beyond {COUNT_LIMIT:.0%}: {miscounted}")
+
+
+def worst_points(outcomes: list[Outcome], n: int) -> None:
+    bad: dict[Point, Outcome] = {}
+    for o in outcomes:
+        if not o.known:
+            continue
+        score = max(abs(o.step_error or 0.0) / STEP_LIMIT, abs(o.count_error or 0.0) / COUNT_LIMIT)
+        if score > 1 and (o.point not in bad or score > max(abs(bad[o.point].step_error or 0.0) / STEP_LIMIT,
+                                                           abs(bad[o.point].count_error or 0.0) / COUNT_LIMIT)):
+            bad[o.point] = o
+    ranked = sorted(bad.values(), key=lambda o: -max(abs(o.step_error or 0.0) / STEP_LIMIT,
+                                                     abs(o.count_error or 0.0) / COUNT_LIMIT))
+    print(f"\nworst points (> {STEP_LIMIT:.0%} step or > {COUNT_LIMIT:.0%} count error, worst rank each): "
+          f"{len(ranked)} points" + (f", the worst {n}:" if len(ranked) > n else ":"))
+    for o in ranked[:n]:
+        pt = o.point
+        print(f"  step {pct(o.step_error)} (mean {pct(o.mean_error)}), steps {o.counted} vs {o.true_steps} "
+              f"({pct(o.count_error)}), {o.samples_per_step:.1f} samples/step: {pt.family} {pt.period_ms:g} ms "
+              f"{pt.knob}, {pt.rate_hz} Hz, {pt.ranks} rank(s), {o.about}\n"
+              f"      python bench/sim_grid.py --point {pt.spec}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="sampling window per job (default 10, a snapshot)")
-    parser.add_argument("--seeds", type=int, default=2, help="seeds per grid point (default 2)")
-    parser.add_argument("--quick", action="store_true", help="one rank count per point, chosen at random")
+    parser.add_argument("--seeds", type=int, help="seeds per grid point (default 2; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_SHARE:.0%} of each family's points (the same every run), one seed: ~2 min")
+    parser.add_argument("--shape", choices=FAMILIES, help="one family only")
+    parser.add_argument("--worst", type=int, default=20, help="worst points listed (default 20)")
+    parser.add_argument("--point", metavar="SPEC", help="run one point (as the worst points print it), rank by rank")
     args = parser.parse_args()
     rules = load_rules()
-    outcomes: list[Outcome] = []
-    t0 = time.monotonic()
-    points = [(p, s, r, n) for p in PERIODS_MS for s in SHARES for r in RATES_HZ for n in RANKS]
+    if args.point:
+        show_point(args.point, args.seconds, rules)
+        return
+    families = [args.shape] if args.shape else list(FAMILIES)
+    seeds = args.seeds or (1 if args.quick else 2)
+    todo = [pt for family in families for pt in points(family)]
     if args.quick:
         pick = random.Random(0)
-        points = [pt for pt in points if pick.random() < 0.25]
-    for i, (p, s, r, n) in enumerate(points):
-        for seed in range(args.seeds):
-            outcomes += run_point(p, s, r, n, args.seconds, 1000 * i + seed, rules)
-        if i % 50 == 0:
-            print(f"  {i}/{len(points)} grid points, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
-    print(f"{len(points)} grid points x {args.seeds} seeds, {len(outcomes)} ranks, {args.seconds:.0f} s windows\n")
-    print("| samples per true step | ranks | step time given | worst step error | worst count error |")
-    print("|---|---|---|---|---|")
-    for lo, hi in BANDS:
-        band = [o for o in outcomes if lo <= o.samples_per_step < hi]
-        known = [o for o in band if o.known]
-        worst = max((abs(o.step_error or 0.0) for o in known), default=0.0)
-        worst_n = max((abs(o.count_error or 0.0) for o in known), default=0.0)
-        given = f"{len(known)} ({100 * len(known) / max(len(band), 1):.0f}%)"
-        label = f"{lo}-{hi if hi < 101 else 100}"
-        print(f"| {label} | {len(band)} | {given} | {100 * worst:.1f}% | {100 * worst_n:.1f}% |")
+        todo = [pt for pt in todo if pick.random() < QUICK_SHARE]
+    outcomes: list[Outcome] = []
+    t0 = time.monotonic()
+    for i, pt in enumerate(todo):
+        for s in range(seeds):
+            outcomes += run_point(Point(pt.family, pt.period_ms, pt.knob, pt.rate_hz, pt.ranks, pt.seed + s),
+                                  args.seconds, rules)[0]
+        if i % 100 == 0:
+            print(f"  {i}/{len(todo)} grid points, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(f"{len(todo)} grid points x {seeds} seed(s), {len(outcomes)} rank-windows, {args.seconds:g} s windows, "
+          f"families {', '.join(families)}\n")
+    table(outcomes, families)
+    target(outcomes, families)
     known = [o for o in outcomes if o.known]
     over5 = [o for o in known if abs(o.step_error or 0.0) > 0.05]
     over10 = [o for o in known if abs(o.step_error or 0.0) > 0.10]
     spreads = [o.disagreement for o in outcomes if o.disagreement is not None]
-    print(f"\nstep time given for {len(known)} of {len(outcomes)} ranks; "
+    print(f"\nstep time given for {len(known)} of {len(outcomes)} rank-windows; "
           f"beyond 5%: {len(over5)}, beyond 10%: {len(over10)}")
     print(f"worst disagreement between synchronized ranks: {100 * max(spreads, default=0.0):.1f}%")
-    print("\nworst step errors:")
-    for o in sorted(known, key=lambda o: -abs(o.step_error or 0.0))[:5]:
-        print(f"  {100 * (o.step_error or 0.0):+.1f}% (steps {100 * (o.count_error or 0.0):+.1f}%): {o.point}")
-    print("\nworst step-count errors:")
-    for o in sorted(known, key=lambda o: -abs(o.count_error or 0.0))[:5]:
-        print(f"  {100 * (o.count_error or 0.0):+.1f}% (step {100 * (o.step_error or 0.0):+.1f}%): {o.point}")
+    worst_points(outcomes, args.worst)
     print(f"\n{time.monotonic() - t0:.0f} s")
 
 

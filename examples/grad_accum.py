@@ -7,7 +7,8 @@ COMPUTE-BOUND) of the step, spread over the N fetches (one before every micro-ba
 ``--autocast`` runs forward and loss under bf16 CPU autocast; ``--compile`` runs the model
 through ``torch.compile`` (inductor; compiled during calibration, before ``ready``). About 75 ms
 a micro-batch on one core, 300 ms an optimizer step (--micro-batch 64: about 70 ms an optimizer
-step, micro-batches too short to be told apart at 100 Hz).
+step, micro-batches too short to be told apart at 100 Hz). ``--stream`` makes the micro-batches in a
+hand-written generator (no DataLoader); ``--opt-repeat R`` runs the update R times (a long optimizer).
 
 Ground truth (TRACEML_GROUND_TRUTH): one record per optimizer step, with ``micro_batches``; the
 phases are marked around each part of the loop as in the other plain examples.
@@ -19,6 +20,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
@@ -51,6 +53,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-share", type=float, default=0.05,
                         help="decode_sample's share of the step (default 0.05)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
+    parser.add_argument("--stream", action="store_true",
+                        help="micro-batches from a hand-written generator instead of a DataLoader")
+    parser.add_argument("--opt-repeat", type=int, default=1,
+                        help="optimizer.step() runs this many times per optimizer step (default 1; a long update)")
 
 
 def calibrate(model: nn.Module, loss_fn: nn.Module, opt: torch.optim.Optimizer, dataset: EncodedSamples,
@@ -77,13 +83,21 @@ def calibrate(model: nn.Module, loss_fn: nn.Module, opt: torch.optim.Optimizer, 
             sync()
             fetch, compute = fetch + t1 - t0, compute + clock() - t1
         t0 = clock()
-        opt.step()
+        for _ in range(args.opt_repeat):
+            opt.step()
         opt.zero_grad()
         sync()
         if i >= warmup:
             fetch_s.append(fetch)
             compute_s.append(compute + clock() - t0)
     return statistics.median(fetch_s), statistics.median(compute_s)
+
+
+def stream(dataset: EncodedSamples, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Micro-batches of random samples, made by hand (no DataLoader), for one pass of the data."""
+    for _ in range(len(dataset) // size):
+        idx = torch.randint(len(dataset), (size,)).tolist()
+        yield default_collate([dataset[j] for j in idx])
 
 
 def main() -> None:
@@ -99,12 +113,16 @@ def main() -> None:
     input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
     dataset.decode_cost_s = input_s / (args.micro_batch * args.accum)
 
-    loader = DataLoader(dataset, batch_size=args.micro_batch, shuffle=True, drop_last=True)
+    loader: Iterable[tuple[torch.Tensor, torch.Tensor]] = (
+        stream(dataset, args.micro_batch) if args.stream
+        else DataLoader(dataset, batch_size=args.micro_batch, shuffle=True, drop_last=True))
     gt = GroundTruth.from_env(sync=device_sync(device))
     announce_ready(compute=compute_s, input_work=input_s)
     gt.start()
     step = micro_batches = 0
     while step < args.steps:
+        if args.stream:
+            loader = stream(dataset, args.micro_batch)
         for x, y in loader:
             gt.phase("input")
             x = x.to(device, non_blocking=True)
@@ -118,7 +136,8 @@ def main() -> None:
             micro_batches += 1
             if micro_batches < args.accum:
                 continue
-            opt.step()
+            for _ in range(args.opt_repeat):
+                opt.step()
             opt.zero_grad()
             gt.phase("optimizer")
             step += 1

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
-from launch import start_example, start_torchrun, stop_example  # noqa: E402
+from launch import read_truth, start_example, start_torchrun, stop_example  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ("input_bound", "compute_bound", "wait_heavy", "balanced")
@@ -34,6 +35,39 @@ FRAMEWORKS = {
 }
 
 
+# Jobs recorded with their own per-step timing beside them (tests/test_recorded_steps.py): fixture
+# name -> (example, its arguments, ranks). The shapes of the issue "Every step counted": one line of a
+# framework's loop holds nearly the whole step, under torchrun too; accumulation with a long optimizer
+# and no DataLoader.
+TRUTHED = {
+    "truth_hf_trainer": ("hf_trainer", ("--input-share", "0.01"), 1),
+    "truth_lightning_ddp": ("lightning_job", ("--input-share", "0.02"), 2),
+    "truth_stream_accum4": ("grad_accum", ("--accum", "4", "--stream", "--opt-repeat", "4"), 1),
+}
+
+
+def record_truthed(name: str, tmp: str) -> None:
+    """A 15-s snapshot of a job that times itself, and its truth over the snapshot's window: per
+    rank, the steps that lie wholly inside it and their median (``<name>.truth.json``)."""
+    example, args, ranks = TRUTHED[name]
+    out = Path(tmp) / f"{name}.truth"
+    out.mkdir()
+    job = (start_example(example, *args, truth=out / "gt_0.jsonl", ready_timeout_s=300) if ranks == 1
+           else start_torchrun(ranks, *args, truth_dir=out, script=example))
+    try:
+        time.sleep(3)
+        snapshot(job.pid, name, tmp, 15)
+    finally:
+        stop_example(job)
+    window = json.loads((Path(tmp) / name / "final_summary.json").read_text())["sampling"]["window"]
+    truth = {}
+    for rank in range(ranks):
+        t = read_truth(out / f"gt_{rank}.jsonl", window["start"], window["end"])
+        truth[str(rank)] = {"steps": t.steps, "step_ms": round(t.step_ms, 3)}
+    (FIXTURES / f"{name}.truth.json").write_text(json.dumps({"example": [example, *args], "ranks": truth},
+                                                            indent=2) + "\n")
+
+
 def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
     subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid),
                     "--seconds", str(seconds), "--quiet", "--logs-dir", tmp, "--run-name", name],
@@ -45,6 +79,9 @@ def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
 def main() -> None:
     only = set(sys.argv[1:])   # fixture names to re-record (default: all)
     with tempfile.TemporaryDirectory() as tmp:
+        for name in TRUTHED:
+            if not only or name in only:
+                record_truthed(name, tmp)
         for name, (example, args) in FRAMEWORKS.items():
             if only and name not in only:
                 continue

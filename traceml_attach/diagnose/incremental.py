@@ -31,7 +31,7 @@ from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import micro_batches, with_accumulation
+from traceml_attach.steps.accumulation import Plan, plan_of, with_accumulation
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
@@ -69,7 +69,7 @@ class IncrementalAnalyzer:
         self.reference: str | None = None   # the rank that sets a synchronized job's clock
         self.last_end_ns: int | None = None
         self.created = 0
-        self.micro: dict[int, tuple[int, int]] = {}   # pid -> (micro-batches per step, next check)
+        self.micro: dict[int, tuple[Plan, int]] = {}   # pid -> (how its returns become steps, next check)
 
     def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
         """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
@@ -124,16 +124,16 @@ class IncrementalAnalyzer:
         return Tracked(start, end, pids, timelines, stats, hot)
 
     def _accumulated(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Timeline:
-        """``with_accumulation``, with the micro-batches per step looked for again every
+        """``with_accumulation``, with its plan (the micro-batches per step...) made again every
         MICRO_RECHECK_S of data (staggered over the ranks): a property of the job, and a walk over
         every interval of the window."""
         if not tl.clock.known:
             return with_accumulation(tl)
-        k, due = self.micro.get(tracker.pid, (1, 0))
+        plan, due = self.micro.get(tracker.pid, (Plan(), 0))
         if now_ns >= due:
-            k = micro_batches(tl.intervals, tl.clock.period_ns)
-            self.micro[tracker.pid] = (k, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
-        return with_accumulation(tl, k)
+            plan = plan_of(tl)
+            self.micro[tracker.pid] = (plan, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
+        return with_accumulation(tl, plan)
 
     def _fit(self, now_ns: int) -> None:
         """Full clock fits: the ones that cannot wait, then the rest within FIT_BUDGET."""

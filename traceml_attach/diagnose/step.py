@@ -35,14 +35,22 @@ def _worst(ranks: list[RankStepStats]) -> RankStepStats:
     return max(ranks, key=lambda r: sum(_burden(r.shares or {})))
 
 
-def unknown_step_note(ranks: list[RankStepStats]) -> str | None:
-    """The sentence that says the step time is unknown, why, and what would tell it; None when known."""
+def unknown_step_note(ranks: list[RankStepStats], faster_hz: dict[str, int] | None = None,
+                      max_rate_hz: int | None = None) -> str | None:
+    """The sentence that says the step time is unknown, why, and what would tell it; None when known.
+    ``faster_hz``: the rate the analysis advises each rank whose steps are too short for its rate
+    (diagnose/rate.py); ``max_rate_hz``: how fast the sampler goes by itself (None: a fixed rate)."""
     unknown = [r for r in ranks if r.shares is not None and r.step_ms is None and r.clock is not None]
     if not unknown:
         return None
     clock = unknown[0].clock
     assert clock is not None
-    rate = f"; sample faster: --rate {clock.suggested_rate_hz} or more" if clock.suggested_rate_hz else ""
+    want = (faster_hz or {}).get(unknown[0].rank)
+    if max_rate_hz is not None and want is not None:
+        rate = (f"; the attacher samples it at {want} Hz from its next windows" if want <= max_rate_hz else
+                f"; sample faster: --max-rate {want} or more (the attacher goes up to {max_rate_hz} Hz by itself)")
+    else:
+        rate = f"; sample faster: --rate {clock.suggested_rate_hz} or more" if clock.suggested_rate_hz else ""
     return (f"step time unknown (rank {unknown[0].rank}): {clock.reason}{rate}. The phase shares and the "
             "diagnosis stand; no step time or per-step milliseconds are given")
 

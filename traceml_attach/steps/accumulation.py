@@ -24,10 +24,11 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from traceml_attach.steps.period import visit_samples
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Step, Timeline, clock_of, expand
+from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, expand
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
@@ -37,13 +38,31 @@ MIN_SEEN = 0.3            # ...the optimizer was seen in at least this share of 
 # ...and that many multiples would arise by chance without accumulation (the optimizer seen in
 # random steps) with at most this probability: a live view tests every rank at every tick
 MAX_CHANCE = 1e-5
+# A k whose multiples would arise by chance with at most this probability, short of MAX_CHANCE or
+# from fewer than MIN_GAPS gaps, is not counted, but the step time is then unknown: a micro-batch
+# taken for a step is the one wrong answer
+SUGGESTED = 1e-3
+# ...and so are steps whose optimizer visits, at least MIN_VISITS of them, hold at least MIN_VISIT_LAMBDA
+# samples each and LONG_VISITS times the optimizer's time per step counted (its span lengths are
+# blurred by a sampling interval: a short optimizer's single-sample visits stay under the floor)
+MIN_VISITS = 8
+MIN_VISIT_LAMBDA = 1.5
+LONG_VISITS = 4.0
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     """k, the micro-batches per optimizer step, from where the optimizer's time falls among the
-    intervals between the loop's observed wraps (1: no accumulation seen)."""
+    intervals between the loop's observed returns (1: no accumulation seen)."""
+    k, chance, gaps = _multiples(intervals, period_ns)
+    return k if gaps >= MIN_GAPS and chance <= MAX_CHANCE else 1
+
+
+def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int, float, int]:
+    """The k that the gaps between the intervals holding optimizer time are multiples of, the
+    chance of that many multiples without accumulation, and the number of gaps ((1, 1.0, n) when
+    none stands out)."""
     if not period_ns:
-        return 1
+        return 1, 1.0, 0
     # each interval's place in micro-batches, counted (not timed: a time over the period drifts by
     # the optimizer's own time once per step, and by the jitter of every micro-batch); the
     # optimizer's own time is no micro-batch's
@@ -51,31 +70,34 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     for iv in intervals:
         if end is not None and iv.start_ns > end:
             steps += round((iv.start_ns - end) / period_ns)   # a hole between intervals
-        steps += max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0)) / period_ns), 1)
+        steps += micro_counts((iv,), period_ns)[0]
         end = iv.end_ns
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             marks.append(steps)
     gaps = [b - a for a, b in itertools.pairwise(marks)]
-    if len(gaps) < MIN_GAPS or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
-        return 1
+    if not gaps or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
+        return 1, 1.0, len(gaps)
     # Without accumulation, the optimizer is seen in a step with some chance p (the share of steps
     # it was seen in), so a gap is a multiple of k with chance p(1-p)^(k-1) / (1-(1-p)^k).
     p = min(len(marks) / max(steps, 1), 0.999)
     # the largest k that the gaps are multiples of (a short optimizer step goes unseen now and then,
     # which makes a gap of 2k or 3k, never one that k does not divide)
+    best = (1, 1.0, len(gaps))
     for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):
         hits = sum(1 for g in gaps if g % k == 0)
         if hits < MULTIPLE_SHARE * len(gaps) or len(marks) * k < MIN_SEEN * steps:
             continue
-        chance = p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k)
-        if _tail(len(gaps), hits, chance) <= MAX_CHANCE:
-            return k
-    return 1
+        chance = _tail(len(gaps), hits, p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k))
+        if chance <= MAX_CHANCE:
+            return k, chance, len(gaps)
+        if chance < best[1]:
+            best = (k, chance, len(gaps))
+    return best
 
 
 def _tail(n: int, m: int, q: float) -> float:
     """P(at least m of n independent events of chance q)."""
-    return sum(math.comb(n, i) * q ** i * (1 - q) ** (n - i) for i in range(m, n + 1))
+    return 1.0 - _cdf(n, m - 1, q) if m > 0 else 1.0
 
 
 def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
@@ -105,28 +127,61 @@ def _merged(run: Sequence[Step]) -> Step:
                 blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
 
 
-def by_optimizer(tl: Timeline) -> Timeline | None:
-    """Optimizer steps where the loop's own clock is unknown: micro-batches too short to be told
-    apart, or the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch
-    loop). Each wrap right after optimizer time ends an optimizer step; the intervals between such
-    wraps are whole numbers of optimizer steps (a short optimizer step goes unseen now and then),
-    and the step period is fitted to them as to any loop's wraps. None when no period fits."""
+# The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
+# its samples per step), and at least this share of the intervals between observed returns hold
+# none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
+# visits mark the steps (``by_optimizer``).
+OPTIMIZER_UNSEEN = 0.01
+MIN_WITHOUT = 0.25
+
+
+def optimizer_unseen(intervals: Sequence[Step], rate_hz: int) -> float | None:
+    """The chance that sampling misses an optimizer step's own work (e^-λ), from the optimizer
+    time of the intervals that hold some (about one visit each); None with fewer than two."""
+    seen = [ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0]
+    if len(seen) < 2:
+        return None
+    return math.exp(-visit_samples(statistics.fmean(seen) * rate_hz / 1e9))
+
+
+def marks_steps(intervals: Sequence[Step], rate_hz: int) -> float | None:
+    """The optimizer's chance of going unseen when its visits, not the returns, should mark the
+    steps: it is seen in practically every optimizer step while many intervals hold none of it
+    (accumulation, or a loop whose returns split a step). None otherwise."""
+    covered = [iv for iv in intervals if iv.covered]
+    if len(covered) < MIN_GAPS:
+        return None
+    unseen = optimizer_unseen(covered, rate_hz)
+    without = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) == 0)
+    if unseen is None or unseen > OPTIMIZER_UNSEEN or without < MIN_WITHOUT * len(covered):
+        return None
+    return unseen
+
+
+def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
+    """Optimizer steps from the optimizer's own visits: micro-batches too short to be told apart,
+    the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch loop), or
+    an optimizer seen in every step while the returns are micro-batches. Each return right after
+    optimizer time ends an optimizer step; the intervals between such returns are whole numbers of
+    optimizer steps (a short optimizer step goes unseen now and then), and the step period is
+    fitted to them as to any loop's returns, with ``unseen`` the chance that an optimizer step goes
+    unseen (``optimizer_unseen``: every step is then seen when it is small). None when no period fits."""
     if tl.loop is None:
         return None
     groups: list[Step] = []
     run: list[Step] = []
-    started = False            # a wrap after optimizer time was seen, with no hole since
+    started = False            # a return after optimizer time was seen, with no hole since
     end = None
     for iv in tl.intervals:
         if end is not None and iv.start_ns != end:
-            run, started = [], False   # a hole: the next step starts at the next optimizer wrap
+            run, started = [], False   # a hole: the next step starts at the next optimizer return
         end = iv.end_ns
         run.append(iv)
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             if started:
                 groups.append(_merged(run))
             run, started = [], True
-    clock, counts = clock_of([g.dur_ns for g in groups], None, tl.rate_hz)
+    clock, counts = clock_of([g.dur_ns for g in groups], unseen, tl.rate_hz)
     if not clock.known:
         return None
     steps = expand(groups, counts)
@@ -134,18 +189,110 @@ def by_optimizer(tl: Timeline) -> Timeline | None:
     return replace(tl, steps=steps, clock=replace(clock, typical_ns=typical), micro_batches=None)
 
 
-def with_accumulation(tl: Timeline, k: int | None = None) -> Timeline:
-    """The timeline counted in optimizer steps when its loop accumulates gradients (``k``: the
-    micro-batches per step, when already known)."""
+@dataclass(frozen=True)
+class Plan:
+    """How a timeline's returns become optimizer steps: a walk over every interval of the window,
+    which a live view makes every few seconds (diagnose/incremental.py), not every tick."""
+
+    k: int = 1                     # micro-batches per optimizer step (1: no accumulation counted)
+    marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
+    doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
+
+
+def plan_of(tl: Timeline) -> Plan:
+    marks = marks_steps(tl.intervals, tl.rate_hz) if tl.loop is not None else None
     if not tl.clock.known:
-        return by_optimizer(tl) or tl
-    if k is None:
-        k = micro_batches(tl.intervals, tl.clock.period_ns)
+        return Plan(1, marks)
+    k = micro_batches(tl.intervals, tl.clock.period_ns)
+    return Plan(k, marks, _doubt(tl) if k == 1 and marks is None else None)
+
+
+def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
+    """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
+    ``plan_of`` makes it, when already known)."""
+    plan = plan or plan_of(tl)
+    if plan.marks is not None or plan.doubt is not None:
+        # the optimizer's visits mark the steps: with none missed, or fitted like any returns
+        stepped = by_optimizer(tl, plan.marks)
+        if stepped is not None:
+            return replace(stepped, micro_batches=plan.k if plan.k > 1 else None)
+    if not tl.clock.known:
+        return by_optimizer(tl) or _floor(tl)
+    if plan.doubt is not None:
+        clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, None, None,
+                          unseen=tl.clock.unseen)
+        return _floor(replace(tl, clock=clock, micro_batches=None))
+    k = plan.k
     if k == 1:
         return tl
     clock = tl.clock
-    clock = replace(clock, period_ns=(clock.period_ns or 0.0) * k,
-                    typical_ns=clock.typical_ns * k if clock.typical_ns is not None else None,
+    micro = clock.period_ns or 0.0
+    steps = group(expand(tl.intervals, micro_counts(tl.intervals, micro), clock.unseen), k)
+    if not steps:
+        return tl
+    # an optimizer step is k micro-batches and the optimizer's own work: total time over the
+    # optimizer steps (k times the micro-batch period would leave the optimizer out)
+    period = sum(s.dur_ns for s in steps) / len(steps)
+    typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" else period
+    clock = replace(clock, period_ns=period, typical_ns=typical,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=clock.edge_steps // k)
-    return replace(tl, steps=group(tl.steps, k), clock=clock, micro_batches=k)
+    return replace(tl, steps=steps, clock=clock, micro_batches=k)
+
+
+def _doubt(tl: Timeline) -> str | None:
+    """Why ``tl``'s steps may not be optimizer steps (None: they are). Without accumulation every
+    step holds the optimizer's own work, d on average (its sampled time over the steps counted),
+    seen with chance 1 - e^-(d·rate); an optimizer seen in far fewer intervals between returns than
+    that (chance below MAX_CHANCE), or only in gaps of nearly always a multiple of one k, short of
+    certain, points to gradient accumulation whose micro-batches could not be counted (too few
+    optimizer steps in the window). The step time is then unknown: the micro-batch's is not it."""
+    k, chance, _ = _multiples(tl.intervals, tl.clock.period_ns)
+    if chance <= SUGGESTED:
+        return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
+                f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
+    covered = [iv for iv in tl.intervals if iv.covered]
+    steps = sum(1 for s in tl.steps if s.covered)
+    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
+    if not steps or not seen:
+        return None
+    d = sum(iv.phases_ns.get("optimizer", 0) for iv in covered) / steps
+    q = -math.expm1(-d * tl.rate_hz / 1e9)
+    if seen < q * len(covered) / 2 and _cdf(len(covered), seen, q) <= MAX_CHANCE:   # the sum where it can matter
+        return (f"the optimizer was seen in only {seen} of the {len(covered)} intervals between the returns seen, "
+                f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
+                "whose micro-batches per optimizer step could not be counted; sample longer")
+    # the same from the visits' length: a step's optimizer takes d, but its visits seen are k times that
+    unseen = optimizer_unseen(covered, tl.rate_hz)
+    lam, lam_share = -math.log(max(unseen or 1.0, 1e-12)), d * tl.rate_hz / 1e9
+    if seen >= MIN_VISITS and lam >= max(MIN_VISIT_LAMBDA, LONG_VISITS * lam_share):
+        return (f"the optimizer's visits seen are about {lam / max(lam_share, 1e-9):.0f} times as long as its time "
+                "per step counted: gradient accumulation, whose micro-batches per optimizer step could not be "
+                "counted; sample longer")
+    return None
+
+
+def _cdf(n: int, m: int, q: float) -> float:
+    """P(at most m of n independent events of chance q), in logs (n may be thousands)."""
+    if m >= n:
+        return 1.0
+    if q >= 1.0:
+        return 0.0
+    lq, lp = math.log(q) if q > 0 else -math.inf, math.log1p(-q)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lq + (n - i) * lp
+             for i in range(m + 1)]
+    top = max(terms)
+    return math.exp(top) * sum(math.exp(t - top) for t in terms)
+
+
+def _floor(tl: Timeline) -> Timeline:
+    """An unknown clock's step count where its returns may be micro-batches: the optimizer's visits
+    (each in an optimizer step of its own) bound the steps from below; the returns do not."""
+    visits = sum(1 for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0)
+    return replace(tl, step_floor=visits) if visits and visits < len(tl.intervals) else tl
+
+
+def micro_counts(intervals: Sequence[Step], period_ns: float) -> tuple[int, ...]:
+    """The micro-batches in each interval between observed returns: the optimizer's own time is
+    no micro-batch's (an interval of one micro-batch and a long optimizer step is one, not two)."""
+    return tuple(max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0)) / period_ns), 1) for iv in intervals)

@@ -6,8 +6,11 @@
    line keeps wrapping backwards (``for`` back to its header): the outermost one when
    nested frames wrap about as often (a ``train_step`` inside ``train``). A framework's
    loop lives in a package: a ``[[loop]]`` rule names it (``loop_candidates``).
-3. A wrap (the loop frame's line going backwards) marks a step boundary, but sampling
-   misses the wraps of steps whose non-dominant part fell between two samples. The
+3. A return to the start of the step's cycle marks a step boundary: the loop frame's line
+   going backwards (a wrap: ``for`` back to its header), or, on one line of it, the phases
+   going backwards (backward, then forward again: a ``training_step(...)`` line that holds
+   nearly the whole step, a micro-batch loop inside a call). Sampling misses the returns of
+   steps whose non-dominant part fell between two samples. The
    intervals between the wraps that were seen are counted in steps of the period fitted
    to them (``period.fit_period``); an interval of n steps gives n steps, each with 1/n of
    its phase times. When no period can be established the step time is unknown, and says
@@ -33,6 +36,7 @@ from traceml_attach.steps.period import (
     MAX_STEP_ERROR,
     MIN_INTERVALS,
     MIN_SAMPLES_PER_STEP,
+    TARGET_SAMPLES_PER_STEP,
     PeriodFit,
     fit_period,
     pinned,
@@ -183,9 +187,14 @@ class Timeline:
     framework: str | None = None        # the framework whose loop or code the thread runs (framework_of)
     micro_batches: int | None = 1       # per step (gradient accumulation: steps/accumulation.py); None: unknown
     traits: frozenset[str] = frozenset()   # what the thread's stacks show the job does (stack_traits)
+    # with the clock unknown: the steps surely seen where the returns may be micro-batches (the
+    # optimizer's visits, one per optimizer step: steps/accumulation.py)
+    step_floor: int | None = None
 
     @property
     def step_count(self) -> int:
+        if self.step_floor is not None:
+            return self.step_floor
         return len(self.steps) + self.clock.edge_steps
 
 
@@ -367,15 +376,38 @@ def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]
             for (depth, ident, framework), w in zip(walk, wraps, strict=True) if w]
 
 
-def _boundaries(spans: Sequence[Span], loop: LoopFrame) -> list[int]:
-    out, prev = [], None
-    for span in spans:
-        st = span.stack
+# Where each work phase falls in a step, for the returns that one line of the loop frame holds.
+# The optimizer has no place: ``zero_grad`` runs at either end of a step, or between forward and
+# backward (Lightning's closure), and its own work never starts a step; nor have the waits.
+CYCLE_RANK = {"input": 0, "h2d": 1, "forward": 2, "backward": 3}
+
+
+def returns(line: int, rank: int | None, prev_line: int | None, prev_rank: int | None) -> bool:
+    """Whether a sample at ``line`` of the loop frame in phase ``rank`` (CYCLE_RANK) returns to
+    the start of the step's cycle after one at ``prev_line``, ``prev_rank`` (the last work phase
+    seen on that line): the line went backwards (a wrap), or on the same line the phases did."""
+    if prev_line is None:
+        return False
+    return line < prev_line or (line == prev_line and rank is not None and prev_rank is not None
+                                and rank < prev_rank)
+
+
+def _boundaries(segments: Sequence[Segment], loop: LoopFrame) -> list[int]:
+    out: list[int] = []
+    prev_line: int | None = None
+    prev_rank: int | None = None
+    for seg in segments:
+        st = seg.span.stack
         if len(st) > loop.depth and (st[loop.depth].name, st[loop.depth].file) == (loop.name, loop.file):
             line = st[loop.depth].line
-            if prev is not None and line < prev:
-                out.append(span.ts_ns)
-            prev = line
+            rank = CYCLE_RANK.get(seg.phase)
+            if returns(line, rank, prev_line, prev_rank):
+                out.append(seg.ts_ns)
+            if line != prev_line:
+                prev_rank = None
+            if rank is not None:
+                prev_rank = rank
+            prev_line = line
     return out
 
 
@@ -464,7 +496,7 @@ def build_timeline(
         if id(span.stack) not in traits:
             traits[id(span.stack)] = stack_traits(span.stack)
     interval_ns = int(1e9 / max(rate_hz, 1))
-    bounds = _boundaries(mine, loop) if loop else []
+    bounds = _boundaries(segments, loop) if loop else []
     info = threads.get(tid) if tid is not None else None
     # The agent reads the main thread's counters: use them only for the main thread.
     main = info is not None and info.os_tid == os_pid(pid)
@@ -573,28 +605,40 @@ def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | Non
     return tuple(out)
 
 
+Place = tuple[int | None, int | None]   # (line at the loop's depth, CYCLE_RANK of the phase)
+
+
+def inside(place: Place, dominant: Place | None) -> bool:
+    """Whether a sample at ``place`` is in the dominant place: its line, and its phase where
+    both have one (a wait on the dominant line is no visit away from it)."""
+    if dominant is None:
+        return place[0] is None
+    return place[0] == dominant[0] and (place[1] is None or dominant[1] is None or place[1] == dominant[1])
+
+
 def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -> float | None:
     """Probability that a step's boundary goes unseen: e^-λ, with λ the samples per step
-    outside the loop's dominant line, from the visits outside it that were seen."""
+    outside the loop's dominant place (its line, and its phase on that line), from the visits
+    outside it that were seen."""
     if loop is None:
         return None
-    def line(seg: Segment) -> int | None:
+    def place(seg: Segment) -> Place:
         st = seg.span.stack
-        return st[loop.depth].line if len(st) > loop.depth else None
-    per_line: Counter[int | None] = Counter()
+        return (st[loop.depth].line if len(st) > loop.depth else None, CYCLE_RANK.get(seg.phase))
+    per_place: Counter[Place] = Counter()
     for seg in segments:
-        per_line[line(seg)] += seg.dur_ns
-    dominant = per_line.most_common(1)[0][0] if per_line else None
+        per_place[place(seg)] += seg.dur_ns
+    dominant = per_place.most_common(1)[0][0] if per_place else None
     visits: list[int] = []
-    inside = False
+    inside_now = False
     for seg in segments:
-        if line(seg) == dominant:
-            inside = False
-        elif inside:
+        if inside(place(seg), dominant):
+            inside_now = False
+        elif inside_now:
             visits[-1] += seg.dur_ns
         else:
             visits.append(seg.dur_ns)
-            inside = True
+            inside_now = True
     if len(visits) < 2:
         return None
     mean_samples = statistics.fmean(visits) * rate_hz / 1e9
@@ -626,25 +670,34 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
 
 
 def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int) -> StepClock:
-    """Why no step time can be given, and the rate that would give one."""
+    """Why no step time can be given, and what would give one: a higher rate only where the
+    steps may be too short for this one (the shortest intervals seen are under
+    TARGET_SAMPLES_PER_STEP samples), never for steps already long enough."""
     shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
+    upper = fit.upper_bound_ns
+    short = upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
     if fit.why == "jittery":
         reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                   f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
     elif observed < MIN_INTERVALS:
         reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
-                  f"(a period needs {MIN_INTERVALS})")
+                  f"(a period needs {MIN_INTERVALS}): sample longer")
     elif fit.why == "ambiguous":
         reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
                   f"two at {rate_hz} Hz")
+        short = True   # the blur of where the samples fell: a higher rate narrows it
     elif fit.why == "short":
         reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
-    else:
+    elif short:
         reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
                   f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
-    rate = None if fit.why == "jittery" else suggested_rate_hz(fit.upper_bound_ns, rate_hz)
-    return StepClock("unknown", None, None, fit.concentration, reason, rate, fit.upper_bound_ns)
+    else:
+        reason = (f"the {observed} boundaries seen fit no regular step period, though the steps are long enough "
+                  f"for {rate_hz} Hz: the steps are irregular, or most of their boundaries go unseen; a longer "
+                  "window, or a [[loop]] rule naming the step's own loop frame, would help")
+    rate = suggested_rate_hz(upper, rate_hz) if short and fit.why != "jittery" else None
+    return StepClock("unknown", None, None, fit.concentration, reason, rate, upper)
 
 
 def without_period(tl: Timeline, clock: StepClock) -> Timeline:

@@ -10,7 +10,7 @@ tick) is repeated. A RankTracker keeps one process's window and moves it instead
 - **Each distinct stack** (the Recording interns them) is looked at once while it is in the
   window: background or not, its phase without a loop and at the loop frame, its line at the
   loop depth, its call path, its caller for the hot frames. Its time on the training thread
-  is kept per stack, so the wait labels, the dominant line and the hot frames come from a few
+  is kept per stack, so the wait labels, the dominant place and the hot frames come from a few
   dozen stacks, never from the window's thousand spans.
 - **The training thread** is chosen every tick from running per-thread sums, like
   ``pick_thread``; the current one stays unless a rival has THREAD_KEEP times its time.
@@ -61,19 +61,23 @@ from traceml_attach.steps.phases import PHASES, WORK_PHASES
 from traceml_attach.steps.steptime import StepTotals
 from traceml_attach.steps.timeline import (
     BACKGROUND_FUNCS,
+    CYCLE_RANK,
     MAX_SPAN_GAP_INTERVALS,
     MAX_SPAN_NS,
     OUTER_TIE,
     SWALLOW_RATIO,
     SYNC_PHASES,
     LoopFrame,
+    Place,
     SegmentView,
     StepClock,
     Timeline,
     edge_steps,
     find_loop,
     framework_of,
+    inside,
     loop_candidates,
+    returns,
     stack_traits,
     thread_label,
 )
@@ -92,7 +96,7 @@ class _StackInfo:
     """What the tracker knows of one distinct stack while it is in the window."""
 
     __slots__ = ("background", "decider", "depth_line", "epoch", "framework", "label", "leaf", "loop_line",
-                 "ns", "path", "phase", "refs", "segs", "stack", "traits", "via", "work")
+                 "ns", "path", "phase", "place", "rank", "refs", "segs", "stack", "traits", "via", "work")
 
     def __init__(self, stack: Stack, rules: Rules) -> None:
         self.stack = stack
@@ -112,6 +116,8 @@ class _StackInfo:
         self.framework: str | None = None
         self.depth_line: int | None = None   # its line at the loop's depth (any frame)
         self.loop_line: int | None = None    # its line in the loop frame, when the loop frame is there
+        self.rank: int | None = None         # its phase's place in a step (timeline.CYCLE_RANK)
+        self.place: Place = (None, None)     # (depth_line, rank): where it is in the step's cycle
 
 
 _TS = itemgetter(0)
@@ -180,11 +186,12 @@ class RankTracker:
         self.prev_end: int | None = None
         self.last_path: tuple[tuple[str, str], ...] | None = None
         self.stuck_since: int | None = None
-        self.dominant: int | None = None
-        self.visits: deque[list[int]] = deque()   # [end, ns] of each visit outside the dominant line
+        self.dominant: Place | None = None
+        self.visits: deque[list[int]] = deque()   # [end, ns] of each visit outside the dominant place
         self.visit_ns = 0
         self.in_visit = False
         self.prev_line: int | None = None
+        self.prev_rank: int | None = None          # the last work phase seen on prev_line (CYCLE_RANK)
         self.prev_loop_end = 0
         self.bounds: Log[int] = Log()
         self.bound_prev: Log[int] = Log()          # end of the loop-frame span before each bound
@@ -260,11 +267,13 @@ class RankTracker:
         info.phase, info.label, info.decider, info.framework = verdict.phase, verdict.label, verdict.depth, \
             verdict.framework
         info.depth_line = info.loop_line = None
+        info.rank = CYCLE_RANK.get(verdict.phase)
         if loop is not None and len(info.stack) > loop.depth:
             frame = info.stack[loop.depth]
             info.depth_line = frame.line
             if frame.name == loop.name and frame.file == loop.file:
                 info.loop_line = frame.line
+        info.place = (info.depth_line, info.rank)
         info.epoch = self.epoch
 
     def _thread_spans(self) -> Log[Span]:
@@ -273,11 +282,12 @@ class RankTracker:
 
     def _segments(self, items: Iterable[tuple[Span, _StackInfo]]) -> None:
         """Spans of the training thread in time order (its segments): the holes between them,
-        the call path, the visits outside the dominant line and the step boundaries, as
+        the call path, the visits outside the dominant place and the step boundaries, as
         ``timeline._holes``, ``_stuck_since``, ``_unseen`` and ``_boundaries`` find them."""
         epoch, loop, dominant, hole_ns, start_ns = self.epoch, self.loop, self.dominant, self.hole_ns, self.start_ns
         prev_end, last_path, stuck = self.prev_end, self.last_path, self.stuck_since
         visits, in_visit, prev_line, prev_loop_end = self.visits, self.in_visit, self.prev_line, self.prev_loop_end
+        prev_rank = self.prev_rank
         open_start, open_spans, open_hole = self.open_start, self.open_spans, self.open_hole
         count = seg_ns = visit_ns = 0
         for span, info in items:
@@ -298,7 +308,7 @@ class RankTracker:
             last_path = path
             if loop is None:
                 continue
-            if info.depth_line == dominant:
+            if inside(info.place, dominant):
                 in_visit = False
             elif in_visit:
                 visit = visits[-1]
@@ -311,12 +321,17 @@ class RankTracker:
                 in_visit = True
             line = info.loop_line
             if line is not None:
-                if prev_line is not None and line < prev_line:   # a wrap: a step boundary
+                rank = info.rank
+                if returns(line, rank, prev_line, prev_rank):   # a return to the cycle's start: a boundary
                     self.bounds.append(ts)
                     self.bound_prev.append(prev_loop_end)
                     if open_start is not None and not open_hole and open_start >= start_ns:
                         self._close(open_start, ts, open_spans)
                     open_start, open_spans, open_hole = ts, [], False
+                if line != prev_line:
+                    prev_rank = None
+                if rank is not None:
+                    prev_rank = rank
                 prev_line, prev_loop_end = line, end
             if open_start is not None:
                 open_spans.append((span, info))
@@ -325,6 +340,7 @@ class RankTracker:
         self.visit_ns += visit_ns
         self.prev_end, self.last_path, self.stuck_since = prev_end, last_path, stuck
         self.in_visit, self.prev_line, self.prev_loop_end = in_visit, prev_line, prev_loop_end
+        self.prev_rank = prev_rank
         self.open_start, self.open_spans, self.open_hole = open_start, open_spans, open_hole
 
     def _expire(self, start_ns: int) -> None:
@@ -419,7 +435,7 @@ class RankTracker:
         stacks = self.stacks
         self._segments([(span, stacks[id(span.stack)]) for span in self._thread_spans()])
         self._expire(self.start_ns)
-        self.dominant = self._dominant_line()
+        self.dominant = self._dominant_place()
         self._rebuild_visits()
 
     # --- intervals ---------------------------------------------------------------------------
@@ -511,12 +527,12 @@ class RankTracker:
 
     # --- the chance that a boundary goes unseen ------------------------------------------------
 
-    def _dominant_line(self) -> int | None:
-        per_line: dict[int | None, int] = {}
+    def _dominant_place(self) -> Place | None:
+        per_place: dict[Place, int] = {}
         for info in self.stacks.values():
             if info.segs:
-                per_line[info.depth_line] = per_line.get(info.depth_line, 0) + info.ns
-        return max(per_line, key=lambda k: per_line[k]) if per_line else None
+                per_place[info.place] = per_place.get(info.place, 0) + info.ns
+        return max(per_place, key=lambda k: per_place[k]) if per_place else None
 
     def _rebuild_visits(self) -> None:
         self.visits.clear()
@@ -526,7 +542,7 @@ class RankTracker:
             return
         for span in self._thread_spans():
             info = self.stacks[id(span.stack)]
-            if info.depth_line == self.dominant:
+            if inside(info.place, self.dominant):
                 self.in_visit = False
             elif self.in_visit:
                 self.visits[-1][0] = span.end_ns
@@ -538,9 +554,9 @@ class RankTracker:
                 self.in_visit = True
 
     def _measure_unseen(self) -> float | None:
-        """e^-λ, as ``timeline._unseen``, from the running visits outside the dominant line
+        """e^-λ, as ``timeline._unseen``, from the running visits outside the dominant place
         (the window asks when it looks at its clock)."""
-        dominant = self._dominant_line()
+        dominant = self._dominant_place()
         if dominant != self.dominant:
             self.dominant = dominant
             self._rebuild_visits()

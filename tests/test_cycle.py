@@ -1,0 +1,111 @@
+"""Step boundaries from the phase cycle: returns on one line of the loop frame (backward, then
+forward again), and optimizer steps marked by the optimizer's own visits under accumulation."""
+
+from __future__ import annotations
+
+from tests.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
+from traceml_attach.ingest.model import Span
+from traceml_attach.steps.accumulation import marks_steps, with_accumulation
+from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.timeline import build_timeline, returns
+
+RULES = load_rules()
+MS = 1_000_000
+STEP_LINE = (21, "loss = training_step(model, batch)")
+FWD_BELOW = (f("training_step", line=40, src="loss = model(x)"),
+             torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"))
+BWD_BELOW = (f("training_step", line=41, src="loss.backward()"),
+             torch_frame("Tensor.backward", "torch/_tensor.py"))
+OPT_STEP = (22, "opt.step()", (torch_frame("AdamW.step", "torch/optim/adamw.py"),))
+
+
+CLOSURE_LESS_FWD = torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py")
+
+
+def on_step_line(below):
+    return (*STEP_LINE, below)
+
+
+def timeline(spans, rate=100):
+    return build_timeline(42, spans, {}, RULES, rate, 0, 10**13)
+
+
+def test_a_return_is_a_wrap_or_the_phases_going_backwards_on_one_line():
+    assert returns(20, 2, 23, 3)            # the line went back
+    assert returns(21, 2, 21, 3)            # backward, then forward on the same line
+    assert not returns(21, 3, 21, 2)        # forward, then backward: the same step
+    assert not returns(21, None, 21, 3)     # a wait or the optimizer has no place in the cycle
+    assert not returns(22, 0, 21, 3)        # a later line: the same step
+    assert not returns(21, 2, None, None)   # nothing before
+
+
+def test_one_line_holding_the_step_still_gives_every_boundary():
+    # the for line is never sampled and the optimizer's line only once: the line wraps once, but
+    # backward returns to forward on the training_step line in every step
+    fwd = (CLOSURE_LESS_FWD,)
+    bwd = (torch_frame("Tensor.backward", "torch/_tensor.py"),)
+    spans, t = [], 10**9
+    for k in range(30):
+        # the optimizer's line is sampled once every 10 steps: the line wraps 3 times in all
+        opt = [(OPT_STEP, 5)] if k % 10 == 0 else []
+        parts = [(on_step_line(fwd), 40), (on_step_line(bwd), 60 if k % 10 else 55), *opt]
+        for (line, src, below), ms in parts:
+            spans.append(Span(42, 1, t, ms * MS, (MODULE, MAIN, f("train", line=line, src=src), *below)))
+            t += ms * MS
+    tl = timeline(spans)
+    assert tl.loop is not None and tl.loop.name == "train"
+    assert len(tl.bounds) == 29
+    assert tl.clock.known and abs(tl.clock.typical_ns - 100 * MS) <= 0.01 * 100 * MS
+    assert tl.step_count == 29
+
+
+CLOSURE = torch_frame("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py")
+
+
+def test_zero_grad_between_forward_and_backward_splits_no_step():
+    # Lightning's closure (library code): forward, zero_grad, backward under one line of the loop
+    # frame (the optimizer has no place in the cycle)
+    fwd = (CLOSURE, torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"))
+    zero = (CLOSURE, torch_frame("Optimizer.zero_grad", "torch/optim/optimizer.py"))
+    bwd = (CLOSURE, torch_frame("Tensor.backward", "torch/_tensor.py"))
+    pattern = [(on_step_line(fwd), 40), (on_step_line(zero), 10), (on_step_line(bwd), 45), (OPT_STEP, 5)]
+    tl = timeline(steps(pattern, 20))
+    assert len(tl.bounds) == 19
+    assert all(s.dur_ns == 100 * MS for s in tl.steps)
+
+
+def test_accumulation_with_a_long_optimizer_counts_optimizer_steps():
+    # 4 micro-batches of 40 ms on one line, then 60 ms of optimizer on its own line: returns count
+    # micro-batches; the optimizer, seen in every step, marks the 220 ms optimizer steps
+    micro = [(on_step_line(FWD_BELOW), 15), (on_step_line(BWD_BELOW), 25)]
+    pattern = micro * 4 + [(OPT_STEP, 60)]
+    tl = timeline(steps(pattern, 20))
+    assert marks_steps(tl.intervals, tl.rate_hz) is not None
+    acc = with_accumulation(tl)
+    assert acc.clock.known and abs(acc.clock.typical_ns - 220 * MS) <= 0.01 * 220 * MS
+    assert acc.micro_batches in (4, None)
+    assert 18 <= acc.step_count <= 19
+
+
+def test_without_accumulation_the_optimizer_marks_nothing():
+    pattern = [(FETCH, 20), (on_step_line(FWD_BELOW), 30), (on_step_line(BWD_BELOW), 40), (OPT_STEP, 10)]
+    tl = timeline(steps(pattern, 20))
+    assert marks_steps(tl.intervals, tl.rate_hz) is None
+    assert with_accumulation(tl) is tl
+
+
+def test_the_module_level_loop_shape_is_found():
+    # a module-level loop (nanoGPT): the loop frame is <module> itself
+    fwd = (f("<module>", line=300, src="logits, loss = model(X, Y)"),
+           torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"))
+    bwd = (f("<module>", line=303, src="scaler.scale(loss).backward()"),
+           torch_frame("Tensor.backward", "torch/_tensor.py"))
+    spans, t = [], 10**9
+    for _ in range(25):
+        for stack, ms in ((fwd, 45), (bwd, 55)):
+            spans.append(Span(42, 1, t, ms * MS, stack))
+            t += ms * MS
+    tl = timeline(spans)
+    assert tl.loop is not None and tl.loop.name == "<module>"
+    assert tl.clock.known and abs(tl.clock.typical_ns - 100 * MS) <= MS
+    assert MODULE and MAIN   # the shared frames stay importable for the other shapes

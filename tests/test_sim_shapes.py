@@ -1,0 +1,245 @@
+"""The simulator's shapes nobody designed the estimator for (tests/simulator.py): the whole step
+under one line of the loop frame (a wrapper, a framework's loop), gradient accumulation, bursty
+DataLoader delivery. First the simulator itself: its truth and its stacks are what they claim.
+Then the estimator on a few such jobs: a step time it gives is within 5% of the truth, or it
+gives none (never a wrong number)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import statistics
+
+import pytest
+
+from tests.simulator import (
+    ACC,
+    ALL_SHAPES,
+    LIBRARIES,
+    SHAPES,
+    Job,
+    RankWork,
+    _job_stacks,
+    job,
+    shaped_job,
+    simulate,
+    true_timeline,
+)
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.steps.classify import classify, load_rules
+
+RULES = load_rules()
+MS = 1_000_000
+LOOP_FRAMES = ("train", "_TrainingEpochLoop.advance", "Trainer._run_epoch", "Trainer._inner_training_loop")
+
+
+# --- the existing shapes are simulated exactly as before -------------------------------------
+
+def digest(the_job: Job, rate_hz: float, seed: int, **faults: float) -> str:
+    rec, truths = simulate(the_job, rate_hz, 3.0, seed=seed, **faults)
+    h = hashlib.sha256()
+    for pid in sorted(rec.spans):
+        for s in rec.spans[pid]:
+            h.update(repr((s.ts_ns, s.dur_ns, [(fr.name, fr.line) for fr in s.stack])).encode())
+        h.update(repr(rec.cpu[pid]).encode())
+    h.update(repr([(t.bounds_ns, t.phases_ns) for t in truths]).encode())
+    return h.hexdigest()[:16]
+
+
+def legacy_jobs() -> list[tuple[Job, float, int, dict[str, float]]]:
+    out = []
+    for i in range(6):
+        rng = random.Random(i)
+        ranks = (1, 2, 4)[i % 3]
+        dominant = "wait" if ranks > 1 else ("input", "backward")[i % 2]
+        the_job = job((5, 30, 200)[i % 3], dominant, (0.5, 0.9)[i % 2], ranks=ranks, rng=rng,
+                      jitter=(0.0, 0.05, 0.15)[i % 3], shape=SHAPES[i % 3], sub_stacks=(1, 3)[i % 2])
+        faults = {"error_rate": 0.05, "stall_rate": 0.5, "stall_ms": 100.0} if i % 2 else {}
+        out.append((the_job, (50, 100, 200)[i % 3], i, faults))
+    return out
+
+
+# sha256 of the spans, CPU rows and truths of legacy_jobs(), as the simulator gave them before
+# the new shapes, accumulation and bursty delivery were added
+LEGACY_DIGESTS = ["f86d43ebd0756829", "2679cc21caea9275", "045e6402c1503bf2", "337ef1829a9b2792",
+                  "ec12818b2f1462ea", "67a89281c7147b01"]
+
+
+def test_existing_shapes_are_simulated_exactly_as_before():
+    assert [digest(j, rate, seed, **faults) for j, rate, seed, faults in legacy_jobs()] == LEGACY_DIGESTS
+
+
+def test_a_new_shape_without_accumulation_or_bursts_changes_only_the_stacks():
+    work = RankWork(3.0, 1.0, 20.0, 30.0, 6.0)
+    base = true_timeline(Job((work, work), jitter=0.1), 2.0, seed=3)[1]
+    for shape in ("wrapper", "library"):
+        truths = true_timeline(Job((work, work), jitter=0.1, shape=shape), 2.0, seed=3)[1]
+        assert [t.bounds_ns for t in truths] == [t.bounds_ns for t in base]
+        assert [t.phases_ns for t in truths] == [t.phases_ns for t in base]
+    assert base[0].micro_batches == 1 and base[0].micro_bounds_ns == base[0].bounds_ns
+    assert len(base[0].optimizer_ns) == len(base[0].bounds_ns) - 1
+
+
+# --- gradient accumulation: the truth's steps are optimizer steps ----------------------------
+
+@pytest.mark.parametrize(("shape", "extra"), [("for", {}), ("nested", {}), ("wrapper", {"fetch": "loop"}),
+                                              ("wrapper", {"fetch": "step", "optimizer_inside": False}),
+                                              ("library", {"library": "lightning"}), ("library", {"library": "hf"})])
+@pytest.mark.parametrize("k", [2, 5, 16])
+def test_accumulation_truth_marks_optimizer_steps_k_micro_batches_apart(shape, extra, k):
+    the_job = shaped_job(120, {"optimizer": 0.2, "input": 0.05}, ranks=2, rng=random.Random(k), straggler=0.2,
+                         jitter=0.1, shape=shape, accumulation=k, **extra)
+    pieces, truths = true_timeline(the_job, 3.0, seed=k)
+    for rank, truth in zip(pieces, truths, strict=True):
+        steps = len(truth.bounds_ns) - 1
+        assert truth.micro_batches == k and steps > 5
+        assert len(truth.micro_bounds_ns) - 1 == k * steps
+        assert truth.micro_bounds_ns[::k] == truth.bounds_ns   # an optimizer step starts every k-th micro-batch
+        # one optimizer phase a step, after the step's last micro-batch began, before the next step
+        assert len(truth.optimizer_ns) == steps
+        for (a, b), opt, last in zip(itertools.pairwise(truth.bounds_ns), truth.optimizer_ns,
+                                     truth.micro_bounds_ns[k - 1::k], strict=False):
+            assert last < opt < b and a <= last
+        # k forwards a step, the last of them the one that steps (the others are ACC)
+        forwards = [key for _, _, key, _ in rank if key.startswith("forward")]
+        assert abs(len(forwards) - k * steps) <= k
+        assert all(key == "forward" for key in forwards[k - 1::k])
+        assert forwards.count("forward" + ACC) >= (k - 2) * steps
+        # the truth's phases add up to each step
+        for (a, b), phases in zip(itertools.pairwise(truth.bounds_ns), truth.phases_ns, strict=True):
+            assert sum(phases.values()) == b - a
+
+
+def test_an_accumulating_job_all_reduces_once_an_optimizer_step():
+    the_job = shaped_job(200, {"optimizer": 0.1}, ranks=2, rng=random.Random(1), straggler=0.3, accumulation=4)
+    pieces, truths = true_timeline(the_job, 2.0, seed=1)
+    fast = pieces[1]   # rank 0 is the straggler; rank 1 waits for it
+    waits = [a for a, _, key, _ in fast if key == "sync"]
+    assert abs(len(waits) - (len(truths[1].bounds_ns) - 1)) <= 1
+    ends = {b for _, b, key, _ in fast if key == "backward"}
+    assert all(any(abs(a - e) == 0 for e in ends) for a in waits)   # right after the last micro-batch's backward
+
+
+# --- one line of the loop frame holds the step -----------------------------------------------
+
+def line_shares(the_job: Job, seconds: float = 3.0) -> dict[tuple[str, int], float]:
+    """The share of the time (all ranks) spent on each line of the loop frame (the innermost of
+    LOOP_FRAMES: HF 5.x's ``_run_epoch`` is called from ``_inner_training_loop``)."""
+    pieces, _ = true_timeline(the_job, seconds, seed=2)
+    by_line: dict[tuple[str, int], int] = {}
+    for rank in pieces:
+        for a, b, _, stack in rank:
+            frame = [fr for fr in stack if fr.name in LOOP_FRAMES][-1]
+            by_line[frame.name, frame.line] = by_line.get((frame.name, frame.line), 0) + b - a
+    total = sum(by_line.values())
+    return {line: ns / total for line, ns in by_line.items()}
+
+
+@pytest.mark.parametrize(("extra", "shares"), [
+    ({"optimizer_inside": True}, {"input": 0.01}),
+    ({"optimizer_inside": False}, {"input": 0.01, "optimizer": 0.02}),
+    ({"fetch": "step"}, {"input": 0.2}),   # fetched inside the wrapper: the loop frame never leaves its line
+    ({"accumulation": 8, "fetch": "step"}, {"input": 0.1, "optimizer": 0.2}),
+])
+def test_the_wrapper_puts_95_percent_of_the_step_on_one_loop_line(extra, shares):
+    the_job = shaped_job(150, shares, ranks=2, rng=random.Random(0), straggler=0.3, shape="wrapper", **extra)
+    by_line = line_shares(the_job)
+    assert by_line[("train", 20)] >= 0.95, by_line
+
+
+@pytest.mark.parametrize("library", LIBRARIES)
+def test_a_frameworks_loop_holds_the_step_under_one_line(library):
+    shares = {"input": 0.01, "h2d": 0.01} if library == "lightning" else {"input": 0.01, "optimizer": 0.02}
+    the_job = shaped_job(150, shares, rng=random.Random(0), shape="library", library=library)
+    by_line = line_shares(the_job)
+    (name, _), top = max(by_line.items(), key=lambda kv: kv[1])
+    assert top >= 0.95 and name == {"lightning": "_TrainingEpochLoop.advance", "hf": "Trainer._run_epoch",
+                                    "hf4": "Trainer._inner_training_loop"}[library], by_line
+
+
+@pytest.mark.parametrize(("shape", "library"), [(shape, "lightning") for shape in ALL_SHAPES if shape != "library"]
+                         + [("library", library) for library in LIBRARIES])
+def test_every_stack_is_the_phase_it_stands_for(shape, library):
+    # the old shapes' sub-stacks put a torch.nn.functional call under every phase, h2d's line
+    # included, which then reads as forward: kept as it was, so only the new shapes vary theirs
+    sub = 1 if shape in SHAPES else 3
+    the_job = Job((RankWork(1, 1, 1, 1, 1),), shape=shape, library=library, accumulation=2, sub_stacks=sub)
+    for key, stacks in _job_stacks(the_job).items():
+        phase = key.removesuffix(ACC)
+        for stack in stacks:
+            depth = max(i for i, fr in enumerate(stack) if fr.name in LOOP_FRAMES)
+            verdict = classify(stack, RULES, depth)
+            # waiting in backward's all-reduce is inside backward
+            assert verdict.phase == ("backward" if phase == "sync" else phase), (key, stack[depth:])
+
+
+# --- bursty delivery ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [2, 3, 4, 8])
+def test_bursty_delivery_concentrates_the_input_in_one_step_of_w(workers):
+    work = RankWork(40.0, 1.0, 20.0, 30.0, 9.0)
+    _, truths = true_timeline(Job((work,), jitter=0.05, workers=workers), 20.0, seed=workers)
+    inputs = [p["input"] / MS for p in truths[0].phases_ns]
+    assert statistics.fmean(inputs) == pytest.approx(40.0, rel=0.05)   # the mean input is the job's
+    long = [i for i, ms in enumerate(inputs) if ms > 40.0]
+    assert all(b - a == workers for a, b in itertools.pairwise(long))   # one step in w waits...
+    assert sum(inputs[i] for i in long) / sum(inputs) > 0.97           # ...for nearly all the input
+    assert max(ms for i, ms in enumerate(inputs) if i not in long) < 0.5
+    # and the CPU counters see that wait as blocked
+    rec, _ = simulate(Job((work,), jitter=0.05, workers=workers), 100, 5.0, seed=1)
+    rows = rec.cpu[1000]
+    busy = (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
+    assert busy == pytest.approx(60 / 100, abs=0.05)
+
+
+def test_bursty_ranks_wait_for_each_others_bursts():
+    work = RankWork(30.0, 1.0, 20.0, 30.0, 9.0)
+    _, truths = true_timeline(Job((work, work), jitter=0.02, workers=4), 10.0, seed=5)
+    assert truths[0].bounds_ns == truths[1].bounds_ns
+    # each rank's long waits fall in their own steps (own worker phase), so the job steps slower
+    assert truths[0].mean_step_ms(0, 1 << 62) > 100
+
+
+# --- the estimator on these shapes: right or unknown ---------------------------------------------
+
+def right_or_unknown(the_job: Job, rate_hz: float, seed: int) -> None:
+    rec, truths = simulate(the_job, rate_hz, 10.0, seed=seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        true_ms = truth.median_step_ms(lo, hi)
+        state = "unknown" if r.step_ms is None else f"known: {r.step_ms:.1f} ms"
+        print(f"rank {r.rank}: {state} (truth {true_ms:.1f} ms, {r.steps} steps of {truth.steps_in(lo, hi)}, "
+              f"micro-batches {r.micro_batches} of {truth.micro_batches})")
+        if r.step_ms is not None:
+            assert abs(r.step_ms / true_ms - 1) <= 0.05, (r.rank, r.step_ms, true_ms, r.clock)
+
+
+@pytest.mark.parametrize("inside", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_estimator_wrapper_150ms_at_100hz(inside, seed):
+    shares = {"input": 0.01} if inside else {"input": 0.01, "optimizer": 0.02}
+    the_job = shaped_job(150, shares, rng=random.Random(seed), jitter=0.05, shape="wrapper", optimizer_inside=inside)
+    right_or_unknown(the_job, 100, seed)
+
+
+@pytest.mark.parametrize("shape", ["for", "wrapper"])   # the micro-batch loop in the loop frame / the wrapper
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_estimator_accumulation_k4_long_optimizer_300ms_at_100hz(shape, seed):
+    the_job = shaped_job(300, {"optimizer": 0.2, "input": 0.05}, rng=random.Random(seed), jitter=0.05, shape=shape,
+                         accumulation=4)
+    right_or_unknown(the_job, 100, seed)
+
+
+# A batch that waits for a worker is one long span of the same stack, which py-spy's chrometrace
+# output cannot tell from a sampler drop-out; with boundaries not certain to be seen, the interval
+# is counted in periods (invented steps). Open: issue "Every step counted", its bursty-input rows.
+_BURSTY_OPEN = pytest.mark.xfail(strict=True, reason="a worker's long wait is counted as several steps")
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=_BURSTY_OPEN), pytest.param(2, marks=_BURSTY_OPEN)])
+def test_estimator_bursty_input_120ms_at_100hz(seed):
+    # 4 workers, input half the time: three steps of ~60 ms, then one that waits ~240 ms
+    the_job = shaped_job(120, {"input": 0.5}, rng=random.Random(seed), jitter=0.05, workers=4)
+    right_or_unknown(the_job, 100, seed)
