@@ -31,7 +31,7 @@ from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import Plan, plan_of, with_accumulation
+from traceml_attach.steps.accumulation import Plan, agreeing, plan_of, shared_plans, with_accumulation
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
@@ -107,13 +107,17 @@ class IncrementalAnalyzer:
         self.micro = {pid: v for pid, v in self.micro.items() if pid in trackers}
         self._fit(end)
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
-        if synchronized(rec, pids):
+        sync = synchronized(rec, pids)
+        if sync:
             timelines, self.reference = share_tracked(by_rank, self.reference)
         else:
             for tracker in by_rank.values():
                 tracker.count_own()
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
-        timelines = {rank: self._accumulated(by_rank[rank], tl, end) for rank, tl in timelines.items()}
+        plans = {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()}
+        plans = shared_plans(plans) if sync else plans
+        timelines = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
+        timelines = agreeing(timelines) if sync else timelines
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
@@ -123,17 +127,17 @@ class IncrementalAnalyzer:
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
         return Tracked(start, end, pids, timelines, stats, hot)
 
-    def _accumulated(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Timeline:
-        """``with_accumulation``, with its plan (the micro-batches per step...) made again every
-        MICRO_RECHECK_S of data (staggered over the ranks): a property of the job, and a walk over
-        every interval of the window."""
+    def _plan(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Plan:
+        """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the
+        ranks) for a known clock: the micro-batches per step are a property of the job, and a walk
+        over every interval of the window."""
         if not tl.clock.known:
-            return with_accumulation(tl)
+            return plan_of(tl)
         plan, due = self.micro.get(tracker.pid, (Plan(), 0))
         if now_ns >= due:
             plan = plan_of(tl)
             self.micro[tracker.pid] = (plan, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
-        return with_accumulation(tl, plan)
+        return plan
 
     def _fit(self, now_ns: int) -> None:
         """Full clock fits: the ones that cannot wait, then the rest within FIT_BUDGET."""

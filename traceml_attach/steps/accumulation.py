@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from traceml_attach.steps.period import visit_samples
+from traceml_attach.steps.period import MAX_STEP_ERROR, visit_samples
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, expand
 
@@ -207,6 +207,39 @@ def plan_of(tl: Timeline) -> Plan:
     return Plan(k, marks, _doubt(tl) if k == 1 and marks is None else None)
 
 
+def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
+    """Synchronized ranks take one step: the micro-batches per step that some rank counted stand
+    for every rank that counted none (a fast rank waits in the all-reduce of the last micro-batch
+    only, which blurs its count: DDP's ``no_sync`` for the others)."""
+    ks = [p.k for p in plans.values() if p.k > 1]
+    if not ks:
+        return plans
+    k = max(sorted(set(ks)), key=ks.count)   # the most common; the smallest of a tie
+    return {rank: replace(p, k=k, doubt=None) if p.k == 1 else p for rank, p in plans.items()}
+
+
+def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
+    """Synchronized ranks' optimizer steps, which are one step: where their known step times
+    spread by more than MAX_STEP_ERROR, those that stray that far from the rank that saw every
+    boundary (method "wraps": the most certain) are unknown, and all of them without such a rank."""
+    known = {rank: tl.clock.typical_ns for rank, tl in timelines.items() if tl.clock.typical_ns}
+    if len(known) < 2 or max(known.values()) <= (1 + MAX_STEP_ERROR) * min(known.values()):
+        return timelines
+    sure = [rank for rank in known if timelines[rank].clock.method == "wraps"]
+    ref = statistics.median(known[rank] for rank in sure) if sure else None
+    out = dict(timelines)
+    for rank, typical in known.items():
+        if ref is not None and abs(typical / ref - 1) <= MAX_STEP_ERROR:
+            continue
+        why = (f"this rank's step ({typical / 1e6:.0f} ms) strays from the one of the ranks that saw every boundary "
+               f"({ref / 1e6:.0f} ms), though the ranks step together" if ref is not None else
+               "the synchronized ranks' step times disagree by more than 5%, and no rank saw every boundary")
+        tl = timelines[rank]
+        clock = StepClock("unknown", None, None, tl.clock.concentration, why, None, None, unseen=tl.clock.unseen)
+        out[rank] = _floor(replace(tl, clock=clock))
+    return out
+
+
 def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known)."""
@@ -294,5 +327,7 @@ def _floor(tl: Timeline) -> Timeline:
 
 def micro_counts(intervals: Sequence[Step], period_ns: float) -> tuple[int, ...]:
     """The micro-batches in each interval between observed returns: the optimizer's own time is
-    no micro-batch's (an interval of one micro-batch and a long optimizer step is one, not two)."""
-    return tuple(max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0)) / period_ns), 1) for iv in intervals)
+    no micro-batch's (an interval of one micro-batch and a long optimizer step is one, not two),
+    nor is the time blocked in the all-reduce, where it was measured (the last micro-batch's)."""
+    return tuple(max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0) - sum((iv.blocked_sync_ns or {}).values()))
+                           / period_ns), 1) for iv in intervals)
