@@ -57,12 +57,9 @@ def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     return k if gaps >= MIN_GAPS and chance <= MAX_CHANCE else 1
 
 
-def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int, float, int]:
-    """The k that the gaps between the intervals holding optimizer time are multiples of, the
-    chance of that many multiples without accumulation, and the number of gaps ((1, 1.0, n) when
-    none stands out)."""
-    if not period_ns:
-        return 1, 1.0, 0
+def _gaps(intervals: Sequence[Step], period_ns: float) -> tuple[list[int], float]:
+    """The gaps, in micro-batches, between the intervals that hold optimizer time, and the share
+    of the micro-batches the optimizer was seen in."""
     # each interval's place in micro-batches, counted (not timed: a time over the period drifts by
     # the optimizer's own time once per step, and by the jitter of every micro-batch); the
     # optimizer's own time is no micro-batch's
@@ -74,18 +71,26 @@ def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int,
         end = iv.end_ns
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             marks.append(steps)
-    gaps = [b - a for a, b in itertools.pairwise(marks)]
+    return [b - a for a, b in itertools.pairwise(marks)], min(len(marks) / max(steps, 1), 0.999)
+
+
+def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int, float, int]:
+    """The k that the gaps between the intervals holding optimizer time are multiples of, the
+    chance of that many multiples without accumulation, and the number of gaps ((1, 1.0, n) when
+    none stands out)."""
+    if not period_ns:
+        return 1, 1.0, 0
+    gaps, p = _gaps(intervals, period_ns)
     if not gaps or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
         return 1, 1.0, len(gaps)
     # Without accumulation, the optimizer is seen in a step with some chance p (the share of steps
     # it was seen in), so a gap is a multiple of k with chance p(1-p)^(k-1) / (1-(1-p)^k).
-    p = min(len(marks) / max(steps, 1), 0.999)
-    # the largest k that the gaps are multiples of (a short optimizer step goes unseen now and then,
+    # The largest k that the gaps are multiples of (a short optimizer step goes unseen now and then,
     # which makes a gap of 2k or 3k, never one that k does not divide)
     best = (1, 1.0, len(gaps))
     for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):
         hits = sum(1 for g in gaps if g % k == 0)
-        if hits < MULTIPLE_SHARE * len(gaps) or len(marks) * k < MIN_SEEN * steps:
+        if hits < MULTIPLE_SHARE * len(gaps) or p * k < MIN_SEEN:
             continue
         chance = _tail(len(gaps), hits, p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k))
         if chance <= MAX_CHANCE:
