@@ -21,7 +21,7 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
     assert problem is None
-    stats = {s.rank: s for s in pipeline.window_analysis().stats}
+    stats = {s.rank: s for s in pipeline.window_analysis().ranks}
     assert sorted(stats) == sorted(truth)
     for rank, want in truth.items():
         got = stats[rank]

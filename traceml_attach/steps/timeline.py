@@ -376,10 +376,12 @@ def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]
             for (depth, ident, framework), w in zip(walk, wraps, strict=True) if w]
 
 
-# Where each work phase falls in a step, for the returns that one line of the loop frame holds.
-# The optimizer has no place: ``zero_grad`` runs at either end of a step, or between forward and
-# backward (Lightning's closure), and its own work never starts a step; nor have the waits.
-CYCLE_RANK = {"input": 0, "h2d": 1, "forward": 2, "backward": 3}
+# Where each work phase falls in a step, for the returns that one line of the loop frame holds:
+# backward, then input, h2d or forward again. Those three share a place: their order inside a step
+# varies (``model.train()``, a Module method, runs before HF's ``_prepare_inputs``; nanoGPT fetches
+# the next batch between forward and backward). The optimizer has none: ``zero_grad`` runs at either
+# end of a step, or between forward and backward (Lightning's closure); nor have the waits.
+CYCLE_RANK = {"input": 0, "h2d": 0, "forward": 0, "backward": 1}
 
 
 def returns(line: int, rank: int | None, prev_line: int | None, prev_rank: int | None) -> bool:
