@@ -20,6 +20,7 @@ from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
 from agent.pyspy import PySpyError, ThreadDump, find_pyspy, pyspy_version
+from agent.rate import RateGovernor
 from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
 from agent.wire import WIRE_VERSION, FrameWriter
@@ -35,12 +36,13 @@ Probed = tuple[RankProc, Sampler, list[ThreadDump]]   # a rank, its sampler and 
 
 def hello_frame(config: SamplerConfig, backend_version: str | None, argv: list[str]) -> dict[str, Any]:
     """A stream's first frame: who sampled, with what and how fast (``backend_version`` None: a
-    collector whose ranks' agents are on other nodes)."""
+    collector whose ranks' agents are on other nodes). ``rate_hz`` is every process's first rate;
+    up to ``max_rate_hz`` a process's ``rate`` frames say when and why it changed."""
     return {
         "k": "hello", "v": WIRE_VERSION, "t": time.time_ns(), "agent": __version__,
         "backend": "py-spy", "backend_version": backend_version,
-        "rate_hz": config.rate_hz, "window_s": config.window_s, "host": socket.gethostname(),
-        "argv": argv,
+        "rate_hz": config.rate_hz, "max_rate_hz": max(config.max_rate_hz or 0, config.rate_hz),
+        "window_s": config.window_s, "host": socket.gethostname(), "argv": argv,
     }
 
 
@@ -67,6 +69,12 @@ class NodeAgent:
     due: dict[str, float] = field(default_factory=dict)         # tick(): next run of each job (monotonic)
     binary: str = ""                 # py-spy, found by probe()
     backend_version: str = ""
+    rates: RateGovernor | None = None   # the ranks' rates when they may change (config.max_rate_hz)
+
+    def __post_init__(self) -> None:
+        top = self.config.max_rate_hz or self.config.rate_hz
+        if self.rates is None and top > self.config.rate_hz:
+            self.rates = RateGovernor(self.config.rate_hz, top)
 
     def probe(self) -> list[Probed]:
         """Probe every rank; raises the first error when no rank can be sampled at all."""
@@ -99,7 +107,7 @@ class NodeAgent:
 
     def _attach(self, rank: RankProc) -> tuple[Sampler, list[ThreadDump]]:
         """A sampler for ``rank`` and its first thread dump; a failure is counted in ``refused``."""
-        sampler = Sampler(rank.pid, self.binary, self.config)
+        sampler = Sampler(rank.pid, self.binary, self.config, self.rates)
         try:
             threads = sampler.probe()
         except (TargetError, PySpyError) as exc:
@@ -182,6 +190,13 @@ class NodeAgent:
         if now >= state.get("rescan", 0.0):
             state["rescan"] = now + RESCAN_EVERY_S
             self.rescan(stop)
+
+    def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None) -> None:
+        """The analysis's advice on ``pid``'s rate, drawn from its data at ``seen_at_hz``: its
+        sampler decides at its next window (agent/rate.py); nothing happens when the rate is fixed
+        or ``pid`` is not sampled here."""
+        if self.rates is not None and pid in self.running:
+            self.rates.advise(pid, rate_hz, why, seen_at_hz)
 
     def exit_reasons(self) -> set[str]:
         return {r.sampler.exit_reason or "stopped" for r in self.running.values()}

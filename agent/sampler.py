@@ -4,6 +4,10 @@ Recording windows overlap: window k+1 starts ``window_s - overlap_s`` after wind
 and window k is stopped ``overlap_s`` after that, so one recorder is always sampling
 while the next one attaches. Spans are stitched at the end of what was already covered;
 any uncovered time between windows is visible in the ``window`` frames as data.
+
+Each window is sampled at the rate the node's RateGovernor gives (agent/rate.py; fixed without
+one). When that rate is to change, the next window starts at once, and a ``rate`` frame says
+from where its spans were sampled at the new rate.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from agent.pyspy import (
     WindowResult,
     dump,
 )
+from agent.rate import Rate, RateGovernor
 from agent.target import TargetInfo, inspect_target
 from agent.wire import FrameWriter
 
@@ -43,7 +48,8 @@ MAX_PAUSE_S = 60.0             # after a success, failures pause sampling at mos
 
 @dataclass(frozen=True)
 class SamplerConfig:
-    rate_hz: int = 100           # py-spy samples per second per thread
+    rate_hz: int = 100           # py-spy samples per second per thread (the floor when adaptive)
+    max_rate_hz: int | None = None   # the most the analysis's advice may raise it to; None: rate_hz (fixed)
     window_s: float = 2.0        # length of one py-spy record window (latency of live data)
     overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
@@ -55,11 +61,15 @@ class SamplerConfig:
 class Sampler:
     """Samples one target process until stopped or until the target exits."""
 
-    def __init__(self, pid: int, binary: str, config: SamplerConfig | None = None) -> None:
+    def __init__(self, pid: int, binary: str, config: SamplerConfig | None = None,
+                 rates: RateGovernor | None = None) -> None:
         self.pid = pid
         self.writer = FrameWriter(None)
         self.config = config or SamplerConfig()
         self.binary = binary   # py-spy (pyspy.find_pyspy)
+        self.rates = rates     # each window's rate, when it may change (agent/rate.py); else config.rate_hz
+        self._rate_hz = self.config.rate_hz          # the rate of the windows emitted so far
+        self._window_rates: dict[int, Rate] = {}     # the rate each running window was started at
         self.target: TargetInfo | None = None
         self.exit_reason: str | None = None
         self._tmp: Path | None = None   # run()'s folder for the windows, so a sampler that never runs leaves none
@@ -110,7 +120,7 @@ class Sampler:
         # when each running window is to be stopped; keyed by the window itself (an id() would be
         # reused by a later window once this one is freed, which then stopped at once)
         stop_at: dict[RecordWindow, float] = {}
-        next_start = time.monotonic()
+        next_start = started = time.monotonic()
         next_threads = next_start + cfg.threads_every_s
         next_proc = next_start
         poller = ProcPoller(self.pid)
@@ -121,11 +131,16 @@ class Sampler:
         try:
             while not stop.is_set():
                 now = time.monotonic()
-                if now >= next_start and now >= self._resume_at:
+                # a new rate starts with a new window at once, once the one running is past its
+                # own start-up and alone (not handing over)
+                early = (len(windows) == 1 and windows[0] not in stop_at and now - started >= cfg.overlap_s
+                         and self.rates is not None and self.rates.pending(self.pid))
+                if (now >= next_start or early) and now >= self._resume_at:
                     if windows:
                         stop_at[windows[-1]] = now + cfg.overlap_s
                     windows.append(self._start_window())
                     next_start = now + cfg.window_s - cfg.overlap_s
+                    started = now
                 for window in windows:
                     if now >= stop_at.get(window, math.inf):
                         window.stop()
@@ -163,6 +178,8 @@ class Sampler:
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
                                    "status": self._status})
+            if self.rates is not None:
+                self.rates.forget(self.pid)
             self.exit_reason = reason
             _remove_dir(tmp)
 
@@ -174,7 +191,9 @@ class Sampler:
         max_s = math.ceil(cfg.window_s + cfg.overlap_s) + 2
         assert self._tmp is not None, "windows start only inside run()"
         out = self._tmp / f"w{self._window_index}.json"
-        return RecordWindow(self.binary, self.pid, cfg.rate_hz, max_s, out, self._window_index)
+        rate = self.rates.rate_for(self.pid) if self.rates is not None else Rate(cfg.rate_hz)
+        self._window_rates[self._window_index] = rate
+        return RecordWindow(self.binary, self.pid, rate.rate_hz, max_s, out, self._window_index)
 
     def _finish(self, window: RecordWindow, cut_short: bool = False) -> bool:
         """Read a finished window and emit its frames; False when sampling must stop.
@@ -183,6 +202,7 @@ class Sampler:
         attached: no output then is no failure."""
         result = window.collect()
         index = window.index
+        rate = self._window_rates.pop(index, Rate(self._rate_hz))
         if result.failure is not None and not result.spans:
             if cut_short or self._gone():
                 return True
@@ -203,11 +223,17 @@ class Sampler:
             return True
         self._failures = 0
         self._sampled = True
-        self._emit_window(index, result)
+        self._emit_window(index, result, rate)
         return True
 
-    def _emit_window(self, index: int, result: WindowResult) -> None:
+    def _emit_window(self, index: int, result: WindowResult, rate: Rate) -> None:
         start = self._covered_until
+        if rate.rate_hz != self._rate_hz:
+            # this window's spans are kept from where the last one ended (``_clip``): the new rate
+            # holds from there on, and the frame comes before the spans it applies to
+            self._rate_hz = rate.rate_hz
+            self.writer.write({"k": "rate", "t": start if start is not None else result.first_ns or time.time_ns(),
+                               "pid": self.pid, "rate_hz": rate.rate_hz, "why": rate.why})
         spans = [_clip(span, start) for span in result.spans]
         kept = [span for span in spans if span is not None]
         rows = [(span.tid, span.ts_ns, span.dur_ns,

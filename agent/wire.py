@@ -7,7 +7,9 @@ short at any frame boundary is still a valid recording.
 
 Frame kinds (key ``k``)::
 
-    hello    {v, t, agent, backend, backend_version, rate_hz, window_s, host, argv}
+    hello    {v, t, agent, backend, backend_version, rate_hz, max_rate_hz, window_s, host, argv}
+             rate_hz: every process's first sampling rate; max_rate_hz: the most a ``rate``
+             frame may raise it to (equal: the rate is fixed; absent in older recordings)
     target   {t, pid, exe, cmd, nspid, rank, local_rank, world_size, group_rank}
              nspid: the target's PID in each PID namespace (NVML reports the host's)
     spans    {pid, w, fdefs: [[id, name, file, line, src, ctx]], sdefs: [[id, [fid...]]],
@@ -16,6 +18,10 @@ Frame kinds (key ``k``)::
              outermost first; ``src`` is the source line, ``ctx`` the enclosing
              ``with`` items of that line (for ``no_grad``), both None when unreadable
     window   {pid, w, start, end, samples, errors}   one py-spy recording window
+    rate     {t, pid, rate_hz, why}
+             the sampler changed the process's rate (agent/rate.py): its spans from t on were
+             sampled at rate_hz, those before at its previous rate; written before them. why:
+             the analysis's advice it followed, in words
     threads  {pid, t, threads: [[tid, os_tid, name, active]]}
              name: the Python name py-spy read, the last one read for that thread, or
              "MainThread" for the main thread of a CPython that never imported threading
@@ -50,7 +56,7 @@ another unreadable, and no index has to be kept in step with the deletions; the 
 few KB of repeated context and definitions per segment):
 
 - it opens with a ``segment`` frame, then ``ctx`` copies of the stream's state frames: the
-  hello, each target's newest ``target`` and ``threads`` frame, exits and restarts;
+  hello, each target's newest ``target``, ``threads`` and ``rate`` frame, exits and restarts;
 - the interner forgets what it has sent at each new segment, so the first ``spans`` frame
   that uses a code frame or stack in a segment defines it again (same id: ids are stable
   for the whole session, and a reader that reads segments in a row sees the same
@@ -185,8 +191,8 @@ class Interner:
 class StateFrames:
     """The newest state frames of a stream, what a reader that starts late needs before the data
     (a rotated segment's context; a collector joining a running agent, agent/link.py): the hello,
-    each process's newest ``target``, ``threads`` and ``exit`` frame, each node's newest ``node``
-    frame, and the newest CONTEXT_RESTARTS restarts."""
+    each process's newest ``target``, ``threads``, ``rate`` and ``exit`` frame, each node's newest
+    ``node`` frame, and the newest CONTEXT_RESTARTS restarts."""
 
     def __init__(self) -> None:
         self._latest: dict[tuple[str, int], dict[str, Any]] = {}   # (kind, pid or node) -> frame
@@ -194,7 +200,7 @@ class StateFrames:
 
     def remember(self, frame: dict[str, Any]) -> None:
         kind = frame.get("k")
-        if kind in ("hello", "target", "threads", "exit"):
+        if kind in ("hello", "target", "threads", "rate", "exit"):
             self._latest[(kind, int(frame.get("pid") or 0))] = frame
         elif kind == "node":
             self._latest[(kind, int(frame.get("node") or 0))] = frame

@@ -21,6 +21,14 @@ def traceml(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
                           cwd=ROOT, env=env, timeout=timeout, check=False)
 
 
+def steps_from(summary: dict, rank: int | str = 0) -> float:
+    """Where a rank's steps in a summary were found from (s since the epoch): the window's start,
+    or later where its sampling rate changed in the window (``ranks.<rank>.since``). Ground truth
+    is read from there to the window's end."""
+    since = summary["step_time"]["ranks"][str(rank)].get("since")
+    return float(since if since is not None else summary["sampling"]["window"]["start"])
+
+
 @pytest.fixture
 def example(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start examples/<name>.py (ground truth in tmp_path/<name>.jsonl); stopped at teardown."""

@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from launch import read_truth, start_example, start_torchrun, stop_example  # noqa: E402
+from tests.conftest import steps_from  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 EXAMPLES = ("input_bound", "compute_bound", "wait_heavy", "balanced")
@@ -43,12 +44,15 @@ TRUTHED = {
     "truth_hf_trainer": ("hf_trainer", ("--input-share", "0.01"), 1),
     "truth_lightning_ddp": ("lightning_job", ("--input-share", "0.02"), 2),
     "truth_stream_accum4": ("grad_accum", ("--accum", "4", "--stream", "--opt-repeat", "4"), 1),
+    # nanoGPT's shape: micro-batches too short for 100 Hz, so the attacher raises its rate
+    "truth_module_accum4": ("module_loop", ("--accum", "4"), 1),
 }
 
 
 def record_truthed(name: str, tmp: str) -> None:
-    """A 15-s snapshot of a job that times itself, and its truth over the snapshot's window: per
-    rank, the steps that lie wholly inside it and their median (``<name>.truth.json``)."""
+    """A 15-s snapshot of a job that times itself, and its truth over the stretch each rank's steps
+    were found in (the window, or from its rate change on): the steps that lie wholly inside it and
+    their median (``<name>.truth.json``)."""
     example, args, ranks = TRUTHED[name]
     out = Path(tmp) / f"{name}.truth"
     out.mkdir()
@@ -59,10 +63,11 @@ def record_truthed(name: str, tmp: str) -> None:
         snapshot(job.pid, name, tmp, 15)
     finally:
         stop_example(job)
-    window = json.loads((Path(tmp) / name / "final_summary.json").read_text())["sampling"]["window"]
+    summary = json.loads((Path(tmp) / name / "final_summary.json").read_text())
+    end = summary["sampling"]["window"]["end"]
     truth = {}
     for rank in range(ranks):
-        t = read_truth(out / f"gt_{rank}.jsonl", window["start"], window["end"])
+        t = read_truth(out / f"gt_{rank}.jsonl", steps_from(summary, rank), end)
         truth[str(rank)] = {"steps": t.steps, "step_ms": round(t.step_ms, 3)}
     (FIXTURES / f"{name}.truth.json").write_text(json.dumps({"example": [example, *args], "ranks": truth},
                                                             indent=2) + "\n")

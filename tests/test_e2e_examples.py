@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from launch import PHASES, read_truth
-from tests.conftest import ROOT, traceml
+from tests.conftest import ROOT, steps_from, traceml
 from traceml_attach.diagnose.memory import diagnose_memory
 from traceml_attach.ingest.stream import read_recording
 
@@ -45,7 +45,7 @@ def test_snapshot_diagnoses_each_example(name: str, example, tmp_path: Path):
     assert summary["step_time"]["diagnosis"]["kind"] == EXPECTED[name], out.stdout
     assert summary["primary_diagnosis"]["kind"] == EXPECTED[name]
     window = summary["sampling"]["window"]
-    truth = read_truth(tmp_path / f"{name}.jsonl", window["start"], window["end"])
+    truth = read_truth(tmp_path / f"{name}.jsonl", steps_from(summary), window["end"])
     rank = summary["step_time"]["ranks"]["0"]
     assert rank["steps"] >= 20
     for phase in PHASES:

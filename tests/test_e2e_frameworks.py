@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import PHASES, rank_truth, read_truth, start_example, stop_example
-from tests.conftest import traceml
+from tests.conftest import steps_from, traceml
 
 pytestmark = pytest.mark.e2e
 SHARE_TOLERANCE = 0.05   # phase shares within 5 percentage points of the framework's own timing
@@ -67,7 +67,7 @@ def test_a_framework_job_is_diagnosed_like_its_own_timing(name: str, job, tmp_pa
     summary, text = snapshot(proc.pid, tmp_path, name)
     rank = summary["step_time"]["ranks"]["0"]
     window = summary["sampling"]["window"]
-    truth = read_truth(tmp_path / "truth.jsonl", window["start"], window["end"])
+    truth = read_truth(tmp_path / "truth.jsonl", steps_from(summary), window["end"])
     assert rank["loop"] is not None, text
     assert rank["framework"] == framework
     assert rank["micro_batches"] == micro
@@ -95,7 +95,7 @@ def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: 
     assert (diagnosis["kind"], diagnosis["worst_rank"]) == ("INPUT_STRAGGLER", 1), text
     window = summary["sampling"]["window"]
     for r in (0, 1):
-        truth = rank_truth(tmp_path, r, window["start"], window["end"])
+        truth = rank_truth(tmp_path, r, steps_from(summary, r), window["end"])
         row = ranks[str(r)]
         assert abs(row["step_ms"] - truth.step_ms) <= STEP_TOLERANCE * truth.step_ms, (r, row["step_ms"], truth)
         for phase in PHASES:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from launch import PHASES, read_truth
-from tests.conftest import traceml
+from tests.conftest import steps_from, traceml
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[
 def assert_step_right_or_unknown(summary: dict, text: str, truth_file: Path, rank: str = "0",
                                  share_tolerance: float = 0.05) -> None:
     window = summary["sampling"]["window"]
-    truth = read_truth(truth_file, window["start"], window["end"])
+    truth = read_truth(truth_file, steps_from(summary, rank), window["end"])
     r = summary["step_time"]["ranks"][rank]
     if r["step_ms"] is None:
         # never invented: it says so, why, and the milliseconds are not printed

@@ -203,7 +203,8 @@ def test_an_agent_started_before_its_job_waits_then_streams_every_rank(tmp_path:
                           "--standalone", "examples/ddp.py", "--width", "64", "--steps", "150"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # THEN the agent finds its launcher and streams both ranks, and ends with the job
-        assert wait_for(lambda: [n.ranks for n in collector.nodes()], 60) == [(0, 1)]
+        # (a node is listed when it joins, its ranks a moment later: wait for them, not for the node)
+        assert wait_for(lambda: [n.ranks for n in collector.nodes()] == [(0, 1)], 60)
         wait_for(lambda: collector.ended(1), 60)
         assert launch.stop() == 0
         log = (tmp_path / "launch.log").read_text()

@@ -40,7 +40,7 @@ SHARED: dict[type, str] = {Finding: "Finding", Problem: "Problem",
                            **{t: f"Evidence: {t.TYPE}" for t in EVIDENCE_TYPES}}
 # what the keys of a JSON object stand for, by the field that holds it (one name per level)
 KEYS = {"ranks": ["<rank>"], "gpus": ["<gpu>"], "phases_ms": ["<phase>"], "shares": ["<phase>"],
-        "wait_labels": ["<label>"], "hot_frames": ["<rank>", "<phase>"], "kinds": ["<kind>"]}
+        "wait_labels": ["<label>"], "hot_frames": ["<rank>", "<phase>"], "kinds": ["<kind>"], "rates": ["<rank>"]}
 ANY = object()   # walk a type, not a value: every field it can have
 Entry = tuple[str, str]   # (table, field path inside it)
 

@@ -110,5 +110,39 @@ class SystemPolicy:
     high_process_cpu: float = 95.0          # a rank's main process CPU %, median (a core saturated)
 
 
+@dataclass(frozen=True)
+class RatePolicy:
+    """When the analysis advises a rank's sampler to sample faster or slower (diagnose/rate.py);
+    the sampler keeps it within --rate and --max-rate (agent/rate.py)."""
+
+    # A rank whose step time is unknown, and whose steps (the clock's upper bound on them) get
+    # fewer samples than this at its rate, is advised a faster rate (period.TARGET_SAMPLES_PER_STEP;
+    # 5 is the least that tells one step from two)...
+    raise_below_samples: float = 10.0
+    # ...the one that gives that bound this many: it is loose (the shortest tenth of the
+    # intervals between the returns seen, each a step or more), and the 27 ms DDP job's step time
+    # came out within 2.5% at 10 samples a step, within 4-5% at 7 (README, "A rate that fits").
+    raise_to_samples: float = 15.0
+    # A rank sampled faster than --rate is advised a slower rate only where its steps (its
+    # micro-batches, with gradient accumulation) still get this many samples at that rate:
+    # above what a raise aims at, so that the rate does not go up and down.
+    lower_from_samples: float = 20.0
+    # Advised rates are multiples of this (so a drift of a few ms changes nothing)...
+    step_hz: int = 50
+    # ...and at most this: what --rate and --max-rate accept (py-spy's CPU grows by about a
+    # point of a core per 100 Hz: bench/rate_cost.py).
+    most_hz: int = 1000
+    # After a rate change, a rank's steps are found at the new rate, from the change on, once
+    # this much has been sampled at it (27 ms steps: ~110 of them); until then at the lower of
+    # the two rates, over the whole window (data taken faster than the rate assumed errs on
+    # the safe side: fewer boundaries judged unseen, wider blur).
+    settle_s: float = 3.0
+    # Advice is given from this much data at the rate in use (one py-spy window and a half)...
+    advise_after_s: float = 1.5
+    # ...holding at least this many intervals between the loop's wraps.
+    min_intervals: int = 5
+
+
+DEFAULT_RATE_POLICY = RatePolicy()
 DEFAULT_MEMORY_POLICY = MemoryPolicy()
 DEFAULT_SYSTEM_POLICY = SystemPolicy()

@@ -41,7 +41,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-file", default=DEFAULT_TOKEN_FILE, metavar="FILE",
                         help=f"the collector's token file, copied to this node (default {DEFAULT_TOKEN_FILE})")
     parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
-                        help="stack samples per second per process (default 100; use the collector's)")
+                        help="stack samples per second per process (default 100; use the collector's). Fixed: an "
+                        "agent does not raise it for short steps as `attach` and `snapshot` do on their own node "
+                        "(--max-rate); give the rate the steps need (10 samples a step)")
     parser.add_argument("--node-name", metavar="NAME", help="how the collector names this node (default: host name)")
     parser.add_argument("--buffer-mb", type=positive_float, default=BUFFER_BYTES / 1e6, metavar="MB",
                         help=f"frames kept while the collector is unreachable (default {BUFFER_BYTES / 1e6:.0f}; "

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from traceml_attach.cli.common import (
     add_listen_options,
+    add_rate_options,
     add_recording_option,
     add_rules_option,
     check_targets,
     host_port,
     positive_float,
-    rate,
     rules_from,
 )
 from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
@@ -39,9 +39,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pid", type=int, action="append",
                         help="PID of the training process, or of its launcher (torchrun, accelerate, "
                         "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
-    parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
-                        help="stack samples per second per process (default 100; the attacher then uses "
-                        "about 8%% of one core per process)")
+    add_rate_options(parser)
     parser.add_argument("--duration", type=positive_float, metavar="S",
                         help="stop after S seconds (default: until q, Ctrl-C or the job exits)")
     parser.add_argument("--no-tui", action="store_true",

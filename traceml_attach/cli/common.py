@@ -44,13 +44,15 @@ def plan_targets(pids: list[int]) -> discovery.Plan:
     return discovery.plan(pids)
 
 
-def probe_ranks(pids: list[int], rate_hz: int, say: Callable[[str], None]) -> tuple[NodeAgent, list[Probed]]:
+def probe_ranks(pids: list[int], rate_hz: int, say: Callable[[str], None],
+                max_rate_hz: int | None = None) -> tuple[NodeAgent, list[Probed]]:
     """A NodeAgent for the ranks of ``pids``, each probed: one clear CliError when none can be
-    sampled. ``say`` gets what the plan noted and each rank skipped."""
+    sampled. ``say`` gets what the plan noted and each rank skipped. Each rank's rate starts at
+    ``rate_hz`` and goes up to ``max_rate_hz`` where its steps need it (None: fixed)."""
     plan = plan_targets(pids)
     if plan.note:
         say(plan.note)
-    node = NodeAgent(plan, SamplerConfig(rate_hz=rate_hz), FrameWriter(None), sys.argv)
+    node = NodeAgent(plan, SamplerConfig(rate_hz=rate_hz, max_rate_hz=max_rate_hz), FrameWriter(None), sys.argv)
     try:
         probed = node.probe()
     except (TargetError, PySpyError) as exc:
@@ -78,6 +80,28 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+# --max-rate's default: what py-spy's CPU per process costs at 100 Hz and at this rate, measured
+# with bench/rate_cost.py (README, "A rate that fits the step")
+DEFAULT_MAX_RATE = 400
+PYSPY_CPU_PCT = {100: 3, DEFAULT_MAX_RATE: 6}
+
+
+def add_rate_options(parser: argparse.ArgumentParser) -> None:
+    """--rate and --max-rate: how fast each process is sampled, and how fast it may be by itself."""
+    parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
+                        help="stack samples per second per process to start at, and the least it goes down to "
+                        f"(default 100: py-spy then takes about {PYSPY_CPU_PCT[100]}%% of one core per process, the "
+                        "attacher about 2%% more)")
+    parser.add_argument("--max-rate", type=rate, default=DEFAULT_MAX_RATE, metavar="HZ",
+                        help="where a rank's steps are too short to tell apart at its rate (under 10 samples), the "
+                        "attacher samples it faster from its next py-spy windows, up to HZ, and slower again once "
+                        f"its steps are long enough (default {DEFAULT_MAX_RATE}: about "
+                        f"{PYSPY_CPU_PCT[DEFAULT_MAX_RATE]}%% of one core per process for py-spy instead of "
+                        f"{PYSPY_CPU_PCT[100]}%%). Each change is recorded; the TUI, the text and the summary say "
+                        "the rate in use and why. --max-rate equal to --rate (or below it): a fixed rate. Ranks "
+                        "that `traceml agent` streams from other nodes keep their agent's fixed --rate")
 
 
 def rate(text: str) -> int:

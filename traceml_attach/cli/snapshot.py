@@ -12,11 +12,11 @@ from pathlib import Path
 
 from traceml_attach.cli.common import (
     add_listen_options,
+    add_rate_options,
     add_recording_option,
     add_rules_option,
     check_targets,
     positive_float,
-    rate,
     rules_from,
 )
 from traceml_attach.cli.live import print_progress
@@ -29,8 +29,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
                         "deepspeed) to sample every rank; repeat to sample several ranks started otherwise")
     parser.add_argument("--seconds", type=positive_float, default=10.0, metavar="N",
                         help="how long to sample (default 10)")
-    parser.add_argument("--rate", type=rate, default=100, metavar="HZ",
-                        help="stack samples per second (default 100)")
+    add_rate_options(parser)
     parser.add_argument("--logs-dir", default="logs", metavar="DIR",
                         help="where run folders are written (default ./logs)")
     parser.add_argument("--run-name", metavar="NAME",

@@ -10,6 +10,7 @@ from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
+from traceml_attach.diagnose.rate import faster, stretch
 from traceml_attach.diagnose.report import Report
 from traceml_attach.diagnose.sections import (
     net_report,
@@ -80,13 +81,15 @@ def analyze(
     timelines: dict[str, Timeline] = {}
     if span_range is not None:
         for rank, pid in pids.items():
+            # where the rank's rate changed in the window, its steps are found where one rate holds
+            since, rate = stretch(rec, pid, lo, hi)
             timelines[rank] = build_timeline(
-                pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rec.rate_hz, lo, hi,
+                pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rate, since, hi,
                 rec.cpu.get(pid, ()),
             )
         sync = synchronized(rec, pids)
         if sync:
-            timelines = share_period(timelines, rec.rate_hz)
+            timelines = share_period(timelines)
         plans = {rank: plan_of(tl) for rank, tl in timelines.items()}
         plans = shared_plans(plans) if sync else plans
         timelines = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
@@ -112,7 +115,9 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
         memory, series = memory_section(rec, memory_from_ns, hi, rank_gpu(rec, pids, memory_from_ns, hi))
     seen = problems(rec)
     recent = [p for p in seen if start is None or p.ts * 1e9 >= start]   # reported once the window began
-    step_time = step_time_section(stats, findings, recent)
+    step_time = step_time_section(stats, findings, recent, _stretches(rec, pids, lo, hi),
+                                  {rank: advice[0] for rank, tl in timelines.items() if (advice := faster(tl))},
+                                  rec.max_rate_hz if (rec.max_rate_hz or 0) > rec.rate_hz else None)
     report = Report(
         targets(rec), rec.end_reason, rank_status(rec, timelines, pids, policy), step_time, memory,
         system_section(rec, lo, hi, findings[0].kind), process_section(rec, pids, gpu, lo, hi),
@@ -122,6 +127,15 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
         node_rows(rec), net_report(rec),
     )
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
+
+
+def _stretches(rec: Recording, pids: dict[str, int], lo: int, hi: int) -> dict[str, tuple[int | None, int]]:
+    """Where each rank's steps were found (when later than ``lo``) and at what rate (rate.stretch)."""
+    out: dict[str, tuple[int | None, int]] = {}
+    for rank, pid in pids.items():
+        since, rate = stretch(rec, pid, lo, hi)
+        out[rank] = (since if since > lo else None, rate)
+    return out
 
 
 def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], gpu: RankGpu,

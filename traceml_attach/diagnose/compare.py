@@ -200,4 +200,14 @@ def _mismatches(a: Report, b: Report) -> tuple[str, ...]:
     if a.sampling.rate_hz != b.sampling.rate_hz:
         out.append(f"sampled at {a.sampling.rate_hz} and {b.sampling.rate_hz} Hz: "
                    "short phases are seen differently")
+    elif _rates(a) != _rates(b):
+        out.append(f"steps found at {_rates(a)} and {_rates(b)} Hz (raised where the steps were short): "
+                   "short phases are seen differently")
     return tuple(out)
+
+
+def _rates(report: Report) -> str:
+    """The rates the ranks' steps were found at ("100", "100/300"): --rate, or what the attacher
+    raised it to where the steps were short."""
+    rates = {row.rate_hz or report.sampling.rate_hz for row in report.step_time.ranks.values()}
+    return "/".join(map(str, sorted(rates or {report.sampling.rate_hz})))

@@ -18,16 +18,22 @@ concludes a Tracked into an Analysis, and changes nothing, so a live view can co
 pipeline's newest Tracked as often as it likes without changing what the pipeline records
 (runtime/pipeline.py tracks at points that the frames' order alone decides).
 
+A rank whose sampling rate changed is tracked where one rate holds, as the batch reads it
+(diagnose/rate.py ``stretch``): a new rate, or a stretch that starts at a settled raise, gets a
+new tracker; the one it replaced is kept, no longer advanced, in ``Tracked.replaced`` while the
+change is in the window, so that the history still folds what came before the change.
+
 One analyzer follows one recording forward in data time; given an earlier end than the last
 one (a recording read again), it starts over.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
 from traceml_attach.diagnose.ranks import rank_pids, synchronized
+from traceml_attach.diagnose.rate import stretch
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
@@ -55,6 +61,9 @@ class Tracked:
     timelines: dict[str, Timeline]
     stats: list[RankStepStats]
     hot: dict[str, dict[str, list[HotFrame]]]
+    # ranks whose steps are found from a rate change on (diagnose/rate.py): (that change, the
+    # timeline their tracker had before it), for the history to fold what came before the change
+    replaced: dict[str, tuple[int, Timeline]] = field(default_factory=dict)
 
 
 class IncrementalAnalyzer:
@@ -70,6 +79,9 @@ class IncrementalAnalyzer:
         self.last_end_ns: int | None = None
         self.created = 0
         self.micro: dict[int, tuple[Plan, int]] = {}   # pid -> (how its returns become steps, next check)
+        self.since: dict[int, int] = {}   # pid -> where its tracker's stretch began (rate.stretch)
+        self.replaced: dict[int, tuple[int, Timeline]] = {}   # pid -> Tracked.replaced's entry
+        self._last: dict[int, Timeline] = {}   # pid -> its timeline at the last track
 
     def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
         """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
@@ -92,18 +104,28 @@ class IncrementalAnalyzer:
         end = span_range[1] if end_ns is None else end_ns
         start = end - self.window_ns
         if self.last_end_ns is not None and end < self.last_end_ns:
-            self.trackers, self.reference = {}, None
+            self.trackers, self.reference, self.since, self.replaced, self._last = {}, None, {}, {}, {}
         self.last_end_ns = end
         pids = rank_pids(rec, start, end)
         trackers = {}
         for pid in pids.values():
+            # as the batch: where the rank's rate changed, its steps are found where one rate holds
+            # (diagnose/rate.py); a tracker is for one rate, so a new rate (or a stretch that
+            # reaches back before its own) starts a new one
+            since, rate = stretch(rec, pid, start, end)
             tracker = self.trackers.get(pid)
-            if tracker is None:
-                tracker = RankTracker(pid, self.rules, rec.rate_hz, stagger=self.created * GOLDEN)
+            if tracker is None or tracker.rate_hz != rate or since < self.since.get(pid, since):
+                if tracker is not None and since > start and pid in self._last:
+                    self.replaced[pid] = (since, self._last[pid])   # no longer advanced: its views hold
+                tracker = RankTracker(pid, self.rules, rate, stagger=self.created * GOLDEN)
                 self.created += 1
-            tracker.advance(rec, start, end)
+            self.since[pid] = since
+            tracker.advance(rec, since, end)
             trackers[pid] = tracker
         self.trackers = trackers   # a rank's old process (an elastic restart) is dropped
+        self.since = {pid: v for pid, v in self.since.items() if pid in trackers}
+        # a change older than the window: everything before it has been folded long since
+        self.replaced = {pid: v for pid, v in self.replaced.items() if pid in trackers and v[0] >= start}
         self.micro = {pid: v for pid, v in self.micro.items() if pid in trackers}
         self._fit(end)
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
@@ -125,7 +147,9 @@ class IncrementalAnalyzer:
             totals = by_rank[rank].totals(step_ms) if tl.micro_batches == 1 else step_totals(tl.steps, step_ms)
             stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
-        return Tracked(start, end, pids, timelines, stats, hot)
+        self._last = {pids[rank]: tl for rank, tl in timelines.items()}
+        replaced = {rank: self.replaced[pid] for rank, pid in pids.items() if pid in self.replaced}
+        return Tracked(start, end, pids, timelines, stats, hot, replaced)
 
     def _plan(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Plan:
         """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the

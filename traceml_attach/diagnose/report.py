@@ -72,6 +72,9 @@ class RankStepTime:
     micro_batches: int | None = 1           # per step: with gradient accumulation a step is an optimizer step
     #                                         (None: optimizer steps whose micro-batches were not counted)
     step_ms_sd: float | None = None         # the typical steps' spread (IQR / 1.349): what `compare` judges noise by
+    rate_hz: int | None = None              # the sampling rate its steps were found at
+    since: float | None = None              # its steps were found from this time on (s since the epoch), when
+    #                                         later than the window's start: its rate changed (SamplingReport.rates)
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,16 @@ class Window:
 
 
 @dataclass(frozen=True)
+class RankRate:
+    """A rank whose sampler changed its rate in the session (``rate`` frames)."""
+
+    rate_hz: int                         # in use now
+    since: float                         # since when, seconds since the epoch
+    why: str | None                      # the analysis's advice it followed, in words
+    changes: int                         # rate changes of its process in the session
+
+
+@dataclass(frozen=True)
 class SamplingReport:
     diagnosis: Finding                   # SAMPLING FAILED, SAMPLING PROBLEMS or NORMAL
     backend: str
@@ -197,6 +210,13 @@ class SamplingReport:
     problems: tuple[Problem, ...]        # the first of the session's error events
     problem_count: int                   # all of them
     bad_frames: int                      # recorded frames that could not be decoded
+    max_rate_hz: int | None = None       # the most a rank's rate may be raised to (rate_hz: fixed; None: not said)
+    rates: dict[int, RankRate] = field(default_factory=dict)   # ranks whose rate changed, by rank
+
+    @property
+    def adaptive(self) -> bool:
+        """The sampler may change a rank's rate by itself (--max-rate above --rate)."""
+        return self.max_rate_hz is not None and self.max_rate_hz > self.rate_hz
 
     @property
     def failures(self) -> tuple[Problem, ...]:

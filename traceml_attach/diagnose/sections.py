@@ -18,6 +18,7 @@ from traceml_attach.diagnose.report import (
     NodeRow,
     PhaseRow,
     Problem,
+    RankRate,
     RankStatus,
     RankStepTime,
     SamplingReport,
@@ -53,9 +54,15 @@ def problems(rec: Recording) -> list[Problem]:
                     ranks.get(e.pid) if e.pid is not None else None, e.kind, e.message) for e in rec.errors]
 
 
-def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen: list[Problem]) -> StepTimeReport:
-    """The step table: each rank's row (with the sampling problems of its processes in ``seen``),
-    the median and worst rows, skew and WAIT share."""
+def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen: list[Problem],
+                      stretches: dict[str, tuple[int | None, int]] | None = None,
+                      faster_hz: dict[str, int] | None = None, max_rate_hz: int | None = None) -> StepTimeReport:
+    """The step table: each rank's row (with the sampling problems of its processes in ``seen``,
+    and where and at what rate its steps were found: ``stretches``, (start ns when later than the
+    window's, rate) by rank), the median and worst rows, skew and WAIT share. ``faster_hz`` and
+    ``max_rate_hz`` (None: a fixed rate) tell the note on an unknown step time what the sampler
+    will do by itself (step.unknown_step_note)."""
+    stretches = stretches or {}
     by_rank: dict[int, list[Problem]] = {}
     for p in seen:
         if p.rank is not None:
@@ -67,20 +74,29 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
             int(r.rank), os_pid(r.pid), r.steps, _round(r.step_ms), _rounded(r.phases_ms), _rounded(r.shares, 4),
             _rounded(r.wait_labels, 4) or {}, r.loop, r.thread, _round(r.coverage), _round(r.sync_wait_ms),
             _round(r.sync_wait_share, 4), _clock(r.clock), tuple(own[-MAX_RANK_PROBLEMS:]), len(own),
-            r.framework, r.micro_batches, _round(r.step_sd_ms))
+            r.framework, r.micro_batches, _round(r.step_sd_ms), *_stretch(stretches.get(r.rank)))
+    note = unknown_step_note(stats, faster_hz, max_rate_hz)
     measured = [r for r in stats if r.step_ms is not None and r.phases_ms]
     known = bool(measured) and len(measured) == len([r for r in stats if r.shares])
     if not measured:
-        return StepTimeReport(tuple(findings), ranks, known, unknown_step_note(stats), None, None, None, None)
+        return StepTimeReport(tuple(findings), ranks, known, note, None, None, None, None)
     med_step = statistics.median(r.step_ms or 0.0 for r in measured)
     med_phases = {p: round(statistics.median((r.phases_ms or {})[p] for r in measured), 3) for p in PHASES}
     worst = max(measured, key=lambda r: r.step_ms or 0.0)
     return StepTimeReport(
-        tuple(findings), ranks, known, unknown_step_note(stats),
+        tuple(findings), ranks, known, note,
         PhaseRow(round(med_step, 3), med_phases),
         PhaseRow(_round(worst.step_ms), _rounded(worst.phases_ms) or {}, int(worst.rank)),
         round(100 * ((worst.step_ms or 0.0) - med_step) / med_step, 2) if med_step else None,
         round(statistics.median((r.shares or {})["wait"] for r in measured), 4), step_spread(measured))
+
+
+def _stretch(where: tuple[int | None, int] | None) -> tuple[int | None, float | None]:
+    """A step row's rate and, when later than the window's start, where its steps begin (s)."""
+    if where is None:
+        return None, None
+    since, rate = where
+    return rate, None if since is None else round(since / 1e9, 3)
 
 
 SPREAD = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("max", 1.0))   # the distribution's rows
@@ -167,7 +183,21 @@ def sampling_section(rec: Recording, start_ns: int | None, end_ns: int | None, s
         rec.totals["samples"] if counted else None, rec.totals["errors"] if erred else None,
         rec.totals["windows"],
         Window(_seconds(start_ns), _seconds(end_ns)),
-        tuple(seen[:MAX_PROBLEMS]), total, rec.bad_frames)
+        tuple(seen[:MAX_PROBLEMS]), total, rec.bad_frames, rec.max_rate_hz, rank_rates(rec))
+
+
+def rank_rates(rec: Recording) -> dict[int, RankRate]:
+    """The ranks whose newest process's rate the sampler changed: the rate in use and why."""
+    out: dict[int, RankRate] = {}
+    for pid, rank in pid_ranks(rec).items():   # in the order sampled: a rank's newest process last
+        changes = rec.rates.get(pid)
+        if not changes:
+            out.pop(rank, None)
+            continue
+        last = changes[-1]
+        out[rank] = RankRate(last.rate_hz, round(last.ts_ns / 1e9, 3), last.why,
+                             rec.rate_changes.get(pid, len(changes)))
+    return out
 
 
 def _seconds(ns: int | None) -> float | None:

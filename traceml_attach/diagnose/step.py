@@ -48,7 +48,7 @@ def unknown_step_note(ranks: list[RankStepStats], faster_hz: dict[str, int] | No
     want = (faster_hz or {}).get(unknown[0].rank)
     if max_rate_hz is not None and want is not None:
         rate = (f"; the attacher samples it at {want} Hz from its next windows" if want <= max_rate_hz else
-                f"; sample faster: --max-rate {want} or more (the attacher goes up to {max_rate_hz} Hz by itself)")
+                f"; sample faster: --max-rate {want} (the attacher goes up to {max_rate_hz} Hz by itself)")
     else:
         rate = f"; sample faster: --rate {clock.suggested_rate_hz} or more" if clock.suggested_rate_hz else ""
     return (f"step time unknown (rank {unknown[0].rank}): {clock.reason}{rate}. The phase shares and the "

@@ -123,6 +123,16 @@ class TargetMeta:
 
 
 @dataclass(frozen=True)
+class RateChange:
+    """The sampler changed a process's rate: its spans from ts_ns on were sampled at rate_hz."""
+
+    ts_ns: int
+    pid: int
+    rate_hz: int
+    why: str | None
+
+
+@dataclass(frozen=True)
 class ErrorEvent:
     ts_ns: int
     pid: int | None

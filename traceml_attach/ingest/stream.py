@@ -21,6 +21,7 @@ from traceml_attach.ingest.model import (
     HostSample,
     NodeInfo,
     ProcSample,
+    RateChange,
     Span,
     TargetMeta,
     ThreadInfo,
@@ -47,6 +48,10 @@ class Recording:
     # main thread's (ts_ns, on-CPU ns, run-queue ns), cumulative, by pid
     cpu: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     restarts: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts_ns, rank, old, new pid)
+    # each process's rate changes (``rate`` frames), in time order; ``trim`` keeps the one in
+    # effect at the cut and those after it, ``rate_changes`` counts them all
+    rates: dict[int, list[RateChange]] = field(default_factory=dict)
+    rate_changes: dict[int, int] = field(default_factory=dict)
     gpus: list[GpuSample] = field(default_factory=list)
     end_reason: str | None = None
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
@@ -65,7 +70,23 @@ class Recording:
 
     @property
     def rate_hz(self) -> int:
+        """Every process's first sampling rate (``rate_at`` says what it was at a given time)."""
         return int(self.hello.get("rate_hz") or 100)
+
+    @property
+    def max_rate_hz(self) -> int | None:
+        """The most a process's rate may be raised to (``rate_hz``: fixed); None when the recording
+        does not say (older recordings, a collector's stream of other nodes' agents)."""
+        top = self.hello.get("max_rate_hz")
+        return None if top is None else max(int(top), self.rate_hz)
+
+    def rate_at(self, pid: int, ts_ns: int) -> int:
+        """The rate ``pid``'s spans were sampled at, at ``ts_ns``."""
+        changes = self.rates.get(pid)
+        if not changes:
+            return self.rate_hz
+        i = bisect.bisect_right(changes, ts_ns, key=_change_ts)
+        return changes[i - 1].rate_hz if i else self.rate_hz
 
     def add(self, frame: Any) -> None:
         """Fold one wire frame in; a malformed one is counted and skipped."""
@@ -122,6 +143,8 @@ class Recording:
         elif kind == "tcpu":
             rows = self.cpu.setdefault(int(f["pid"]), [])
             rows.extend((int(t), int(on), int(rq)) for t, on, rq in f["samples"])
+        elif kind == "rate":
+            self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), f.get("why")))
         elif kind == "restart":
             self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
         elif kind == "bye":
@@ -135,6 +158,15 @@ class Recording:
             self.net = {k: int(v) for k, v in f.items() if k not in ("k", "t") and isinstance(v, int)}
         else:
             self.bad_frames += 1
+
+    def _add_rate(self, change: RateChange) -> None:
+        if change.rate_hz <= 0:
+            raise ValueError("a rate must be positive")
+        changes = self.rates.setdefault(change.pid, [])
+        if changes and changes[-1].ts_ns >= change.ts_ns:
+            return   # a segment's context repeating one already read, or out of order: the first stays
+        changes.append(change)
+        self.rate_changes[change.pid] = self.rate_changes.get(change.pid, 0) + 1
 
     def _add_spans(self, f: dict[str, Any]) -> None:
         for fid, name, path, line, src, ctx in f.get("fdefs") or ():
@@ -151,8 +183,8 @@ class Recording:
 
     def trim(self, before_ns: int) -> None:
         """Forget the raw data older than ``before_ns``: spans that ended before it, CPU-counter
-        rows, psutil/NVML samples and window records (keeping one row of each series before the
-        cut, to interpolate and to know the last value), and all but the first and newest error
+        rows, psutil/NVML samples, window records and rate changes (keeping one row of each series
+        before the cut, to interpolate and to know the last value), and all but the first and newest error
         events. Targets, threads, exits and restarts stay: they are small and whole-session facts."""
         for pid, spans in self.spans.items():
             # spans are in start order: drop the leading ones that ended before the cut
@@ -169,6 +201,8 @@ class Recording:
         for windows in self.windows.values():
             cut = sum(1 for w in windows if (w.end_ns or 0) < before_ns)
             del windows[:cut]
+        for changes in self.rates.values():
+            _cut(changes, before_ns, _change_ts)
         if len(self.errors) > 2 * MAX_ERROR_EVENTS:
             del self.errors[MAX_ERROR_EVENTS:-MAX_ERROR_EVENTS]
 
@@ -187,6 +221,10 @@ MAX_ERROR_EVENTS = 100   # trim keeps the first and the newest this many error e
 
 def _proc_ts(p: ProcSample) -> int:
     return p.ts_ns
+
+
+def _change_ts(c: RateChange) -> int:
+    return c.ts_ns
 
 
 def _cut(rows: list[Any], before_ns: int, ts: Callable[[Any], int]) -> None:

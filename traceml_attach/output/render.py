@@ -6,7 +6,15 @@ import time
 from collections.abc import Iterable
 
 from traceml_attach.diagnose.finding import Finding
-from traceml_attach.diagnose.report import NetReport, NodeRow, PhaseRow, RankStepTime, Report, StepTimeReport
+from traceml_attach.diagnose.report import (
+    NetReport,
+    NodeRow,
+    PhaseRow,
+    RankStepTime,
+    Report,
+    SamplingReport,
+    StepTimeReport,
+)
 from traceml_attach.ingest.segments import duration_text
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES, REGISTRY
@@ -46,6 +54,30 @@ def rank_note(r: RankStepTime) -> str | None:
     coverage = "coverage unknown" if r.coverage is None else f"coverage {100 * r.coverage:.1f}%"
     more = f" ({r.problem_count} problems, the last)" if r.problem_count > 1 else ""
     return f"rank {r.rank}: {coverage}; sampling problem{more}: {r.problems[-1].line()}"
+
+
+# --- the rates in use: shared with the TUI (tui/present.py) --------------------------------
+
+def rates_text(samp: SamplingReport, ranks: Iterable[int]) -> str:
+    """The rates in use over ``ranks``: "100 Hz", "100 Hz (up to 300)", "100/300 Hz (up to 300)"."""
+    now = {samp.rates[r].rate_hz if r in samp.rates else samp.rate_hz for r in ranks} or {samp.rate_hz}
+    top = f" (up to {samp.max_rate_hz})" if samp.adaptive else ""
+    return f"{'/'.join(map(str, sorted(now)))} Hz{top}"
+
+
+def rate_lines(samp: SamplingReport) -> list[str]:
+    """One line per rate the sampler changed ranks to: "300 Hz on ranks 0-1 since 22:20:39: why"
+    (the why of the rank that took it first)."""
+    by_rate: dict[int, list[int]] = {}
+    for rank, r in samp.rates.items():
+        by_rate.setdefault(r.rate_hz, []).append(rank)
+    out = []
+    for rate_hz, ranks in sorted(by_rate.items(), key=lambda kv: -kv[0]):
+        first = min((samp.rates[rank] for rank in ranks), key=lambda r: r.since)
+        who = f"rank{'s' if len(ranks) > 1 else ''} {rank_ranges(ranks)}"
+        since = time.strftime("%H:%M:%S", time.localtime(first.since))
+        out.append(f"{rate_hz} Hz on {who} since {since}" + (f": {first.why}" if first.why else ""))
+    return out
 
 
 # --- many ranks and many nodes: shared with the TUI (tui/present.py) ----------------------
@@ -188,6 +220,9 @@ def _table(rep: Report) -> list[str]:
         if r.micro_batches != 1:
             rows.append(f"  rank {rank}: a step is an optimizer step {micro_text(r.micro_batches)} "
                         "(gradient accumulation)")
+        if r.since is not None:
+            rows.append(f"  rank {rank}: steps from {_clock(r.since)} on, at {r.rate_hz} Hz (its rate changed "
+                        "in the window)")
     return rows
 
 
@@ -248,8 +283,9 @@ def _head(s: Summary) -> list[str]:
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")
     out += _rank_states(rep)
     backend = f"{samp.backend} {samp.version}" if samp.version else samp.backend
-    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {samp.rate_hz} Hz, "
-               f"{samp.samples or 0} samples, {samp.errors or 0} errors")
+    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at "
+               f"{rates_text(samp, rep.step_time.ranks)}, {samp.samples or 0} samples, {samp.errors or 0} errors")
+    out += [f"Rate: {line}" for line in rate_lines(samp)]
     out.append("")
     p = rep.primary_diagnosis
     out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")

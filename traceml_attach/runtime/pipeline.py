@@ -30,6 +30,7 @@ from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.policy import LIVE_WINDOW_S
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.phases import PHASES
+from traceml_attach.steps.timeline import Step, Timeline
 
 CLOSE_LAG_S = 5.0
 # Data time between two advances of the trackers (the live view's freshness): TRACK_S for
@@ -114,7 +115,7 @@ class Pipeline:
         closed = self.history.closed_ns
         if closed is None or span_range[1] > closed:
             self._fold(closed if closed is not None else span_range[0], span_range[1],
-                       self.window_analysis())
+                       self.window_analysis(), self.tracked.replaced if self.tracked is not None else {})
 
     def _roll(self, lag_ns: int) -> None:
         span_range = self.rec.time_range()
@@ -132,14 +133,21 @@ class Pipeline:
         if folded and self.history.closed_ns is not None:
             self.rec.trim(min(newest - self.retain_ns, self.history.closed_ns))
 
-    def _fold(self, start: int, end: int, an: Analysis | Tracked) -> None:
+    def _fold(self, start: int, end: int, an: Analysis | Tracked,
+              replaced: dict[str, tuple[int, Timeline]] | None = None) -> None:
+        """Fold [start, end) of ``an`` into the history; a rank whose steps are found from a rate
+        change on has those before the change from the timeline it had then (Tracked.replaced)."""
         rows: dict[str, Bucket] = {}
         gpu = rank_gpu(self.rec, an.pids, start, end - 1)
+        if replaced is None:
+            replaced = an.replaced if isinstance(an, Tracked) else {}
         for rank, pid in an.pids.items():
-            tl = an.timelines.get(rank)
-            steps = [s for s in tl.steps if start <= s.end_ns < end] if tl is not None else []
+            cut, before = replaced.get(rank, (start, None))
+            steps, timed = _bucket_steps(an.timelines.get(rank), max(start, cut), end)
+            if cut > start:
+                old_steps, old_timed = _bucket_steps(before, start, min(cut, end))
+                steps, timed = old_steps + steps, old_timed + timed
             covered = [s for s in steps if s.covered]
-            timed = steps if tl is not None and tl.clock.known else []
             procs = [p for p in self.rec.procs.get(pid, ()) if start <= p.ts_ns < end]
             cpu = [p.cpu_percent for p in procs if p.cpu_percent is not None]
             sm = gpu.sm_util.get(rank, [])
@@ -154,6 +162,13 @@ class Pipeline:
         cpus = [h.cpu_percent for h in hosts if h.cpu_percent is not None]
         used = [h.mem_used_bytes for h in hosts if h.mem_used_bytes is not None]
         self.history.fold(end, rows, statistics.median(cpus) if cpus else None, max(used) if used else None)
+
+
+def _bucket_steps(tl: Timeline | None, start: int, end: int) -> tuple[list[Step], list[Step]]:
+    """A timeline's steps that end in [start, end), and those of them that are timed (its step
+    time is known)."""
+    steps = [s for s in tl.steps if start <= s.end_ns < end] if tl is not None else []
+    return steps, steps if tl is not None and tl.clock.known else []
 
 
 def replay_file(path: str | Path, rules: Rules, rollup_s: float = ROLLUP_S,

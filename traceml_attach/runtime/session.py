@@ -33,6 +33,8 @@ from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.diagnose.incremental import Tracked
+from traceml_attach.diagnose.rate import advise_rates
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import write_summary
 from traceml_attach.output.summary import Summary, build_summary
@@ -74,7 +76,8 @@ class Session:
         cmd: tuple[str, ...] = ()
         if pids:
             self.node, self._probed = probe_ranks(pids, args.rate, lambda line: print(f"traceml: {line}",
-                                                                                       file=sys.stderr))
+                                                                                       file=sys.stderr),
+                                                  getattr(args, "max_rate", None))
             first = self._probed[0][1].target
             cmd = first.cmd if first else ()
         if getattr(args, "listen", None):
@@ -99,6 +102,7 @@ class Session:
         self.writer.listen(self._inbox.put)
         self.pipeline = Pipeline(rules)
         self.rate_hz: int = args.rate
+        self._advised: Tracked | None = None   # the tracked window the rates were last advised from
         self.ran_out = False
         self._local_ended = False
         self._all_joined_at: float | None = None
@@ -224,6 +228,16 @@ class Session:
             except queue.Empty:
                 return
 
+    def advise_rates(self) -> None:
+        """The analysis's advice on the local ranks' sampling rates, once per tracked window: their
+        samplers decide, and record what they decided (agent/rate.py, diagnose/rate.py)."""
+        node, tracked = self.node, self.pipeline.tracked
+        if node is None or node.rates is None or tracked is None or tracked is self._advised:
+            return
+        self._advised = tracked
+        for advice in advise_rates(self.rec, tracked.pids, tracked.timelines, tracked.end_ns):
+            node.advise(advice.pid, advice.rate_hz, advice.why, advice.seen_at_hz)
+
     def live_analysis(self) -> Analysis:
         """The live window's analysis for a tick: the pipeline's newest tracked window, concluded
         (the summaries use the pipeline's batch analysis of the same window, which replays exactly)."""
@@ -318,6 +332,10 @@ class Analyst(threading.Thread):
         ticking = self.on_tick is not None or metrics is not None
         while not self.done.is_set():
             self.session.drain(wait_s=0.1, until=next_tick if ticking else None)
+            try:
+                self.session.advise_rates()
+            except Exception as exc:
+                self._failed(exc)
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
@@ -333,14 +351,18 @@ class Analyst(threading.Thread):
                 if self.on_tick is not None:
                     self.on_tick(self.session.rec, analysis, time.monotonic() - self.started)
             except Exception as exc:
-                where = traceback.format_exception(exc)[-3:]
-                self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
-                                           "msg": f"{type(exc).__name__}: {exc} ({''.join(where).strip()})"})
+                self._failed(exc)
             # a tick that overran leaves half a period to drain the frames that came meanwhile,
             # rather than ticking again at once with them still queued
             next_tick = max(next_tick, time.monotonic() + self.tick_s / 2)
         if self.heap is not None:   # the session is over: the process's GC as it was
             self.heap.restore()
+
+    def _failed(self, exc: Exception) -> None:
+        """A tick (or an advice) that raised, as data: the next one tries again."""
+        where = traceback.format_exception(exc)[-3:]
+        self.session.writer.write({"k": "error", "t": time.time_ns(), "pid": None, "kind": "analysis_failed",
+                                   "msg": f"{type(exc).__name__}: {exc} ({''.join(where).strip()})"})
 
 
 @contextmanager

@@ -52,8 +52,9 @@ def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def share_period(timelines: dict[str, Timeline], rate_hz: int) -> dict[str, Timeline]:
-    """The timelines of synchronized ranks, counted on one clock (or all unknown, and why)."""
+def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
+    """The timelines of synchronized ranks, counted on one clock (or all unknown, and why). Each
+    rank's intervals are counted at the rate they were sampled at (``Timeline.rate_hz``)."""
     own = {rank: tl for rank, tl in timelines.items() if tl.clock.known}
     if not own:
         return timelines
@@ -81,7 +82,7 @@ def share_period(timelines: dict[str, Timeline], rate_hz: int) -> dict[str, Time
         if reference.clock.method == "wraps":
             counts = _aligned_counts(tl, ref_bounds)
         else:
-            counts = map_counts([float(s.dur_ns) for s in tl.intervals], period, tl.clock.unseen, rate_hz)
+            counts = map_counts([float(s.dur_ns) for s in tl.intervals], period, tl.clock.unseen, tl.rate_hz)
         edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz)
         clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)

@@ -13,6 +13,8 @@ from traceml_attach.output.render import (
     node_tag,
     rank_note,
     rank_place,
+    rate_lines,
+    rates_text,
     summarised,
     worst_offset,
 )
@@ -154,7 +156,7 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     if mode == "LIVE" and live is not None and live.warming_up:
         mode = f"WARMING UP ({live.steps_seen} steps seen)"
     span = (win.end - win.start) if win.start is not None and win.end is not None else None
-    sampling = f"{samp.backend} {samp.version or ''} · {samp.rate_hz} Hz · window {duration(span)}"
+    sampling = f"{samp.backend} {samp.version or ''} · {rates_text(samp, ids)} · window {duration(span)}"
     nodes = doc.report.nodes
     far = worst_offset(nodes)
     offset = "" if far is None else f" · clock {far.clock_offset_ms:+.1f} ms (n{far.node})"
@@ -214,7 +216,9 @@ def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
                             tuple(ms(worst.phases_ms.get(p)) for p in PHASES), _shares(worst)))
     skew = NONE if st.skew_pct is None else f"{st.skew_pct:+.1f}%"
     wait = NONE if st.wait_share is None else f"{100 * st.wait_share:.1f}%"
-    note = (st.step_time_note or "") if rows else st.diagnosis.summary
+    # what is unknown about the rows, else why a rank's rate changed (the header says the rates)
+    changed = rate_lines(rep.sampling)
+    note = (st.step_time_note or (f"sampling {changed[0]}" if changed else "")) if rows else st.diagnosis.summary
     return StepTableVM(tuple(rows), sel.phase, skew, wait, None if worst is None else str(worst.rank), note,
                        _alerts(st.ranks, sel.rank), len(st.ranks) - len(listed))
 

@@ -1,0 +1,417 @@
+"""A rate that fits the step: the sampler's decision (agent/rate.py), the ``rate`` frames it
+records, and the analysis of a recording whose rate changed (diagnose/rate.py).
+
+The mixed-rate streams are a simulated 27 ms job (tests/simulator.py) sampled at 100 Hz, too
+slow to tell its steps apart, then at 300 Hz from a change on: the same schedule sampled twice
+with one seed, spliced at the change, and written as the agent writes frames.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from agent.pyspy import RawSpan, WindowResult
+from agent.rate import HOLD_S, RAISE_HOLD_S, Rate, RateGovernor
+from agent.sampler import Sampler, SamplerConfig
+from agent.wire import FrameWriter, StateFrames
+from tests.simulator import Truth, job, simulate
+from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.diagnose.compare import compare
+from traceml_attach.diagnose.incremental import IncrementalAnalyzer
+from traceml_attach.diagnose.rate import advise_rates, faster, slower, stretch
+from traceml_attach.ingest.model import Span
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.output.render import render_text
+from traceml_attach.output.summary import build_summary, from_json, to_json
+from traceml_attach.runtime.pipeline import Pipeline, replay_file
+from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.timeline import StepClock
+from traceml_attach.tui.present import Selection, present
+
+RULES = load_rules()
+NS = 1_000_000_000
+PID = 1000
+SHORT = job(27, "backward", 0.9, rng=random.Random(1), jitter=0.03)   # 27 ms steps, 90% backward
+
+
+# --- the sampler's decision -------------------------------------------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_sampler_keeps_the_advice_within_its_budget():
+    # GIVEN a governor between --rate 100 and --max-rate 300
+    gov = RateGovernor(100, 300, clock=Clock())
+    # WHEN the analysis advises 400 Hz for steps too short for 100 Hz
+    gov.advise(1, 400, "steps of at most 24 ms get 2.4 samples at 100 Hz, under 10")
+    # THEN the next window is sampled at 300 Hz, and the reason says what was wanted
+    rate = gov.rate_for(1)
+    assert rate.rate_hz == 300
+    assert rate.why == ("steps of at most 24 ms get 2.4 samples at 100 Hz, under 10 "
+                        "(it would take 400 Hz; --max-rate is 300)")
+    # AND another process is untouched, at the base rate
+    assert gov.rate_for(2) == Rate(100)
+
+
+def test_the_sampler_never_goes_below_the_users_rate_nor_changes_faster_than_its_hold():
+    clock = Clock()
+    gov = RateGovernor(100, 300, clock=clock)
+    gov.advise(1, 200, "short")
+    assert gov.rate_for(1).rate_hz == 200
+    # a raise that fell short is followed up RAISE_HOLD_S after the change, not sooner
+    clock.now = RAISE_HOLD_S / 2
+    gov.advise(1, 250, "still short")
+    assert gov.rate_for(1).rate_hz == 200
+    clock.now = changed = RAISE_HOLD_S
+    assert gov.rate_for(1).rate_hz == 250
+    # going down waits HOLD_S after the change; the windows go on at the rate they have
+    clock.now = changed + RAISE_HOLD_S
+    gov.advise(1, 50, "long enough")
+    assert not gov.pending(1)
+    assert gov.rate_for(1).rate_hz == 250
+    # ...and is taken once the hold is over (the sampler then starts a window at once), clamped to --rate
+    clock.now = changed + HOLD_S
+    assert gov.pending(1)
+    assert gov.rate_for(1) == Rate(100, "long enough")
+    assert not gov.pending(1)
+    # an advice that changes nothing is dropped (no change, so no new hold either)
+    clock.now = changed + 3 * HOLD_S
+    gov.advise(1, 100, "long enough")
+    assert gov.rate_for(1).rate_hz == 100
+    gov.advise(1, 300, "short again")
+    assert gov.rate_for(1).rate_hz == 300
+
+
+def test_advice_drawn_from_before_the_last_change_is_dropped():
+    clock = Clock()
+    gov = RateGovernor(100, 400, clock=clock)
+    gov.advise(1, 250, "steps of at most 40 ms", seen_at_hz=100)
+    assert gov.rate_for(1).rate_hz == 250
+    # the analysis has not read the change yet: its next advice is still about 100 Hz data
+    clock.now = RAISE_HOLD_S + 1
+    gov.advise(1, 400, "steps of at most 20 ms get 2.0 samples at 100 Hz", seen_at_hz=100)
+    assert not gov.pending(1)
+    assert gov.rate_for(1).rate_hz == 250
+    # once it reads the 250 Hz data, its advice counts
+    gov.advise(1, 400, "steps of at most 22 ms get 5.5 samples at 250 Hz", seen_at_hz=250)
+    assert gov.rate_for(1) == Rate(400, "steps of at most 22 ms get 5.5 samples at 250 Hz")
+
+
+def test_a_fixed_rate_ignores_advice_and_an_exited_process_is_forgotten():
+    fixed = RateGovernor(100, 100)
+    assert not fixed.adaptive
+    fixed.advise(1, 300, "short")
+    assert fixed.rate_for(1) == Rate(100)
+    gov = RateGovernor(100, 300)
+    gov.advise(1, 300, "short")
+    assert gov.rate_for(1).rate_hz == 300
+    gov.forget(1)
+    assert gov.rate_for(1) == Rate(100)
+
+
+class FakeWindow:
+    """A py-spy window that has ended: its spans, as RecordWindow.collect gives them."""
+
+    def __init__(self, index: int, start_ns: int, end_ns: int) -> None:
+        self.index = index
+        self.spans = [RawSpan(1, start_ns, end_ns - start_ns, (("main", "/nonexistent/train.py", 3),))]
+
+    def collect(self) -> WindowResult:
+        return WindowResult(self.spans, self.spans[0].ts_ns, self.spans[-1].ts_ns + self.spans[-1].dur_ns, 10, 0, None)
+
+
+def test_the_sampler_records_a_change_where_the_new_windows_spans_begin():
+    # GIVEN a sampler whose first window ran at 100 Hz and whose second was started at 300 Hz
+    frames: list[dict[str, Any]] = []
+    sampler = Sampler(PID, "py-spy", SamplerConfig(rate_hz=100, max_rate_hz=300), RateGovernor(100, 300))
+    sampler.writer = FrameWriter(None)
+    sampler.writer.listen(frames.append)
+    sampler._window_rates.update({1: Rate(100), 2: Rate(300, "short steps"), 3: Rate(300, "short steps")})
+    # WHEN the windows end (overlapping by 0.3 s, as they do)
+    for index, (a, b) in enumerate([(0, 2_000), (1_700, 4_000), (3_700, 6_000)], start=1):
+        assert sampler._finish(FakeWindow(index, a * 1_000_000, b * 1_000_000))  # type: ignore[arg-type]
+    # THEN one rate frame, written before the spans it applies to, at the end of what the first
+    # window covered (the second one's spans are kept from there)
+    kinds = [f["k"] for f in frames]
+    assert kinds == ["spans", "window", "rate", "spans", "window", "spans", "window"]
+    rate = frames[2]
+    assert rate == {"k": "rate", "t": 2_000_000_000, "pid": PID, "rate_hz": 300, "why": "short steps"}
+    assert frames[3]["spans"][0][1] == rate["t"]
+
+
+# --- the recording ----------------------------------------------------------------------------
+
+def test_the_recording_keeps_each_processes_rate_changes():
+    rec = Recording()
+    rec.add({"k": "hello", "rate_hz": 100, "max_rate_hz": 300})
+    rec.add({"k": "rate", "t": 5 * NS, "pid": PID, "rate_hz": 300, "why": "short"})
+    rec.add({"k": "rate", "t": 5 * NS, "pid": PID, "rate_hz": 300, "why": "short"})  # a segment's context copy
+    rec.add({"k": "rate", "t": 9 * NS, "pid": PID, "rate_hz": 0, "why": "?"})        # malformed
+    assert (rec.rate_hz, rec.max_rate_hz, rec.bad_frames) == (100, 300, 1)
+    assert [rec.rate_at(PID, t * NS) for t in (4, 5, 6)] == [100, 300, 300]
+    assert rec.rate_at(PID + 1, 6 * NS) == 100
+    rec.add({"k": "rate", "t": 20 * NS, "pid": PID, "rate_hz": 100, "why": "long"})
+    rec.add({"k": "rate", "t": 40 * NS, "pid": PID, "rate_hz": 250, "why": "short"})
+    # trimming keeps the change in effect at the cut, and the count of all of them
+    rec.trim(30 * NS)
+    assert [c.ts_ns for c in rec.rates[PID]] == [20 * NS, 40 * NS]
+    assert rec.rate_changes[PID] == 3 and rec.rate_at(PID, 35 * NS) == 100
+    # a recording of an older version says nothing of a budget
+    assert Recording().max_rate_hz is None
+
+
+def test_a_rotated_segment_repeats_each_processes_rate():
+    state = StateFrames()
+    state.remember({"k": "rate", "t": 1, "pid": PID, "rate_hz": 300, "why": "short"})
+    state.remember({"k": "rate", "t": 2, "pid": PID, "rate_hz": 100, "why": "long"})
+    assert [f["rate_hz"] for f in state.frames() if f["k"] == "rate"] == [100]
+
+
+def changes(*rows: tuple[float, int]) -> Recording:
+    rec = Recording()
+    rec.add({"k": "hello", "rate_hz": 100, "max_rate_hz": 400})
+    for t, rate in rows:
+        rec.add({"k": "rate", "t": int(t * NS), "pid": PID, "rate_hz": rate, "why": "x"})
+    return rec
+
+
+@pytest.mark.parametrize(("rows", "end_s", "want"), [
+    ((), 30, (0, 100)),                           # one rate: the whole window
+    (((10, 300),), 12, (0, 100)),                 # a raise not yet settled: the old rate, all of it
+    (((10, 300),), 30, (10, 300)),                # settled: from the change on, at the new rate
+    (((10, 300), (20, 100)), 30, (0, 100)),       # raised, then back: the whole window at the lower
+    (((10, 300), (28, 200)), 30, (10, 200)),      # lowered (not settled): from the raise, at the lower
+    (((10, 300), (20, 400)), 21, (10, 300)),      # raised twice, the second not settled
+    (((10, 300), (20, 400)), 30, (20, 400)),
+])
+def test_a_ranks_steps_are_found_where_one_rate_holds(rows, end_s, want):
+    rec = changes(*rows)
+    since, rate = stretch(rec, PID, 0, end_s * NS)
+    assert (since / NS, rate) == want
+
+
+# --- the analysis of a recording whose rate changed --------------------------------------------
+
+def spliced(change_s: float, seconds: float = 14.0, seed: int = 3) -> tuple[list[dict[str, Any]], Truth, int]:
+    """The frames of SHORT sampled at 100 Hz and, from ``change_s`` on, at 300 Hz (the schedule is
+    the same: one seed), in 2 s py-spy windows with the rate frame before the first at 300 Hz;
+    also the truth and the change's time."""
+    slow, truths = simulate(SHORT, 100, seconds, seed=seed)
+    fast, _ = simulate(SHORT, 300, seconds, seed=seed)
+    t0 = slow.targets[PID].ts_ns
+    change = t0 + int(change_s * NS)
+    spans = ([_clip(s, None, change) for s in slow.spans[PID] if s.ts_ns < change]
+             + [_clip(s, change, None) for s in fast.spans[PID] if s.end_ns > change])
+    frames: list[dict[str, Any]] = []
+    writer = FrameWriter(None)
+    writer.listen(frames.append)
+    writer.write({"k": "hello", "v": 1, "t": t0, "backend": "py-spy", "backend_version": "0.4.3", "rate_hz": 100,
+                  "max_rate_hz": 300, "window_s": 2.0, "host": "sim", "argv": []})
+    writer.write({"k": "target", "t": t0, "pid": PID, "exe": "python3.11", "cmd": ["python", "train.py"],
+                  "nspid": [PID]})
+    writer.write({"k": "threads", "pid": PID, "t": t0, "threads": [[1, PID, "MainThread", True]]})
+    cpu = slow.cpu[PID]
+    end = t0 + int(seconds * NS)
+    for w, a in enumerate(range(t0, end, 2 * NS), start=1):
+        b = a + 2 * NS
+        if a == change:
+            writer.write({"k": "rate", "t": change, "pid": PID, "rate_hz": 300, "why": "steps too short"})
+        rows = [(s.tid, s.ts_ns, s.dur_ns, [(f.name, f.file, f.line, f.src, f.ctx) for f in s.stack])
+                for s in spans if a <= s.ts_ns < b]
+        writer.write_spans(PID, w, rows)
+        writer.write({"k": "tcpu", "pid": PID, "tid": PID, "samples": [list(r) for r in cpu if a <= r[0] < b]})
+        writer.write({"k": "window", "pid": PID, "w": w, "start": a, "end": b, "samples": None, "errors": None})
+    return frames, truths[0], change
+
+
+def _clip(span: Span, lo: int | None, hi: int | None) -> Span:
+    start = span.ts_ns if lo is None else max(span.ts_ns, lo)
+    stop = span.end_ns if hi is None else min(span.end_ns, hi)
+    return Span(span.pid, span.tid, start, stop - start, span.stack)
+
+
+def recording(frames: list[dict[str, Any]]) -> Recording:
+    rec = Recording()
+    for frame in frames:
+        rec.add(frame)
+    return rec
+
+
+def test_after_a_raise_the_steps_are_found_at_the_new_rate_from_the_change_on():
+    # GIVEN 27 ms steps sampled at 100 Hz for 4 s, then at 300 Hz
+    frames, truth, change = spliced(4.0)
+    rec = recording(frames)
+    assert rec.rates[PID][0].ts_ns == change
+    span_range = rec.time_range()
+    assert span_range is not None
+    hi = span_range[1]
+    # WHEN the window ends 2 s after the change: the old rate still reads the whole window
+    early = analyze(rec, RULES, end_ns=change + 2 * NS).report.step_time.ranks[0]
+    assert (early.rate_hz, early.since, early.step_ms) == (100, None, None)
+    # WHEN it ends 10 s after it: from the change on, at 300 Hz, and right
+    row = analyze(rec, RULES).report.step_time.ranks[0]
+    assert (row.rate_hz, row.since) == (300, round(change / NS, 3))
+    assert row.step_ms is not None
+    assert abs(row.step_ms / truth.median_step_ms(change, hi) - 1) <= 0.05
+    assert abs(row.steps - truth.steps_in(change, hi)) <= 3
+    # AND at 100 Hz alone the same steps are unknown: the raise is what tells them
+    slow = recording([f for f in frames if f.get("k") != "rate" and (f.get("k") != "spans" or
+                                                                     f["spans"][-1][1] < change)])
+    assert analyze(slow, RULES).report.step_time.ranks[0].step_ms is None
+
+
+def test_the_live_trackers_follow_the_rate_change_as_the_batch_does():
+    frames, _, _ = spliced(4.0, seconds=16.0)
+    rec, live = Recording(), IncrementalAnalyzer(RULES)
+    seen = []
+    for frame in frames:
+        rec.add(frame)
+        if frame["k"] == "window":
+            got = live.tick(rec)
+            want = analyze(rec, RULES, start_ns=got.start_ns)
+            g, w = got.report.step_time.ranks[0], want.report.step_time.ranks[0]
+            assert (g.rate_hz, g.since) == (w.rate_hz, w.since)
+            assert (g.step_ms is None) == (w.step_ms is None)
+            if g.step_ms is not None and w.step_ms is not None:
+                assert abs(g.step_ms / w.step_ms - 1) <= 0.02
+            seen.append(g)
+    assert seen[-1].rate_hz == 300 and seen[-1].step_ms is not None
+    assert seen[0].rate_hz == 100
+
+
+def test_a_replay_of_a_recording_with_rate_changes_gives_the_same_summary(tmp_path: Path):
+    frames, _, _ = spliced(4.0)
+    path = tmp_path / "frames.msgpack"
+    path.write_bytes(b"".join(msgpack.packb(frame, use_bin_type=True) for frame in frames))
+    docs = []
+    for _ in range(2):
+        pipeline, problem = replay_file(path, RULES)
+        assert problem is None
+        summary = build_summary(pipeline.rec, pipeline.window_analysis(), "run")
+        docs.append((json.dumps(to_json(summary)), render_text(summary)))
+    assert docs[0] == docs[1]
+    doc = json.loads(docs[0][0])
+    assert from_json(doc) == summary   # `traceml view` reads it back whole
+    assert doc["sampling"]["max_rate_hz"] == 300
+    assert doc["sampling"]["rates"] == {"0": {"rate_hz": 300, "since": doc["step_time"]["ranks"]["0"]["since"],
+                                              "why": "steps too short", "changes": 1}}
+    # AND the text says the rate in use and why, and where the rank's steps were found
+    text = docs[0][1]
+    assert "py-spy 0.4.3 at 300 Hz (up to 300)" in text
+    assert "Rate: 300 Hz on rank 0 since " in text and ": steps too short" in text
+    assert "rank 0: steps from " in text and "at 300 Hz (its rate changed in the window)" in text
+    # AND so does the TUI: the header the rates, the step table why
+    vm = present(summary, Selection())
+    assert "300 Hz (up to 300)" in vm.header.sampling
+    assert vm.steps.note.startswith("sampling 300 Hz on rank 0 since ") and vm.steps.note.endswith("steps too short")
+
+
+# --- the advice ----------------------------------------------------------------------------------
+
+def timeline_at(rate: int, seconds: float = 8.0):
+    rec, _ = simulate(SHORT, rate, seconds, seed=3)
+    return rec, analyze(rec, RULES).timelines["0"]
+
+
+def test_short_unknown_steps_are_advised_a_faster_rate_and_long_ones_never():
+    rec, tl = timeline_at(100)
+    assert not tl.clock.known
+    # 27 ms steps: under 3 samples at 100 Hz; the rate that gives the upper bound 15
+    rate, why = faster(tl) or (None, "")
+    assert rate is not None and 500 <= rate <= 650 and rate % 50 == 0
+    assert why.startswith("steps of at most ") and "samples at 100 Hz, under 10" in why
+    [advice] = advise_rates(rec, {"0": PID}, {"0": tl}, rec.time_range()[1])
+    assert (advice.pid, advice.rate_hz, advice.seen_at_hz) == (PID, rate, 100)
+    # an unknown step that is long enough (16 samples at 100 Hz, boundaries unseen) is never advised faster
+    long_unknown = StepClock("unknown", None, reason="the boundaries seen fit no step period",
+                             suggested_rate_hz=150, step_upper_ns=160e6)
+    assert faster(tl.__class__(**{**tl.__dict__, "clock": long_unknown})) is None
+    # nor one unknown for its jitter (no rate would help: no suggested rate)
+    jittery = StepClock("unknown", None, reason="the steps vary too much", step_upper_ns=20e6)
+    assert faster(tl.__class__(**{**tl.__dict__, "clock": jittery})) is None
+
+
+def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there():
+    _, tl = timeline_at(300)
+    assert tl.clock.known and tl.rate_hz == 300
+    # 27 ms at 300 Hz: 8 samples; 20 would need 750 Hz: stay
+    assert slower(tl, 100) is None
+    # 200 ms steps at 300 Hz get 20 samples at 100 Hz: back to --rate
+    long_clock = StepClock("wraps", 200e6, typical_ns=200e6)
+    long = tl.__class__(**{**tl.__dict__, "clock": long_clock})
+    assert slower(long, 100) == (100, "steps of 200 ms get 20 samples at 100 Hz")
+    # 60 ms steps: 20 samples at 350 Hz, above the 300 in use: stay
+    mid = tl.__class__(**{**tl.__dict__, "clock": StepClock("wraps", 60e6, typical_ns=60e6)})
+    assert slower(mid, 100) is None
+    # 4 micro-batches of 50 ms in a 200 ms optimizer step: the micro-batches decide (400 Hz: stay)
+    accum = tl.__class__(**{**tl.__dict__, "clock": long_clock, "micro_batches": 4})
+    assert slower(accum, 100) is None
+    # micro-batches that could not be counted: never lower
+    uncounted = tl.__class__(**{**tl.__dict__, "clock": long_clock, "micro_batches": None})
+    assert slower(uncounted, 100) is None
+
+
+def test_synchronized_ranks_are_advised_the_rate_one_of_them_needs():
+    # GIVEN two ranks of one torchrun job; only rank 0's first window has arrived
+    rec, tl = timeline_at(100)
+    rec.targets[PID] = replace(rec.targets[PID], rank=0, world_size=2)
+    rec.targets[PID + 1] = replace(rec.targets[PID], pid=PID + 1, rank=1)
+    # WHEN rank 0's steps are too short for 100 Hz
+    advice = advise_rates(rec, {"0": PID, "1": PID + 1}, {"0": tl}, rec.time_range()[1])
+    # THEN rank 1, which shares its step, is advised the same rate
+    assert [(a.rank, a.rate_hz) for a in advice] == [("0", advice[0].rate_hz), ("1", advice[0].rate_hz)]
+    assert advice[1].why.endswith("on rank 0, whose step it shares")
+
+
+def test_no_advice_while_a_change_settles():
+    rec, tl = timeline_at(100)
+    rec.add({"k": "rate", "t": rec.time_range()[1] - NS, "pid": PID, "rate_hz": 300, "why": "short"})
+    # the rank is still read at 100 Hz (its change not settled) while its sampler runs at 300
+    assert advise_rates(rec, {"0": PID}, {"0": tl}, rec.time_range()[1]) == []
+
+
+def test_the_sessions_rollups_keep_what_came_before_a_change():
+    # GIVEN 40 s of the 27 ms job, its rate raised 12 s in
+    frames, truth, change = spliced(12.0, seconds=40.0)
+    pipeline = Pipeline(RULES)
+    for frame in frames:
+        pipeline.add(frame)
+    pipeline.finish()
+    span_range = pipeline.rec.time_range()
+    assert span_range is not None
+    # THEN the session's rollups cover the whole of it: the stretch before the change (read at
+    # 100 Hz, whose steps are a lower bound) and after it, with the job's shares throughout
+    buckets = pipeline.history.ranks["0"].buckets
+    covered = sum(b.covered_ns for b in buckets)
+    assert covered >= 0.9 * (span_range[1] - span_range[0])
+    before = sum(b.covered_ns for b in buckets if b.end_ns <= change)
+    assert before >= 0.8 * (change - span_range[0])
+    shares = pipeline.history.ranks["0"].shares()
+    assert shares is not None
+    want = truth.shares(span_range[0], span_range[1])
+    assert all(abs(shares[p] - want[p]) <= 0.05 for p in want), (shares, want)
+
+
+def test_compare_warns_when_two_runs_steps_were_found_at_other_rates(tmp_path: Path):
+    frames, _, _ = spliced(4.0)
+    path = tmp_path / "frames.msgpack"
+    path.write_bytes(b"".join(msgpack.packb(frame, use_bin_type=True) for frame in frames))
+    pipeline, _ = replay_file(path, RULES)
+    raised = build_summary(pipeline.rec, pipeline.window_analysis(), "raised")
+    rows = {rank: replace(row, rate_hz=100, since=None) for rank, row in raised.report.step_time.ranks.items()}
+    fixed = replace(raised, report=replace(raised.report, step_time=replace(raised.report.step_time, ranks=rows)))
+    warnings = compare(fixed, raised).warnings
+    assert any("steps found at 100 and 300 Hz" in w for w in warnings), warnings
+    assert compare(raised, raised).warnings == ()

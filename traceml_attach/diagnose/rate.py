@@ -1,0 +1,137 @@
+"""A rate that fits the step: where a rank's steps are found after its rate changed, and the
+rate the analysis advises its sampler to take.
+
+Data flows one way. The sampler decides each process's rate (agent/rate.py) and records every
+change as a ``rate`` frame; the analysis reads those frames (``stretch``) and, from what it
+found, advises (``advise_rates``). A replay reads the same frames, so it finds the same steps
+whether or not anything advises it.
+
+**Mixed rates.** The step finder assumes one rate for a process's window: the blur of a boundary,
+the chance that one goes unseen and what counts as a hole all scale with it. When a rank's rate
+changed inside the window, its steps are found in the longest stretch that ends at the window's
+end, at the highest rate that all of the stretch was sampled at least at, among the stretches
+that start at the window's start or at a change at least ``settle_s`` old. So after a raise the
+rank is read as before, at its old rate over the whole window, until ``settle_s`` has been
+sampled at the new one; then from the change on, at the new rate. After a lowering, the whole
+window is read at the lower rate at once (a span sampled faster than assumed errs on the safe
+side). The batch analysis and the live trackers both follow ``stretch``.
+
+**Advice** (policy.RatePolicy). A rank whose step time is unknown because its steps are too
+short (every step is at most ``step_upper_ns``, and that is under ``raise_below_samples``
+samples at its rate) is advised the rate that gives such a step ``raise_to_samples``. A rank
+sampled faster than the base rate whose steps (micro-batches, with accumulation) would still get
+``lower_from_samples`` at a lower rate is advised that rate. Never faster for steps already long
+enough, never from a stretch too young to say (``advise_after_s``), and never while a change is
+settling (the rank is still read at another rate than its sampler's). Ranks that synchronize
+every step share one step: the fastest rate one of them is advised is advised to all of them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from traceml_attach.diagnose.ranks import synchronized
+from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import DEFAULT_RATE_POLICY, RatePolicy
+from traceml_attach.steps.timeline import Timeline
+
+_NS = 1_000_000_000
+
+
+def stretch(rec: Recording, pid: int, start_ns: int, end_ns: int,
+            policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, int]:
+    """(from_ns, rate_hz): where in [start_ns, end_ns) ``pid``'s steps are found, and at what rate
+    (see the module doc)."""
+    changes = rec.rates.get(pid)
+    if not changes:
+        return start_ns, rec.rate_hz
+    later = [c for c in changes if start_ns < c.ts_ns < end_ns]
+    settled = end_ns - int(policy.settle_s * _NS)
+    best = (start_ns, min([rec.rate_at(pid, start_ns), *(c.rate_hz for c in later)]))
+    for i, change in enumerate(later):
+        if change.ts_ns > settled:
+            break
+        rate = min([change.rate_hz, *(c.rate_hz for c in later[i + 1:])])
+        if rate > best[1]:
+            best = (change.ts_ns, rate)
+    return best
+
+
+@dataclass(frozen=True)
+class RateAdvice:
+    """The analysis's advice on one rank's rate, for its sampler to take or not."""
+
+    pid: int
+    rank: str
+    rate_hz: int
+    why: str
+    seen_at_hz: int   # the rate of the data it was drawn from (the sampler drops it once at another)
+
+
+def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Timeline], end_ns: int,
+                 policy: RatePolicy = DEFAULT_RATE_POLICY) -> list[RateAdvice]:
+    """The ranks whose rate should change, from their timelines up to ``end_ns``. Ranks that
+    synchronize every step share one step: the fastest rate one of them needs is every one's (a
+    rank whose first window has not arrived yet included)."""
+    out: dict[str, RateAdvice] = {}
+    for rank, pid in pids.items():
+        tl = timelines.get(rank)
+        if tl is None or tl.start_seen_ns is None or tl.end_ns is None:
+            continue
+        rate = rec.rate_at(pid, end_ns)
+        if tl.rate_hz != rate or tl.end_ns - tl.start_seen_ns < policy.advise_after_s * _NS:
+            continue   # a change still settling, or too little data at this rate to say
+        advice = faster(tl, policy) or slower(tl, rec.rate_hz, policy)
+        if advice is not None and advice[0] != rate:
+            out[rank] = RateAdvice(pid, rank, *advice, rate)
+    raises = [a for a in out.values() if a.rate_hz > rec.rate_at(a.pid, end_ns)]
+    if raises and synchronized(rec, pids):
+        top = max(raises, key=lambda a: a.rate_hz)
+        for rank, pid in pids.items():
+            tl = timelines.get(rank)
+            settling = tl is not None and tl.rate_hz != rec.rate_at(pid, end_ns)
+            own = out.get(rank)
+            if own is top or settling or rec.rate_at(pid, end_ns) >= top.rate_hz:
+                continue
+            if own is None or own.rate_hz < top.rate_hz:
+                out[rank] = RateAdvice(pid, rank, top.rate_hz, f"{top.why} on rank {top.rank}, whose step it shares",
+                                       rec.rate_at(pid, end_ns))
+    return list(out.values())
+
+
+def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
+    """The rate that would tell ``tl``'s steps apart, when they are unknown for being too short for
+    its rate; None otherwise (known, long enough, or unknown for another reason)."""
+    clock = tl.clock
+    upper = clock.step_upper_ns
+    if clock.known or not clock.suggested_rate_hz or not upper or len(tl.intervals) < policy.min_intervals:
+        return None
+    samples = upper * tl.rate_hz / _NS
+    if samples >= policy.raise_below_samples:
+        return None
+    rate = max(_round_up(policy.raise_to_samples * _NS / upper, policy.step_hz), tl.rate_hz + policy.step_hz)
+    rate = min(rate, policy.most_hz)
+    if rate <= tl.rate_hz:
+        return None   # as fast as it goes
+    return rate, (f"steps of at most {upper / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, "
+                  f"under {policy.raise_below_samples:.0f}")
+
+
+def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
+    """A lower rate (at least ``base_hz``) at which ``tl``'s known steps, or their micro-batches,
+    still get ``lower_from_samples``; None when there is none."""
+    clock = tl.clock
+    step = clock.typical_ns or clock.period_ns
+    if not clock.known or not step or not tl.micro_batches or tl.rate_hz <= base_hz:
+        return None   # micro_batches None: optimizer steps whose micro-batches were too short to count
+    unit = step / tl.micro_batches
+    rate = max(base_hz, _round_up(policy.lower_from_samples * _NS / unit, policy.step_hz))
+    if rate >= tl.rate_hz:
+        return None
+    what = "steps" if tl.micro_batches == 1 else "micro-batches"
+    return rate, f"{what} of {unit / 1e6:.0f} ms get {unit * rate / _NS:.0f} samples at {rate} Hz"
+
+
+def _round_up(rate: float, step: int) -> int:
+    return int(math.ceil(rate / step - 1e-9) * step)
