@@ -72,13 +72,15 @@ def run(name: str, seconds: int) -> list[str]:
         diagnosis = summary["step_time"]["diagnosis"]
         rows = []
         for rank, row in summary["step_time"]["ranks"].items():
-            truth = (read_truth(out / "gt_0.jsonl", window["start"], window["end"]) if ranks == 1
-                     else rank_truth(out, int(rank), window["start"], window["end"]))
+            since = row.get("since") or window["start"]   # where its rate changed, its steps are from there
+            truth = (read_truth(out / "gt_0.jsonl", since, window["end"]) if ranks == 1
+                     else rank_truth(out, int(rank), since, window["end"]))
             step = "unknown" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
             err = "" if row["step_ms"] is None else f" ({100 * (row['step_ms'] / truth.step_ms - 1):+.1f}%)"
             share = max(abs((row["shares"] or {}).get(p, 0.0) - truth.shares[p]) for p in PHASES)
             who = f" {diagnosis['worst_rank']}" if "STRAGGLER" in diagnosis["kind"] else ""
-            rows.append(f"| {name} | r{rank} | {row['framework'] or 'plain loop'} | {diagnosis['kind']}{who} | "
+            rate = f" @{row['rate_hz']} Hz" if row.get("rate_hz") else ""
+            rows.append(f"| {name}{rate} | r{rank} | {row['framework'] or 'plain loop'} | {diagnosis['kind']}{who} | "
                         f"{row['micro_batches']} | {row['steps']} / {truth.steps} | "
                         f"{step} / {truth.step_ms:.1f}{err} | {100 * share:.1f} pp |")
         return rows
@@ -90,7 +92,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=12, help="snapshot length (default 12)")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    print(f"snapshot {args.seconds} s at 100 Hz; truth from each framework's own callbacks/hooks")
+    print(f"snapshot {args.seconds} s from 100 Hz (the attacher raises it where steps are short); truth from each "
+          "framework's own callbacks/hooks, over the stretch each rank's steps were found in")
     print("| job | rank | framework | diagnosis | micro-batches | steps (traceml / truth) | "
           "median step ms (traceml / truth) | worst share error |")
     print("|---|---|---|---|---|---|---|---|")
