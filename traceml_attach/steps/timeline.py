@@ -52,6 +52,8 @@ BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_wor
 MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
 OUTER_TIE = 0.8             # an outer candidate wins with ≥ this fraction of the most wraps
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step
+# A higher rate is suggested for long steps only where their boundaries go unseen at least this often
+MOSTLY_UNSEEN = 0.3
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
 MAX_UNSEEN = 0.01
@@ -664,20 +666,24 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
         if pinned(floats, counts, period, rate_hz):
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
         fit = PeriodFit(None, ones, None, min(floats), why="jittery")
-        return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
+        return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)
     if fit.known:
         return StepClock("comb", fit.period_ns, fit.visible, fit.concentration, unseen=unseen), fit.counts
-    return replace(unknown_clock(fit, len(durations), rate_hz), unseen=unseen), ones
+    return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
 
 
-def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int) -> StepClock:
+def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | None = None) -> StepClock:
     """Why no step time can be given, and what would give one: a higher rate only where the
     steps may be too short for this one (the shortest intervals seen are under
-    TARGET_SAMPLES_PER_STEP samples), never for steps already long enough."""
+    TARGET_SAMPLES_PER_STEP samples, or the fit says so) or their boundaries mostly go unseen
+    (``unseen``, e^-λ), never for regular steps already long enough."""
     shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
     upper = fit.upper_bound_ns
-    short = upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
+    # a higher rate helps steps that may be short, and boundaries that mostly go unseen (a rate
+    # that doubles the samples outside the dominant place doubles λ); not regular long steps
+    short = (upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
+             or unseen is None or unseen > MOSTLY_UNSEEN)
     if fit.why == "jittery":
         reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                   f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
@@ -691,6 +697,7 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int) -> StepClock:
     elif fit.why == "short":
         reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
+        short = True
     elif short:
         reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
                   f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
