@@ -14,8 +14,16 @@ downstream (the step table, the rollups, the diagnoses) counts optimizer steps, 
 ``Timeline.micro_batches`` says how many micro-batches each one holds.
 
 Where the micro-batches cannot be counted (shorter than the sampler can tell apart, or wraps of
-two nested loops mixed), the optimizer steps are found from the optimizer alone (``by_optimizer``),
-and how many micro-batches each holds is unknown (``micro_batches`` None).
+two nested loops mixed), or where the optimizer is seen in every optimizer step while many
+intervals hold none of it, the optimizer steps are found from the optimizer's own visits
+(``by_optimizer``): each return right after optimizer time ends one. How many micro-batches each
+holds is then k where it was counted, else unknown (``micro_batches`` None).
+
+A micro-batch is never given as the step: where the optimizer's visits point to accumulation that
+could not be counted (``_doubt``) and fit no period of their own, the step time is unknown, with
+the reason. Synchronized ranks take one step: a k that one rank counted stands for all
+(``shared_plans``), and their optimizer steps must agree (``agreeing``). ``plan_of`` is the walk
+over the window's intervals that a live view makes every few seconds, not every tick.
 """
 
 from __future__ import annotations
@@ -42,6 +50,12 @@ MAX_CHANCE = 1e-5
 # from fewer than MIN_GAPS gaps, is not counted, but the step time is then unknown: a micro-batch
 # taken for a step is the one wrong answer
 SUGGESTED = 1e-3
+# The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
+# its samples per step), and at least this share of the intervals between observed returns hold
+# none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
+# visits mark the steps (``by_optimizer``).
+OPTIMIZER_UNSEEN = 0.01
+MIN_WITHOUT = 0.25
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -126,12 +140,6 @@ def _merged(run: Sequence[Step]) -> Step:
                 blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
 
 
-# The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
-# its samples per step), and at least this share of the intervals between observed returns hold
-# none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
-# visits mark the steps (``by_optimizer``).
-OPTIMIZER_UNSEEN = 0.01
-MIN_WITHOUT = 0.25
 
 
 def optimizer_unseen(intervals: Sequence[Step], rate_hz: int) -> float | None:
