@@ -7,7 +7,7 @@ from tests.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import marks_steps, with_accumulation
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import build_timeline, returns
+from traceml_attach.steps.timeline import CYCLE_RANK, build_timeline, returns
 
 RULES = load_rules()
 MS = 1_000_000
@@ -31,12 +31,15 @@ def timeline(spans, rate=100):
 
 
 def test_a_return_is_a_wrap_or_the_phases_going_backwards_on_one_line():
-    assert returns(20, 2, 23, 3)            # the line went back
-    assert returns(21, 2, 21, 3)            # backward, then forward on the same line
-    assert not returns(21, 3, 21, 2)        # forward, then backward: the same step
-    assert not returns(21, None, 21, 3)     # a wait or the optimizer has no place in the cycle
-    assert not returns(22, 0, 21, 3)        # a later line: the same step
-    assert not returns(21, 2, None, None)   # nothing before
+    fwd, bwd = CYCLE_RANK["forward"], CYCLE_RANK["backward"]
+    assert returns(20, fwd, 23, bwd) == (True, fwd)           # the line went back
+    assert returns(21, fwd, 21, bwd) == (True, fwd)           # backward, then forward on the same line
+    assert returns(21, bwd, 21, fwd) == (False, bwd)          # forward, then backward: the same step
+    assert returns(21, None, 21, bwd) == (False, bwd)         # the optimizer or a wait: no place, none kept
+    assert returns(22, fwd, 21, bwd) == (False, fwd)          # a later line: the same step
+    assert returns(22, None, 21, bwd) == (False, None)        # ...and what was seen on the old line is gone
+    assert returns(21, fwd, None, None) == (False, fwd)       # nothing before
+    assert CYCLE_RANK["input"] == CYCLE_RANK["h2d"] == fwd    # their order inside a step varies
 
 
 def test_one_line_holding_the_step_still_gives_every_boundary():

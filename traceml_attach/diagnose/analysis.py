@@ -27,7 +27,7 @@ from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, proc
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.steps.accumulation import agreeing, plan_of, shared_plans, with_accumulation
+from traceml_attach.steps.accumulation import accumulated, plan_of
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.steptime import RankStepStats, rank_stats
@@ -90,10 +90,7 @@ def analyze(
         sync = synchronized(rec, pids)
         if sync:
             timelines = share_period(timelines)
-        plans = {rank: plan_of(tl) for rank, tl in timelines.items()}
-        plans = shared_plans(plans) if sync else plans
-        timelines = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
-        timelines = agreeing(timelines) if sync else timelines
+        timelines = accumulated(timelines, {rank: plan_of(tl) for rank, tl in timelines.items()}, sync)
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)

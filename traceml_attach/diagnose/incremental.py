@@ -37,7 +37,7 @@ from traceml_attach.diagnose.rate import stretch
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import Plan, agreeing, plan_of, shared_plans, with_accumulation
+from traceml_attach.steps.accumulation import Plan, accumulated, plan_of
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
@@ -136,10 +136,8 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_own()
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
-        plans = {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()}
-        plans = shared_plans(plans) if sync else plans
-        timelines = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
-        timelines = agreeing(timelines) if sync else timelines
+        timelines = accumulated(timelines, {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()},
+                                sync)
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None

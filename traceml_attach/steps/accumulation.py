@@ -247,6 +247,15 @@ def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     return out
 
 
+def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchronized: bool) -> dict[str, Timeline]:
+    """Every rank's timeline in optimizer steps, on its ``plans`` (``plan_of``); synchronized ranks
+    share their k and must agree on their step (``shared_plans``, ``agreeing``)."""
+    if synchronized:
+        plans = shared_plans(plans)
+    out = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
+    return agreeing(out) if synchronized else out
+
+
 def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known)."""

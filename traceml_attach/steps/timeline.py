@@ -386,14 +386,14 @@ def loop_candidates(spans: Iterable[Span], weighted: Sequence[tuple[Stack, int]]
 CYCLE_RANK = {"input": 0, "h2d": 0, "forward": 0, "backward": 1}
 
 
-def returns(line: int, rank: int | None, prev_line: int | None, prev_rank: int | None) -> bool:
+def returns(line: int, rank: int | None, prev_line: int | None, prev_rank: int | None) -> tuple[bool, int | None]:
     """Whether a sample at ``line`` of the loop frame in phase ``rank`` (CYCLE_RANK) returns to
     the start of the step's cycle after one at ``prev_line``, ``prev_rank`` (the last work phase
-    seen on that line): the line went backwards (a wrap), or on the same line the phases did."""
-    if prev_line is None:
-        return False
-    return line < prev_line or (line == prev_line and rank is not None and prev_rank is not None
-                                and rank < prev_rank)
+    seen on that line): the line went backwards (a wrap), or on the same line the phases did; and
+    the last work phase seen on ``line`` once this sample is counted (what ``prev_rank`` becomes)."""
+    back = prev_line is not None and (line < prev_line or (
+        line == prev_line and rank is not None and prev_rank is not None and rank < prev_rank))
+    return back, rank if rank is not None else (prev_rank if line == prev_line else None)
 
 
 def _boundaries(segments: Sequence[Segment], loop: LoopFrame) -> list[int]:
@@ -404,13 +404,9 @@ def _boundaries(segments: Sequence[Segment], loop: LoopFrame) -> list[int]:
         st = seg.span.stack
         if len(st) > loop.depth and (st[loop.depth].name, st[loop.depth].file) == (loop.name, loop.file):
             line = st[loop.depth].line
-            rank = CYCLE_RANK.get(seg.phase)
-            if returns(line, rank, prev_line, prev_rank):
+            back, prev_rank = returns(line, CYCLE_RANK.get(seg.phase), prev_line, prev_rank)
+            if back:
                 out.append(seg.ts_ns)
-            if line != prev_line:
-                prev_rank = None
-            if rank is not None:
-                prev_rank = rank
             prev_line = line
     return out
 

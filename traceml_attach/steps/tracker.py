@@ -321,18 +321,14 @@ class RankTracker:
                 in_visit = True
             line = info.loop_line
             if line is not None:
-                rank = info.rank
-                if returns(line, rank, prev_line, prev_rank):   # a return to the cycle's start: a boundary
+                back, rank = returns(line, info.rank, prev_line, prev_rank)
+                if back:   # a return to the cycle's start: a boundary
                     self.bounds.append(ts)
                     self.bound_prev.append(prev_loop_end)
                     if open_start is not None and not open_hole and open_start >= start_ns:
                         self._close(open_start, ts, open_spans)
                     open_start, open_spans, open_hole = ts, [], False
-                if line != prev_line:
-                    prev_rank = None
-                if rank is not None:
-                    prev_rank = rank
-                prev_line, prev_loop_end = line, end
+                prev_line, prev_rank, prev_loop_end = line, rank, end
             if open_start is not None:
                 open_spans.append((span, info))
         self.seg_count += count
