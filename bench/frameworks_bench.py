@@ -88,7 +88,7 @@ def run(name: str, seconds: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help=f"jobs to run (default: all): {', '.join(JOBS)}")
+    parser.add_argument("names", nargs="*", help=f"jobs to run (default: all): {', '.join(JOBS).replace('%', '%%')}")
     parser.add_argument("--seconds", type=int, default=12, help="snapshot length (default 12)")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()

@@ -267,7 +267,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="sampling window per job (default 10, a snapshot)")
     parser.add_argument("--seeds", type=int, help="seeds per grid point (default 2; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK_SHARE:.0%} of each family's points (the same every run), one seed: ~2 min")
+                        help=f"{QUICK_SHARE * 100:.0f}%% of each family's points (the same every run), "
+                             "one seed: ~2 min")
     parser.add_argument("--shape", choices=FAMILIES, help="one family only")
     parser.add_argument("--worst", type=int, default=20, help="worst points listed (default 20)")
     parser.add_argument("--point", metavar="SPEC", help="run one point (as the worst points print it), rank by rank")

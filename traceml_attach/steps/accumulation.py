@@ -20,14 +20,19 @@ intervals hold none of it, the optimizer steps are found from the optimizer's ow
 holds is then k where it was counted, else unknown (``micro_batches`` None).
 
 A micro-batch is never given as the step: where the optimizer's visits point to accumulation that
-could not be counted (``_doubt``) and fit no period of their own, the step time is unknown, with
-the reason. Synchronized ranks take one step: a k that one rank counted stands for all
-(``shared_plans``), and their optimizer steps must agree (``agreeing``). ``plan_of`` is the walk
-over the window's intervals that a live view makes every few seconds, not every tick.
+could not be counted (``_doubt``: gaps that are multiples of one k, too few visits for the
+optimizer's time, or visits kept apart in the clock's steps, ``_spaced``) and fit no period of
+their own, the step time is unknown, with the reason. A period fitted to the intervals' lengths
+is not taken where the long intervals hold one step's compute (``_lumped``: a DataLoader whose
+workers deliver in bursts makes slow steps, not several). Synchronized ranks take one step: a k
+that one rank counted stands for all (``shared_plans``), and their optimizer steps must agree
+(``agreeing``). ``plan_of`` is the walk over the window's intervals that a live view makes every
+few seconds, not every tick.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -188,8 +193,13 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
             if started:
                 groups.append(_merged(run))
             run, started = [], True
+    if unseen is None and len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
+        # the optimizer ends (nearly) every interval: its visits are the returns already fitted,
+        # and a period fitted to them without the returns' own chance of going unseen would split
+        # every slow step into several
+        return None
     clock, counts = clock_of([g.dur_ns for g in groups], unseen, tl.rate_hz)
-    if not clock.known:
+    if not clock.known or (clock.method == "comb" and _lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     steps = expand(groups, counts)
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
@@ -204,14 +214,20 @@ class Plan:
     k: int = 1                     # micro-batches per optimizer step (1: no accumulation counted)
     marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
+    lumped: bool = False           # the doubt: long intervals are slow steps, not several (``_lumped``)
 
 
 def plan_of(tl: Timeline) -> Plan:
     marks = marks_steps(tl.intervals, tl.rate_hz) if tl.loop is not None else None
     if not tl.clock.known:
         return Plan(1, marks)
+    lumped = _lumped(tl)
+    if lumped is not None:
+        return Plan(1, None, lumped, lumped=True)
     k = micro_batches(tl.intervals, tl.clock.period_ns)
-    return Plan(k, marks, _doubt(tl) if k == 1 and marks is None else None)
+    if k > 1 or marks is not None:
+        return Plan(k, marks)
+    return Plan(1, None, _doubt(tl))
 
 
 def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
@@ -260,7 +276,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known)."""
     plan = plan or plan_of(tl)
-    if plan.marks is not None or plan.doubt is not None:
+    if plan.marks is not None or (plan.doubt is not None and not plan.lumped):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
         stepped = by_optimizer(tl, plan.marks)
         if stepped is not None:
@@ -302,6 +318,9 @@ def _doubt(tl: Timeline) -> str | None:
     if chance <= SUGGESTED:
         return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
                 f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
+    spaced = _spaced(tl)
+    if spaced is not None:
+        return spaced
     covered = [iv for iv in tl.intervals if iv.covered]
     steps = sum(1 for s in tl.steps if s.covered)
     seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
@@ -314,6 +333,100 @@ def _doubt(tl: Timeline) -> str | None:
                 f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
                 "whose micro-batches per optimizer step could not be counted; sample longer")
     return None
+
+
+
+
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
+SAME_GROUPS = 0.9          # ``by_optimizer``: groups as many as the intervals (this share) are no news
+SPACED_UNSEEN = 0.3        # ``_spaced`` judges optimizer visits missed at most this often (e^-λ)
+LUMPED_MIN_SAMPLES = 5    # samples of compute per step for ``_lumped`` to judge
+
+
+def _lumped(tl: Timeline) -> str | None:
+    """Why a period fitted to the intervals' lengths miscounts them (None: it does not). The fit
+    takes an interval k periods long for k steps whose boundaries went unseen; those k steps then
+    hold k steps' compute. Where the long intervals hold far less (chance at most MAX_CHANCE),
+    they are slow steps, not several: a DataLoader whose workers deliver in bursts (every w-th
+    step waits for the next batch), a checkpoint, an eval; and the steps are not one length."""
+    clock = tl.clock
+    if clock.method not in ("comb", "joint") or not clock.period_ns:
+        return None
+    return _lumped_in(tl.intervals, clock.period_ns, tl.rate_hz)
+
+
+def _lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int) -> str | None:
+    per_sample = 1e9 / rate_hz
+    one: list[float] = []
+    long_samples, long_steps = 0.0, 0
+    for iv in intervals:
+        if not iv.covered:
+            continue
+        n = max(round(iv.dur_ns / period_ns), 1)
+        compute = sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) / per_sample
+        if n == 1:
+            one.append(compute)
+        else:
+            long_samples += compute
+            long_steps += n
+    # a boundary is seen where the step's compute was sampled: with few samples of it per step,
+    # the steps whose boundaries went unseen are those whose compute went unsampled
+    if len(one) < MIN_GAPS or not long_steps or statistics.fmean(one) < LUMPED_MIN_SAMPLES:
+        return None
+    expected = statistics.fmean(one) * long_steps
+    if expected <= 0 or long_samples >= expected / 2 or _poisson_cdf(long_samples, expected) > MAX_CHANCE:
+        return None
+    return (f"the long intervals between the boundaries seen hold {long_samples / expected:.0%} of the compute that "
+            f"{long_steps} steps of {period_ns / 1e6:.0f} ms would: they are slow steps (an input pipeline that "
+            "delivers in bursts, a checkpoint, an eval), not several, and the steps are not of one length")
+
+
+def _poisson_cdf(x: float, mean: float) -> float:
+    """P(Poisson(mean) <= x), in logs."""
+    m = int(x)
+    terms = [i * math.log(mean) - mean - math.lgamma(i + 1) for i in range(m + 1)]
+    top = max(terms)
+    return min(math.exp(top) * sum(math.exp(t - top) for t in terms), 1.0)
+
+
+def _spaced(tl: Timeline) -> str | None:
+    """Why the optimizer's visits are too far apart for every step to hold one (None: they are
+    not). In the clock's steps, not in the micro-batches ``_gaps`` counts: where those are too
+    short to count, the steps between the optimizer's visits still show accumulation. Without it,
+    each step holds the optimizer's work, seen with chance q (the share of the steps it was seen
+    in), so the steps between two visits are geometric: fewer gaps under m steps than that (chance
+    at most SUGGESTED, over every m tried) means the visits keep apart, k micro-batches or more."""
+    period_ns = tl.clock.period_ns
+    if not period_ns:
+        return None
+    # each visit at the return that ends its interval (the optimizer's work ends its step), and
+    # the steps between two visits counted as the clock counted them (a slow step is one)
+    ends = sorted(s.end_ns for s in tl.steps if s.covered)
+    visits = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
+    if len(visits) <= MIN_GAPS or len(ends) <= len(visits):
+        return None
+    # an optimizer step shorter than the sampling interval is caught where the sampler's phase
+    # falls in it, and that phase moves by the step's length (mod the interval) each step: a
+    # regular spacing that no accumulation made; only visits sampled most times tell
+    unseen = optimizer_unseen(tl.intervals, tl.rate_hz)
+    if unseen is None or unseen > SPACED_UNSEEN:
+        return None
+    q = len(visits) / len(ends)
+    gaps = [max(bisect.bisect_right(ends, b) - bisect.bisect_right(ends, a), 1) for a, b in itertools.pairwise(visits)]
+    tried = range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1)
+    if not tried:
+        return None
+    best = (1.0, 0)
+    for m in tried:
+        short = sum(1 for g in gaps if g < m)
+        chance = _cdf(len(gaps), short, -math.expm1((m - 1) * math.log1p(-q)))
+        best = min(best, (chance, m))
+    chance, m = best
+    if chance * len(tried) > SUGGESTED:
+        return None
+    return (f"the optimizer's visits kept at least {m} steps apart far more often than chance allows if every step "
+            f"of {period_ns / 1e6:.1f} ms held one: gradient accumulation, whose micro-batches per optimizer step "
+            "could not be counted")
 
 
 def _cdf(n: int, m: int, q: float) -> float:

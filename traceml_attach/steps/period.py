@@ -19,6 +19,7 @@ unknown, and nothing is made up.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -154,6 +155,30 @@ def pinned(intervals: Sequence[float], counts: Sequence[int], period: float, rat
     ends is symmetric and shrinks in the intervals of several steps; it does not count here."""
     whole = sum(1 for n in counts if n == 1)
     return whole > 0 and pins_median(whole, sum(counts), jitter(intervals, period, rate_hz), period)
+
+
+MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
+NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
+NEAR_SHARE = 0.25     # 38% of the steps are)
+
+
+def steady_median(whole: Sequence[float], total: int) -> bool:
+    """Whether the median of the steps seen whole (sorted) stays within MAX_STEP_ERROR of itself
+    over the order statistics it could be (three standard errors in ranks, with the finite
+    window's correction; at least MEDIAN_RANKS of the steps more or less, as a few steps too short
+    to see would move it), with many steps near it. Steps that jitter around one length pass;
+    steps of two lengths by turns (a DataLoader whose workers deliver in bursts) can put the
+    median in or at the gap between them, where a few steps more or less move it across."""
+    m = len(whole)
+    if not m:
+        return False
+    half = max(1.0, MEDIAN_RANKS * m, 1.5 * math.sqrt(m * max(1 - m / total, 0.0)))
+    mid = (m - 1) / 2
+    lo, hi = whole[max(0, math.floor(mid - half))], whole[min(m - 1, math.ceil(mid + half))]
+    median = statistics.median(whole)
+    # and many steps near it: steps that jitter around one length, not the gap between two
+    near = sum(1 for d in whole if abs(d - median) <= NEAR_MEDIAN * median)
+    return (hi - lo) / 2 <= MAX_STEP_ERROR * median and near >= NEAR_SHARE * m
 
 
 def pins_median(whole: int, total: int, jitter_ns: float, period: float) -> bool:

@@ -18,8 +18,8 @@ import itertools
 import statistics
 from dataclasses import replace
 
-from traceml_attach.steps.period import map_counts
-from traceml_attach.steps.timeline import StepClock, Timeline, edge_steps, expand, without_period
+from traceml_attach.steps.period import MIN_INTERVALS, map_counts
+from traceml_attach.steps.timeline import MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
 from traceml_attach.steps.tracker import RankTracker
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
@@ -61,6 +61,14 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     ref = max(own, key=lambda r: _quality(own[r]))
     period = own[ref].clock.period_ns
     assert period is not None
+    varied = [r for r, tl in timelines.items() if _saw_them_vary(tl)]
+    if varied and own[ref].clock.method != "wraps":
+        # the ranks take the same steps: a rank that saw every boundary found them too uneven for
+        # a typical step, so a period fitted to another rank's lengths counts steps that vary
+        reason = (f"rank {varied[0]} saw every boundary and its steps vary too much for a typical step; the ranks "
+                  "step together, so no period fitted on another rank stands for them")
+        unknown = StepClock("unknown", None, None, None, reason)
+        return {r: without_period(t, unknown) for r, t in timelines.items()}
     for rank, tl in own.items():
         assert tl.clock.period_ns is not None
         # only two ranks that each saw every boundary can contradict each other
@@ -88,6 +96,13 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
         out[rank] = replace(tl, steps=expand(tl.intervals, counts, tl.clock.unseen), clock=clock)
     return out
+
+
+def _saw_them_vary(tl: Timeline) -> bool:
+    """Every boundary seen (``clock_of``'s first branch) and still no typical step."""
+    unseen = tl.clock.unseen
+    return (not tl.clock.known and unseen is not None and unseen <= MAX_UNSEEN
+            and len(tl.intervals) >= MIN_INTERVALS)
 
 
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop

@@ -41,6 +41,7 @@ from traceml_attach.steps.period import (
     fit_period,
     pinned,
     refine_map,
+    steady_median,
     suggested_rate_hz,
     visit_samples,
 )
@@ -659,7 +660,8 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
         # they may drift (a job that slows down) without a fixed period to fit
         floats = [float(d) for d in durations]
         period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
-        if pinned(floats, counts, period, rate_hz):
+        whole = sorted(d for d, n in zip(floats, counts, strict=True) if n == 1)
+        if pinned(floats, counts, period, rate_hz) and steady_median(whole, sum(counts)):
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
         fit = PeriodFit(None, ones, None, min(floats), why="jittery")
         return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
