@@ -50,4 +50,4 @@ class ProcPoller:
 def host_frame() -> dict[str, Any]:
     vm = psutil.virtual_memory()
     return {"k": "host", "t": time.time_ns(), "cpu": psutil.cpu_percent(None),
-            "mem_used": vm.total - vm.available, "mem_total": vm.total}
+            "mem_used": vm.total - vm.available, "mem_total": vm.total, "cpus": psutil.cpu_count()}

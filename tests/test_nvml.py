@@ -125,3 +125,43 @@ def test_rank_gpu_memory_imbalance_is_a_process_finding():
     finding, evidence = diagnose_process(rec, ranks, rank_gpu(rec, ranks, 0, 1 << 62), 0, 1 << 62)
     assert (finding.kind, finding.worst_rank) == ("RANK_GPU_MEMORY_IMBALANCE", 1)
     assert evidence["ranks"]["1"]["gpu_sm_util_median"] == 50
+
+
+def busy_host(job_cpu: float, workers_cpu: float, cpus: int | None) -> Recording:
+    """A 2-CPU host 100% busy for 10 s, and one rank's process using ``job_cpu`` (% of one CPU)
+    with DataLoader workers using ``workers_cpu``, as the agent's frames say."""
+    rec = Recording()
+    rec.add({"k": "target", "pid": 100, "cmd": ["python", "train.py"], "rank": 0})
+    for i in range(10):
+        t = i * 1_000_000_000
+        host = {"k": "host", "t": t, "cpu": 100.0, "mem_used": 1 << 30, "mem_total": 1 << 33}
+        rec.add(host if cpus is None else {**host, "cpus": cpus})
+        rec.add({"k": "proc", "pid": 100, "t": t, "cpu": job_cpu, "rss": 1 << 28, "nthreads": 4,
+                 "children": [[101, workers_cpu, 1 << 27]]})
+    return rec
+
+
+@pytest.mark.parametrize(("job_cpu", "workers_cpu", "cpus", "kind", "severity"), [
+    (120.0, 70.0, 2, "HOST_BUSY_WITH_JOB", "info"),   # training on the CPU: the job is the load
+    (60.0, 10.0, 2, "HIGH_CPU", "warning"),           # something else takes most of the CPUs
+    (120.0, 70.0, None, "HIGH_CPU", "warning"),       # a stream without the CPU count: cannot tell
+])
+def test_a_busy_host_is_context_when_the_job_is_what_keeps_it_busy(job_cpu, workers_cpu, cpus, kind, severity):
+    finding, _ = diagnose_system(busy_host(job_cpu, workers_cpu, cpus), 0, 1 << 62, "COMPUTE_BOUND",
+                                 ranks={"0": 100})
+    assert (finding.kind, finding.severity) == (kind, severity)
+    if cpus is not None:
+        share = (job_cpu + workers_cpu) / (100.0 * cpus)
+        assert f"{100 * share:.0f}% of it" in finding.summary
+
+
+def test_the_agent_sends_the_hosts_cpu_count():
+    import psutil
+
+    from agent.procstats import host_frame
+
+    frame = host_frame()
+    assert frame["cpus"] == psutil.cpu_count() and frame["cpus"] >= 1
+    rec = Recording()
+    rec.add(frame)
+    assert rec.hosts[0].cpus == frame["cpus"]

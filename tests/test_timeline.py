@@ -133,3 +133,21 @@ def test_the_main_thread_is_named_even_where_py_spy_reads_no_names():
     assert timeline(spans, {1: ThreadInfo(1, 42, None, True)}).thread_name == "main thread"
     assert timeline(spans, {1: ThreadInfo(1, 43, None, True)}).thread_name is None
     assert timeline(spans, {1: ThreadInfo(1, 42, "MainThread", True)}).thread_name == "MainThread"
+
+
+def test_without_a_device_no_wait_is_a_device_sync():
+    from traceml_attach.steps.steptime import rank_stats, without_device
+
+    # `print(loss.item())` (device_sync by its line) and an f-string of a tensor (Tensor.__format__
+    # calls .item()) on a rank that holds no GPU: there is no device to wait for
+    formatting = (26, 'print(f"{loss:.3f}")', (torch_frame("Tensor.__format__", "torch/_tensor.py"),
+                                                f("Tensor.item", "/usr/lib/python3.11/site-packages/torch/_tensor.py",
+                                                  src="return self.item()")))
+    tl = timeline(steps([*PATTERN, (ITEM, 20), (formatting, 10)], 6))
+    stats = rank_stats("0", tl)
+    assert set(stats.wait_labels) == {"device_sync"}   # as the rules read it: a device's sync
+    cpu = without_device(stats, tl)
+    assert "device_sync" not in cpu.wait_labels
+    assert cpu.wait_labels["other"] == pytest.approx(2 / 3, abs=0.02)      # .item(): other work
+    assert cpu.wait_labels["logging"] == pytest.approx(1 / 3, abs=0.02)    # formatting: logging
+    assert cpu.shares == stats.shares                                      # the phases stand

@@ -98,7 +98,8 @@ class MemoryPolicy:
 class SystemPolicy:
     low_gpu_util: float = 30.0        # median GPU utilization % below this: LOW_GPU_UTILIZATION
     moderate_gpu_util: float = 70.0   # ...below this: MODERATE_GPU_UTILIZATION
-    high_cpu: float = 90.0            # median host CPU % at or above this: HIGH_CPU
+    high_cpu: float = 90.0            # median host CPU % at or above this: HIGH_CPU (or HOST_BUSY_WITH_JOB)
+    job_cpu_share: float = 0.75       # ...at least this share of it the job's own: HOST_BUSY_WITH_JOB (context)
     high_host_memory: float = 0.92    # peak host RAM in use / total: HIGH_HOST_MEMORY
     high_gpu_memory: float = 0.92     # peak device memory used / total: HIGH_GPU_MEMORY
     high_gpu_temp_c: float = 85.0     # peak GPU temperature: HIGH_GPU_TEMPERATURE

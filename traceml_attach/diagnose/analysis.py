@@ -30,7 +30,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.accumulation import accumulated, plan_of
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
-from traceml_attach.steps.steptime import RankStepStats, rank_stats
+from traceml_attach.steps.steptime import RankStepStats, rank_stats, without_device
 from traceml_attach.steps.sync import share_period
 from traceml_attach.steps.timeline import Timeline, build_timeline
 
@@ -103,6 +103,8 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     ``analyze`` and the live ``IncrementalAnalyzer`` (diagnose/incremental.py) meet."""
     lo, hi = start or 0, end or (1 << 62)
     gpu = rank_gpu(rec, pids, lo, hi)
+    # a rank that holds no GPU waits for no device: its .item() and printing are other work
+    stats = [s if gpu.memory.get(s.rank) else without_device(s, timelines[s.rank]) for s in stats]
     findings = _step_findings(stats, timelines, gpu, policy)
     if history is not None:
         memory, series = memory_section(rec, lo, hi, gpu, history)
@@ -117,7 +119,7 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
                                   rec.max_rate_hz if (rec.max_rate_hz or 0) > rec.rate_hz else None)
     report = Report(
         targets(rec), rec.end_reason, rank_status(rec, timelines, pids, policy), step_time, memory,
-        system_section(rec, lo, hi, findings[0].kind), process_section(rec, pids, gpu, lo, hi),
+        system_section(rec, lo, hi, findings[0].kind, pids), process_section(rec, pids, gpu, lo, hi),
         {int(rank): {phase: tuple(rows) for phase, rows in hot[rank].items()} for rank in timelines},
         sampling_section(rec, start, end, seen, recent, step_time),
         session_section(history) if history is not None else None,

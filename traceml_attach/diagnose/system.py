@@ -7,7 +7,7 @@ from typing import Any
 
 from traceml_attach.diagnose.gpu import RankGpu
 from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
-from traceml_attach.ingest.model import os_pid
+from traceml_attach.ingest.model import HostSample, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_SYSTEM_POLICY, SystemPolicy
 
@@ -23,8 +23,40 @@ def _pick(findings: list[Finding], evidence: dict[str, Any], normal: str) -> tup
     return max(findings, key=lambda f: SEVERITY_ORDER[f.severity]), {"findings": [f.kind for f in findings], **evidence}
 
 
+def _busy_host(rec: Recording, ranks: dict[str, int], hosts: list[HostSample], cpu: float, start_ns: int,
+               end_ns: int, evidence: dict[str, Any], policy: SystemPolicy) -> Finding:
+    """A host whose CPUs are busy: context when the job's own processes (its ranks and their
+    DataLoader workers) are what keeps them busy, as in training on the CPU; a warning when
+    something else takes a share of them, or when that cannot be told (no CPU count recorded)."""
+    counts = [h.cpus for h in hosts if h.cpus]
+    job = 0.0
+    for pid in ranks.values():
+        used = [p.cpu_percent + sum(c[1] or 0 for c in p.children)
+                for p in rec.procs_between(pid, start_ns, end_ns) if p.cpu_percent is not None]
+        job += _med(used) or 0.0
+    if counts:
+        busy = cpu * max(counts)   # in percent of one CPU, as a process's CPU is
+        share = min(job / busy, 1.0) if busy else 0.0
+        evidence = {**evidence, "job_cpu_share": round(share, 3), "host_cpus": max(counts)}
+        if share >= policy.job_cpu_share:
+            return Finding("HOST_BUSY_WITH_JOB", "info",
+                           f"host CPU is {cpu:.0f}% busy (median), {100 * share:.0f}% of it this job's own processes",
+                           "the job itself keeps the CPUs busy (training or loading data on the CPU)",
+                           "nothing competes with it; to go faster, see the step-time diagnosis", None, evidence)
+        return Finding("HIGH_CPU", "warning",
+                       f"host CPU is {cpu:.0f}% busy (median), only {100 * share:.0f}% of it this job's processes",
+                       "other processes compete with the job for the CPUs",
+                       "find them (top, nvitop) and move them off this host, or pin the job to its own cores", None,
+                       evidence)
+    return Finding("HIGH_CPU", "warning", f"host CPU is {cpu:.0f}% busy (median)", "the host is saturated",
+                   "check DataLoader workers and other processes", None, evidence)
+
+
 def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
-                    policy: SystemPolicy = DEFAULT_SYSTEM_POLICY) -> tuple[Finding, dict[str, Any]]:
+                    policy: SystemPolicy = DEFAULT_SYSTEM_POLICY,
+                    ranks: dict[str, int] | None = None) -> tuple[Finding, dict[str, Any]]:
+    """The host's and GPUs' findings in the window; ``ranks`` (rank -> pid) tell the job's own
+    CPU use from the rest of the host's."""
     hosts = [h for h in rec.hosts if start_ns <= h.ts_ns <= end_ns]
     gpus = [g for g in rec.gpus if start_ns <= g.ts_ns <= end_ns]
     cpu = _med([h.cpu_percent for h in hosts if h.cpu_percent is not None])
@@ -67,8 +99,7 @@ def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
                                     "utilization alone does not say why: read it with the step-time diagnosis",
                                     "follow the step-time diagnosis", None, evidence))
     if cpu is not None and cpu >= policy.high_cpu:
-        findings.append(Finding("HIGH_CPU", "warning", f"host CPU is {cpu:.0f}% busy (median)", "the host is saturated",
-                                "check DataLoader workers and other processes", None, evidence))
+        findings.append(_busy_host(rec, ranks or {}, hosts, cpu, start_ns, end_ns, evidence, policy))
     if mem and max(mem) >= policy.high_host_memory:
         findings.append(Finding("HIGH_HOST_MEMORY", "warning", f"host RAM peaks at {100 * max(mem):.0f}%",
                                 "near capacity: risk of swapping or the OOM killer", "see Step Memory", None, evidence))

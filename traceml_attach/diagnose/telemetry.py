@@ -98,8 +98,9 @@ def _memory_evidence(finding: Finding, judged: MemoryReport) -> MemoryEvidence |
         ev.get("growth_bytes"), ev.get("bytes_per_s"), ev.get("judged_s"))
 
 
-def system_section(rec: Recording, lo: int, hi: int, step_kind: str) -> SystemReport:
-    finding, ev = diagnose_system(rec, lo, hi, step_kind)
+def system_section(rec: Recording, lo: int, hi: int, step_kind: str, pids: dict[str, int] | None = None
+                   ) -> SystemReport:
+    finding, ev = diagnose_system(rec, lo, hi, step_kind, ranks=pids)
     window = SystemEvidence(ev.get("host_cpu_percent_median"), ev.get("host_mem_peak"), {
         int(i): GpuStats(g["util_percent_median"], g["mem_used_peak"], g["temp_c_peak"], g["power_share_median"])
         for i, g in (ev.get("gpus") or {}).items()})

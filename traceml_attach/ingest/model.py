@@ -81,6 +81,7 @@ class HostSample:
     mem_used_bytes: int | None
     mem_total_bytes: int | None
     node: int = 0
+    cpus: int | None = None    # the host's logical CPUs (None in streams recorded before they were sent)
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class Recording:
             )
         elif kind == "host":
             self.hosts.append(HostSample(int(f["t"]), f.get("cpu"), f.get("mem_used"),
-                                         f.get("mem_total"), int(f.get("n") or 0)))
+                                         f.get("mem_total"), int(f.get("n") or 0), _count(f.get("cpus"))))
         elif kind == "window":
             window = WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
                                 f.get("samples"), f.get("errors"))
@@ -217,6 +217,11 @@ class Recording:
 
 
 MAX_ERROR_EVENTS = 100   # trim keeps the first and the newest this many error events
+
+
+def _count(value: object) -> int | None:
+    """A positive count from a frame, or None (absent, or not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _proc_ts(p: ProcSample) -> int:

@@ -165,3 +165,32 @@ def _sync(totals: StepTotals, shares: dict[str, float]) -> tuple[float | None, d
         blocked_all += blocked
         active[phase] = max(0.0, shares[phase] - blocked / total)
     return blocked_all / total, active
+
+
+# What a "device sync" is on a rank with no device: formatting or printing a tensor is logging,
+# the rest (.item(), .cpu(), .tolist() on CPU tensors) is other work of the step
+FORMATTING = ("Tensor.__format__", "Tensor.__repr__", "Tensor.__str__", "_tensor_str")
+
+
+def without_device(stats: RankStepStats, tl: Timeline) -> RankStepStats:
+    """``stats`` of a rank that holds no GPU: no wait is a device sync (there is no device to wait
+    for); the rules' ``device_sync`` time becomes logging where a tensor is formatted, else other."""
+    share = stats.wait_labels.get("device_sync")
+    if not share:
+        return stats
+    logging_ns = other_ns = 0
+    for seg in tl.segments:
+        if seg.label == "device_sync":
+            if any(frame.name.startswith(FORMATTING) for frame in seg.span.stack):
+                logging_ns += seg.dur_ns
+            else:
+                other_ns += seg.dur_ns
+    total = logging_ns + other_ns
+    labels = {k: v for k, v in stats.wait_labels.items() if k != "device_sync"}
+    if total:
+        for label, ns in (("logging", logging_ns), ("other", other_ns)):
+            if ns:
+                labels[label] = labels.get(label, 0.0) + share * ns / total
+    else:
+        labels["other"] = labels.get("other", 0.0) + share
+    return replace(stats, wait_labels=dict(sorted(labels.items(), key=lambda kv: -kv[1])))
