@@ -28,7 +28,7 @@ Frame kinds (key ``k``)::
              (agent.pyspy.ThreadNames); None when it cannot be known
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
     tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
-    host     {t, cpu, mem_used, mem_total, cpus}   (cpu: % of all the host's cpus logical CPUs)
+    host     {t, cpu, mem_used, mem_total, cpus}   (cpu: % of all its logical CPUs; cpus: how many)
     gpu      {t, devices: [[index, util %, mem_used, mem_total, temp C, power W, limit W, mig]],
               procs: [[device, host_pid, used bytes, SM %]]}
     restart  {t, rank, old_pid, pid}              the launcher replaced a rank's process

@@ -61,6 +61,16 @@ SUGGESTED = 1e-3
 # visits mark the steps (``by_optimizer``).
 OPTIMIZER_UNSEEN = 0.01
 MIN_WITHOUT = 0.25
+# ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
+# step is caught where a regular sampler's phase falls in it, which spaces its visits by itself
+SPACED_UNSEEN = 0.3
+# ``by_optimizer``: groups of intervals as many as the intervals themselves (this share) are no news
+SAME_GROUPS = 0.9
+# ``_lumped`` compares the compute of long intervals with k steps' (its phases), given at least this
+# many samples of it a step: with fewer, the steps whose boundaries went unseen are those whose
+# compute went unsampled
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
+LUMPED_MIN_SAMPLES = 5
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -334,13 +344,6 @@ def _doubt(tl: Timeline) -> str | None:
                 "whose micro-batches per optimizer step could not be counted; sample longer")
     return None
 
-
-
-
-COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
-SAME_GROUPS = 0.9          # ``by_optimizer``: groups as many as the intervals (this share) are no news
-SPACED_UNSEEN = 0.3        # ``_spaced`` judges optimizer visits missed at most this often (e^-λ)
-LUMPED_MIN_SAMPLES = 5    # samples of compute per step for ``_lumped`` to judge
 
 
 def _lumped(tl: Timeline) -> str | None:
