@@ -152,8 +152,7 @@ def _stacks(shape: str, sub_stacks: int) -> dict[str, list[tuple[CodeFrame, ...]
     out: dict[str, list[tuple[CodeFrame, ...]]] = {}
     for phase, (line, src, below) in zip(LOOP_ORDER, (FETCH, H2D, FORWARD, BACKWARD, OPTIM), strict=False):
         base = (MODULE, MAIN, *_loop_frame(shape, line, src), *below)
-        out[phase] = [base + ((torch_frame(f"op{k}", "torch/nn/functional.py", 100 + k),) if k else ())
-                      for k in range(sub_stacks)]
+        out[phase] = _variants(phase, base, sub_stacks)
     # a rank waiting for the others in backward's all-reduce: still inside backward
     line, src, below = BACKWARD
     out["sync"] = [(MODULE, MAIN, *_loop_frame(shape, line, src), *below,

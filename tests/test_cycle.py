@@ -3,9 +3,11 @@ forward again), and optimizer steps marked by the optimizer's own visits under a
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tests.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.ingest.model import Span
-from traceml_attach.steps.accumulation import marks_steps, with_accumulation
+from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.timeline import CYCLE_RANK, build_timeline, returns
 
@@ -112,3 +114,28 @@ def test_the_module_level_loop_shape_is_found():
     assert tl.loop is not None and tl.loop.name == "<module>"
     assert tl.clock.known and abs(tl.clock.typical_ns - 100 * MS) <= MS
     assert MODULE and MAIN   # the shared frames stay importable for the other shapes
+
+
+def test_synchronized_ranks_pool_the_optimizers_gaps():
+    # each rank saw the optimizer in 1 of 5 micro-batches, 8 gaps, every one even: alone, a chance
+    # of ~3e-3 without accumulation (not enough); four ranks together, ~1e-10
+    weak = Plan(gaps=(2, 4, 2, 6, 2, 8, 4, 2), seen=0.2)
+    pooled = shared_plans({str(r): weak for r in range(4)})
+    assert {(p.k, p.doubt) for p in pooled.values()} == {(2, None)}
+    # seen in 1 of 10: a regular sampler's phase can space a visit that short by itself, so the
+    # gaps are not counted as micro-batches, but the micro-batch is not given as the step either
+    rare = shared_plans({str(r): replace(weak, seen=0.1) for r in range(4)})
+    assert all(p.k == 1 and "synchronized ranks together" in (p.doubt or "") for p in rare.values())
+    # odd gaps among them: nothing to pool, every rank keeps its steps
+    mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1) for r in range(4)}
+    assert shared_plans(mixed) == mixed
+
+
+def test_one_synchronized_ranks_doubt_is_every_ranks():
+    doubt = Plan(doubt="the optimizer was seen only every 4 ...")
+    plans = shared_plans({"0": doubt, "1": Plan(gaps=(3, 1, 2), seen=0.2), "2": Plan(gaps=(5, 2, 1), seen=0.2)})
+    assert all(p.doubt for p in plans.values())
+    assert "another rank" in (plans["1"].doubt or "")
+    # ranks whose long intervals are slow steps keep that reason
+    lumped = Plan(doubt="slow steps", lumped=True)
+    assert shared_plans({"0": doubt, "1": lumped})["1"] == lumped

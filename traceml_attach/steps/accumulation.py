@@ -25,7 +25,8 @@ optimizer's time, or visits kept apart in the clock's steps, ``_spaced``) and fi
 their own, the step time is unknown, with the reason. A period fitted to the intervals' lengths
 is not taken where the long intervals hold one step's compute (``_lumped``: a DataLoader whose
 workers deliver in bursts makes slow steps, not several). Synchronized ranks take one step: a k
-that one rank counted stands for all (``shared_plans``), and their optimizer steps must agree
+that one rank counted stands for all (``shared_plans``); where none could, the gaps of all of them
+are one test (``_pooled``), and one rank's doubt is every rank's; their optimizer steps must agree
 (``agreeing``). ``plan_of`` is the walk over the window's intervals that a live view makes every
 few seconds, not every tick.
 """
@@ -103,7 +104,10 @@ def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int,
     none stands out)."""
     if not period_ns:
         return 1, 1.0, 0
-    gaps, p = _gaps(intervals, period_ns)
+    return _multiples_in(*_gaps(intervals, period_ns))
+
+
+def _multiples_in(gaps: Sequence[int], p: float, min_seen: float = MIN_SEEN) -> tuple[int, float, int]:
     if not gaps or sum(1 for g in gaps if g == 1) > MAX_ADJACENT * len(gaps):
         return 1, 1.0, len(gaps)
     # Without accumulation, the optimizer is seen in a step with some chance p (the share of steps
@@ -113,7 +117,7 @@ def _multiples(intervals: Sequence[Step], period_ns: float | None) -> tuple[int,
     best = (1, 1.0, len(gaps))
     for k in range(min(MAX_MICRO_BATCHES, max(gaps)), 1, -1):
         hits = sum(1 for g in gaps if g % k == 0)
-        if hits < MULTIPLE_SHARE * len(gaps) or p * k < MIN_SEEN:
+        if hits < MULTIPLE_SHARE * len(gaps) or p * k < min_seen:
             continue
         chance = _tail(len(gaps), hits, p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k))
         if chance <= MAX_CHANCE:
@@ -225,6 +229,10 @@ class Plan:
     marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
     lumped: bool = False           # the doubt: long intervals are slow steps, not several (``_lumped``)
+    # where nothing was decided, the evidence that synchronized ranks pool (``_pooled``): the gaps
+    # in micro-batches between the optimizer's visits, and the share of micro-batches it was seen in
+    gaps: tuple[int, ...] = ()
+    seen: float = 0.0
 
 
 def plan_of(tl: Timeline) -> Plan:
@@ -234,10 +242,13 @@ def plan_of(tl: Timeline) -> Plan:
     lumped = _lumped(tl)
     if lumped is not None:
         return Plan(1, None, lumped, lumped=True)
-    k = micro_batches(tl.intervals, tl.clock.period_ns)
-    if k > 1 or marks is not None:
+    gaps, seen = _gaps(tl.intervals, tl.clock.period_ns) if tl.clock.period_ns else ([], 0.0)
+    k, chance, n = _multiples_in(gaps, seen)
+    if n >= MIN_GAPS and chance <= MAX_CHANCE:
         return Plan(k, marks)
-    return Plan(1, None, _doubt(tl))
+    if marks is not None:
+        return Plan(1, marks)
+    return Plan(1, None, _doubt(tl), gaps=tuple(gaps), seen=seen)
 
 
 def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
@@ -246,9 +257,35 @@ def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
     only, which blurs its count: DDP's ``no_sync`` for the others)."""
     ks = [p.k for p in plans.values() if p.k > 1]
     if not ks:
-        return plans
+        return _pooled(plans)
     k = max(sorted(set(ks)), key=ks.count)   # the most common; the smallest of a tie
     return {rank: replace(p, k=k, doubt=None) if p.k == 1 else p for rank, p in plans.items()}
+
+
+def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
+    """Synchronized ranks step their optimizers together, and each is sampled by a sampler of its
+    own: where no rank's visits alone were enough to count k (a short optimizer step, seen in a
+    few optimizer steps of each rank), the gaps of all of them together are the same test with
+    more evidence. Where they still fall short of counting, a chance of at most SUGGESTED, or one
+    rank's doubt, makes every rank's step time unknown: their steps are one."""
+    pool = {rank: p for rank, p in plans.items() if p.k == 1 and p.marks is None and not p.lumped}
+    gaps = [g for p in pool.values() for g in p.gaps]
+    if len(pool) < 2 or not gaps:
+        return plans
+    seen = sum(p.seen * len(p.gaps) for p in pool.values()) / len(gaps)
+    k, chance, n = _multiples_in(gaps, seen, min_seen=0.0)
+    if n >= MIN_GAPS and chance <= MAX_CHANCE and seen * k >= MIN_SEEN:
+        return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
+    doubts = [p.doubt for p in pool.values() if p.doubt is not None]
+    if chance <= SUGGESTED:
+        doubt = (f"on the {len(pool)} synchronized ranks together, the optimizer was seen only every {k} or a "
+                 f"multiple of {k} of the steps counted ({n} gaps), which points to gradient accumulation of {k} "
+                 "micro-batches, not yet certain in this window; sample longer")
+    elif doubts:
+        doubt = f"another rank, which steps with this one: {doubts[0]}"
+    else:
+        return plans
+    return {rank: replace(p, doubt=doubt) if rank in pool and p.doubt is None else p for rank, p in plans.items()}
 
 
 def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
