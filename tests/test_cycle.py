@@ -122,10 +122,10 @@ def test_synchronized_ranks_pool_the_optimizers_gaps():
     weak = Plan(gaps=(2, 4, 2, 6, 2, 8, 4, 2), seen=0.2)
     pooled = shared_plans({str(r): weak for r in range(4)})
     assert {(p.k, p.doubt) for p in pooled.values()} == {(2, None)}
-    # seen in 1 of 10: a regular sampler's phase can space a visit that short by itself, so the
-    # gaps are not counted as micro-batches, but the micro-batch is not given as the step either
-    rare = shared_plans({str(r): replace(weak, seen=0.1) for r in range(4)})
-    assert all(p.k == 1 and "synchronized ranks together" in (p.doubt or "") for p in rare.values())
+    # seen in 1 of 10: a regular sampler's phase spaces visits that short by itself, alike on
+    # every rank, so such gaps are no evidence (as for one rank)
+    rare = {str(r): replace(weak, seen=0.1) for r in range(4)}
+    assert shared_plans(rare) == rare
     # odd gaps among them: nothing to pool, every rank keeps its steps
     mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1) for r in range(4)}
     assert shared_plans(mixed) == mixed
