@@ -46,6 +46,11 @@ TRUTHED = {
     "truth_stream_accum4": ("grad_accum", ("--accum", "4", "--stream", "--opt-repeat", "4"), 1),
     # nanoGPT's shape: micro-batches too short for 100 Hz, so the attacher raises its rate
     "truth_module_accum4": ("module_loop", ("--accum", "4"), 1),
+    # issue "Phases on code nobody here wrote": a hand-written get_batch over np.memmap, zero_grad
+    # and a hand-written SGD, compute-bound and input-bound (the truth has phase shares)
+    "truth_hand_written": ("hand_written", (), 1),
+    "truth_hand_written_input": ("hand_written", ("--vocab", "32", "--hidden", "8", "--batch", "2048",
+                                                  "--block", "4"), 1),
 }
 
 
@@ -68,7 +73,8 @@ def record_truthed(name: str, tmp: str) -> None:
     truth = {}
     for rank in range(ranks):
         t = read_truth(out / f"gt_{rank}.jsonl", steps_from(summary, rank), end)
-        truth[str(rank)] = {"steps": t.steps, "step_ms": round(t.step_ms, 3)}
+        truth[str(rank)] = {"steps": t.steps, "step_ms": round(t.step_ms, 3),
+                            "shares": {p: round(v, 4) for p, v in t.shares.items()}}
     (FIXTURES / f"{name}.truth.json").write_text(json.dumps({"example": [example, *args], "ranks": truth},
                                                             indent=2) + "\n")
 

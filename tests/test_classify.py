@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, OPTIM, f, loop, stack, torch_frame
+from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MODULE, OPTIM, f, loop, stack, torch_frame
 from traceml_attach.steps.classify import RulesError, classifier, classify, load_rules
 
 RULES = load_rules()
@@ -104,3 +104,53 @@ def test_bad_rules_files_say_what_is_wrong(tmp_path: Path, text, message):
     path.write_text(text)
     with pytest.raises(RulesError, match=message):
         load_rules(path)
+
+
+# --- code nobody here wrote: a hand-written data loader and update (examples/hand_written.py) ---
+
+MODULE_NN = "torch/nn/modules/module.py"
+PARAMS = torch_frame("Module._named_members", MODULE_NN, 2600)
+
+
+@pytest.mark.parametrize(("frames", "expected"), [
+    # word_language_model's SGD, with and without no_grad around it
+    ((loop(30, "p.data.add_(p.grad, alpha=-lr)"),), "optimizer"),
+    ((loop(30, "p.data.add_(p.grad, alpha=-lr)", ctx="torch.no_grad()"),), "optimizer"),
+    ((loop(30, "p -= lr * p.grad", ctx="torch.no_grad()"),), "optimizer"),
+    ((loop(30, "p.grad = None"),), "optimizer"),
+    # the loop over the parameters that does it, inside the generator
+    ((loop(29, "for p in model.parameters():"), torch_frame("Module.parameters", MODULE_NN, 2580), PARAMS),
+     "optimizer"),
+    ((loop(29, "for p in model.parameters():", ctx="torch.no_grad()"), PARAMS), "optimizer"),
+    # a Module's zero_grad is the update's, not forward's
+    ((loop(26, "model.zero_grad()"), torch_frame("Module.zero_grad", MODULE_NN, 2800)), "optimizer"),
+    # clip_grad_norm_ iterating the parameters: the optimizer already
+    ((loop(28, "torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)"),
+      torch_frame("clip_grad_norm_", "torch/nn/utils/clip_grad.py"), PARAMS), "optimizer"),
+    # the parameters iterated inside a Module's forward are forward's
+    ((loop(27, "out = model(x)"), torch_frame("Module._call_impl", MODULE_NN), PARAMS), "forward"),
+    # nanoGPT's get_batch: a memmap opened and sliced, tensors from numpy, a name that says it
+    ((loop(25, "X, Y = get_batch('train')"),
+      f("get_batch", line=40, src="data = np.memmap(os.path.join(data_dir, 'train.bin'), dtype=np.uint16, mode='r')"),
+      torch_frame("memmap.__new__", "numpy/_core/memmap.py", 236)), "input"),
+    ((loop(25, "X, Y = get_batch('train')"),
+      f("get_batch", line=42, src="x = torch.stack([torch.from_numpy((data[i:i+block_size]).astype(np.int64)) "
+                                  "for i in ix])"),
+      f("get_batch.<locals>.<listcomp>", line=42, src="x = torch.stack([torch.from_numpy((data[i:i+block_size])"),
+      torch_frame("memmap.__getitem__", "numpy/_core/memmap.py", 350)), "input"),
+    ((loop(25, "X, Y = get_batch('train')"), f("get_batch", line=41, src="ix = torch.randint(len(data) - "
+                                                                           "block_size, (batch_size,))")), "input"),
+    # ...whose copy to the device stays h2d
+    ((loop(25, "X, Y = get_batch('train')"),
+      f("get_batch", line=44, src="x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, "
+                                  "non_blocking=True)")), "h2d"),
+])
+def test_roles_of_hand_written_code(frames, expected):
+    assert classify((MODULE, *frames), RULES, 1).phase == expected
+
+
+def test_a_metric_under_no_grad_is_not_an_update():
+    # no gradient read: still what the no_grad rule says (not the optimizer)
+    verdict = classify((MODULE, loop(31, "acc = (out.argmax(1) == y).float().mean()", ctx="torch.no_grad()")),
+                       RULES, 1)
+    assert verdict.phase != "optimizer"

@@ -78,3 +78,20 @@ def test_ddp_stragglers_whose_extra_work_is_well_under_a_step(args, kind, culpri
     for rank in ("0", "1"):
         # phases of 1-4 ms, two ranks and their samplers on two cores: shares within 8 points
         assert_step_right_or_unknown(summary, text, tmp_path / f"gt_{rank}.jsonl", rank, share_tolerance=0.08)
+
+
+def test_a_hand_written_loader_and_update_are_input_and_optimizer(example, tmp_path: Path):
+    # GIVEN nanoGPT's get_batch over an np.memmap (no DataLoader) feeding a tiny LSTM, with
+    # zero_grad and a hand-written SGD (p.data.add_(p.grad)): the memmap reads are ~80% of a step
+    job = example("hand_written", "--vocab", "32", "--hidden", "8", "--batch", "2048", "--block", "4")
+    time.sleep(2)
+    # WHEN traceml samples it for 10 s
+    summary, text = snapshot(job.pid, tmp_path, "hand_written")
+    # THEN it is input-bound, and every phase (the update's too) is within 5 pp of the job's own
+    assert summary["step_time"]["diagnosis"]["kind"] == "INPUT_BOUND", text
+    window = summary["sampling"]["window"]
+    truth = read_truth(tmp_path / "hand_written.jsonl", steps_from(summary), window["end"])
+    shares = summary["step_time"]["ranks"]["0"]["shares"]
+    for phase in PHASES:
+        assert abs(shares[phase] - truth.shares[phase]) <= 0.05, (phase, shares, truth.shares)
+    assert shares["wait"] < 0.05, text   # nothing of it left as wait/other

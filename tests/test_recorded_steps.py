@@ -1,6 +1,7 @@
 """Real jobs' recorded frame streams against the jobs' own per-step timing (tests/record_fixtures.py
 TRUTHED): the step time is known within 5% of each rank's median step, and the steps are counted
-within 3%, at the default settings, on the shapes where the loop's line rarely wraps."""
+within 3%, at the default settings, on the shapes where the loop's line rarely wraps; and, where the
+truth has them, every phase's share within 2 percentage points of the job's own."""
 
 from __future__ import annotations
 
@@ -16,7 +17,20 @@ FIXTURES = Path(__file__).parent / "fixtures"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json"))
 
 
-@pytest.mark.parametrize("name", NAMES)
+# Known wrong (issue "Every step counted"): every ~7th step's fetch takes 2.5 steps (the young
+# generation collected after thousands of memmap slices), boundaries are missed 3.5% of the time,
+# and the period fitted to the intervals counts each slow step as 2-3 steps: 38.5 ms for 36.4
+# (+5.7%), 328 steps for 287
+KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several"}
+
+
+def marked(name: str) -> object:
+    if name in KNOWN_WRONG:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name]))
+    return name
+
+
+@pytest.mark.parametrize("name", [marked(n) for n in NAMES])
 def test_a_recorded_job_gets_its_own_step_time(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
@@ -28,3 +42,24 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
         assert got.step_ms is not None, (rank, got.clock)
         assert abs(got.step_ms / want["step_ms"] - 1) <= 0.05, (rank, got.step_ms, want)
         assert abs(got.steps - want["steps"]) <= max(1, 0.03 * want["steps"]), (rank, got.steps, want)
+
+
+SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / f"{n}.truth.json").read_text())
+                                  ["ranks"].values())]
+# the diagnosis each of them must get
+DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND"}
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_a_recorded_job_gets_its_own_phase_shares(name: str):
+    truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
+    pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
+    assert problem is None
+    analysis = pipeline.window_analysis()
+    stats = {s.rank: s for s in analysis.ranks}
+    for rank, want in truth.items():
+        shares = stats[rank].shares or {}
+        moved = {p: round(100 * (shares.get(p, 0.0) - v), 1) for p, v in want["shares"].items()
+                 if abs(shares.get(p, 0.0) - v) > 0.02}
+        assert not moved, (rank, moved)
+    assert analysis.report.step_time.diagnosis.kind == DIAGNOSES[name]
