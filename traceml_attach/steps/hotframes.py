@@ -1,4 +1,7 @@
-"""Which code inside each phase costs the time: self time of the innermost frames."""
+"""Which code inside each phase costs the time: self time of the innermost frames, per function in
+a library (torch, numpy, a framework: its lines are not the user's to change), per source line
+elsewhere: the user's own code (a loop function's lines are the model call, the update, the
+logging) and code generated at run time (torch.compile's kernels, call by call)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
+from agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Stack
 from traceml_attach.steps.timeline import Timeline, user_frame
 
@@ -42,11 +46,11 @@ def hot_frames_of(weighted: Iterable[tuple[CodeFrame, str | None, str, int]], to
                   ) -> dict[str, list[HotFrame]]:
     """``hot_frames`` from each distinct stack's leaf, ``via``, phase and time (in order of
     first appearance)."""
-    per_phase: dict[str, dict[tuple[str, str], int]] = {}
-    lines: dict[tuple[str, str, str], dict[tuple[int, str | None], int]] = {}
+    per_phase: dict[str, dict[tuple[str, str, int | None], int]] = {}
+    lines: dict[tuple[str, str, str, int | None], dict[tuple[int, str | None], int]] = {}
     totals: dict[str, int] = {}
     for leaf, caller, phase, ns in weighted:
-        key = (leaf.name, leaf.file)
+        key = (leaf.name, leaf.file, None if _in_library(leaf.file) else leaf.line)
         functions = per_phase.get(phase)
         if functions is None:
             functions = per_phase[phase] = {}
@@ -61,8 +65,8 @@ def hot_frames_of(weighted: Iterable[tuple[CodeFrame, str | None, str, int]], to
     for phase, functions in per_phase.items():
         rows = []
         # Counter.most_common: the largest first, equal ones in order of first appearance
-        for (name, path), ns in heapq.nlargest(top, functions.items(), key=itemgetter(1)):
-            at = lines[(phase, name, path)]
+        for (name, path, own_line), ns in heapq.nlargest(top, functions.items(), key=itemgetter(1)):
+            at = lines[(phase, name, path, own_line)]
             line, caller = max(at, key=at.__getitem__)
             rows.append(HotFrame(_where(name, path, line), caller, ns / totals[phase], ns / 1e6))
         out[phase] = rows
@@ -72,3 +76,8 @@ def hot_frames_of(weighted: Iterable[tuple[CodeFrame, str | None, str, int]], to
 @functools.lru_cache(maxsize=4096)
 def _where(name: str, path: str, line: int) -> str:
     return CodeFrame(name, path, line, None, None).where
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_library(path: str) -> bool:
+    return is_library(path)
