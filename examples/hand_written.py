@@ -18,8 +18,14 @@ The defaults make a compute-bound step (~150 ms on one core here, input ~1%). A 
 short windows, ``--vocab 32 --hidden 8 --batch 2048 --block 4``, makes an input-bound one (~45 ms,
 input ~80%): slicing the memmap window by window is most of the step.
 
+``--metric`` computes the batch's accuracy under ``with torch.no_grad()`` each step (a metric of
+the step, not eval); ``--eval-every N`` runs nanoGPT's ``@torch.no_grad()`` ``estimate_loss()``
+(``--eval-iters`` forward passes on fresh batches) and a ``torch.save`` checkpoint at the top of
+every N-th iteration, which makes that iteration one long step.
+
 Ground truth (TRACEML_GROUND_TRUTH): input is ``get_batch()``, optimizer is ``zero_grad`` and the
-update (clipping included), forward and backward as usual.
+update (clipping included), forward and backward as usual; the metric, the evaluation and the
+checkpoint are wait.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ parser.add_argument("--hidden", type=int, default=256, help="LSTM width (default
 parser.add_argument("--batch", type=int, default=32, help="windows per batch (default 32)")
 parser.add_argument("--block", type=int, default=64, help="tokens per window (default 64)")
 parser.add_argument("--vocab", type=int, default=2048, help="tokens in the vocabulary (default 2048)")
+parser.add_argument("--metric", action="store_true",
+                    help="each step, the batch's accuracy under `with torch.no_grad()` (a metric of the step)")
+parser.add_argument("--eval-every", type=int, default=0, metavar="N",
+                    help="every N steps, nanoGPT's @torch.no_grad() estimate_loss() (--eval-iters forward passes) "
+                         "and a checkpoint with torch.save, in that iteration (default 0: never)")
+parser.add_argument("--eval-iters", type=int, default=20, help="forward passes per evaluation (default 20)")
 parser.add_argument("--steps", type=int, default=10**9, help="steps (default: forever)")
 parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
 args = parser.parse_args()
@@ -95,11 +107,29 @@ class RNNModel(nn.Module):
 
 model = RNNModel(VOCAB, args.hidden).to(device)
 criterion = nn.CrossEntropyLoss()
+
+
+@torch.no_grad()
+def estimate_loss() -> float:
+    model.eval()
+    losses = torch.zeros(args.eval_iters)
+    for k in range(args.eval_iters):
+        x, y = get_batch()
+        losses[k] = criterion(model(x).view(-1, VOCAB), y.view(-1)).item()
+    model.train()
+    return float(losses.mean())
+
+
 gt = GroundTruth.from_env()
 print(f"ready pid={os.getpid()}", flush=True)
 gt.start()
 step = 0
 while step < args.steps:
+    if args.eval_every and step % args.eval_every == 0 and step > 0:
+        val_loss = estimate_loss()
+        torch.save({"model": model.state_dict(), "step": step, "val_loss": val_loss},
+                    os.path.join(data_dir, "ckpt.pt"))
+        gt.phase("wait")   # the iteration that evaluates and checkpoints is one long step
     x, y = get_batch()
     gt.phase("input")
     model.zero_grad()
@@ -107,6 +137,10 @@ while step < args.steps:
     output = model(x)
     loss = criterion(output.view(-1, VOCAB), y.view(-1))
     gt.phase("forward")
+    if args.metric:
+        with torch.no_grad():
+            accuracy = (output.argmax(-1) == y).float().mean()
+        gt.phase("wait")
     loss.backward()
     gt.phase("backward")
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

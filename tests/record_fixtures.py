@@ -51,6 +51,9 @@ TRUTHED = {
     "truth_hand_written": ("hand_written", (), 1),
     "truth_hand_written_input": ("hand_written", ("--vocab", "32", "--hidden", "8", "--batch", "2048",
                                                   "--block", "4"), 1),
+    # ...with a metric under no_grad each step, and nanoGPT's estimate_loss() and a checkpoint every
+    # 25 steps (one iteration of ~1.3 s)
+    "truth_hand_written_eval": ("hand_written", ("--metric", "--eval-every", "25"), 1),
 }
 
 

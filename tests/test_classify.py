@@ -149,8 +149,26 @@ def test_roles_of_hand_written_code(frames, expected):
     assert classify((MODULE, *frames), RULES, 1).phase == expected
 
 
-def test_a_metric_under_no_grad_is_not_an_update():
-    # no gradient read: still what the no_grad rule says (not the optimizer)
-    verdict = classify((MODULE, loop(31, "acc = (out.argmax(1) == y).float().mean()", ctx="torch.no_grad()")),
-                       RULES, 1)
-    assert verdict.phase != "optimizer"
+# --- eval is forward passes without a gradient; no_grad lines without one are a metric ----------
+
+CALL = torch_frame("Module._call_impl", MODULE_NN)
+DECORATED = torch_frame("context_decorator.<locals>.decorate_context", "torch/utils/_contextlib.py", 116)
+
+
+@pytest.mark.parametrize(("frames", "expected"), [
+    # a forward pass under `with torch.no_grad()` in the loop: eval
+    ((loop(40, "val_loss = loss_fn(model(xv), yv)", ctx="torch.no_grad()"), CALL), ("wait", "eval")),
+    # nanoGPT's @torch.no_grad() estimate_loss(): the decorator, a forward pass beneath
+    ((loop(41, "losses = estimate_loss()"), DECORATED,
+      f("estimate_loss", line=60, src="logits, loss = model(X, Y)"), CALL), ("wait", "eval")),
+    # an accuracy under no_grad inside the training step: a metric of the step, not eval
+    ((loop(31, "acc = (out.argmax(1) == y).float().mean()", ctx="torch.no_grad()"),), ("wait", "metric")),
+    ((loop(31, "acc = accuracy(out, y)"), DECORATED, f("accuracy", line=70, src="return (out.argmax(1) == y).mean()")),
+     ("wait", "metric")),
+    # a decorated hand-written update is the update
+    ((loop(32, "sgd_step(model, lr)"), DECORATED, f("sgd_step", line=80, src="p.add_(p.grad, alpha=-lr)")),
+     ("optimizer", None)),
+])
+def test_eval_is_a_forward_pass_without_gradients(frames, expected):
+    verdict = classify((MODULE, *frames), RULES, 1)
+    assert (verdict.phase, verdict.label) == expected

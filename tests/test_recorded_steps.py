@@ -21,7 +21,10 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # generation collected after thousands of memmap slices), boundaries are missed 3.5% of the time,
 # and the period fitted to the intervals counts each slow step as 2-3 steps: 38.5 ms for 36.4
 # (+5.7%), 328 steps for 287
-KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several"}
+KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several",
+               # issue "Phases on code nobody here wrote", point 2: one iteration that evaluates and
+               # checkpoints (~1.3 s) is counted as ~8 steps: 81 for 76
+               "truth_hand_written_eval": "an evaluating iteration is counted as several steps"}
 
 
 def marked(name: str) -> object:
@@ -47,10 +50,20 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
 SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / f"{n}.truth.json").read_text())
                                   ["ranks"].values())]
 # the diagnosis each of them must get
-DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND"}
+DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
+             "truth_hand_written_eval": "COMPUTE_BOUND"}
+# the evaluating iteration split into steps puts part of its eval outside the typical steps'
+# shares: wait 6 pp under the truth, backward 5 pp over
+KNOWN_WRONG_SHARES = {"truth_hand_written_eval": "an evaluating iteration is split into steps"}
 
 
-@pytest.mark.parametrize("name", SHARED)
+def shared(name: str) -> object:
+    if name in KNOWN_WRONG_SHARES:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG_SHARES[name]))
+    return name
+
+
+@pytest.mark.parametrize("name", [shared(n) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
@@ -63,3 +76,13 @@ def test_a_recorded_job_gets_its_own_phase_shares(name: str):
                  if abs(shares.get(p, 0.0) - v) > 0.02}
         assert not moved, (rank, moved)
     assert analysis.report.step_time.diagnosis.kind == DIAGNOSES[name]
+
+
+def test_eval_a_metric_and_a_checkpoint_are_told_apart():
+    # a metric under no_grad each step (no forward pass beneath it), nanoGPT's decorated
+    # estimate_loss() (forward passes beneath it) and torch.save every 25 steps
+    pipeline, problem = replay_file(FIXTURES / "truth_hand_written_eval.msgpack", load_rules())
+    assert problem is None
+    labels = {s.rank: s for s in pipeline.window_analysis().ranks}["0"].wait_labels
+    assert labels["eval"] > labels["metric"] > labels["checkpoint"] > 0, labels
+    assert labels["eval"] + labels["metric"] + labels["checkpoint"] > 0.95, labels

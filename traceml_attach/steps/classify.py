@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,11 @@ class Rule:
     file: re.Pattern[str] | None = None
     src: re.Pattern[str] | None = None
     ctx: re.Pattern[str] | None = None
+    below: re.Pattern[str] | None = None   # a function deeper in the stack (what the line calls)
     where: str = "any"
     framework: str | None = None   # the framework a stack this rule decides belongs to
 
-    def matches(self, frame: CodeFrame, is_leaf: bool, is_loop: bool) -> bool:
+    def matches(self, frame: CodeFrame, is_leaf: bool, is_loop: bool, deeper: Sequence[CodeFrame] = ()) -> bool:
         if self.where == "leaf" and not is_leaf:
             return False
         if self.where == "loop" and not is_loop:
@@ -42,6 +43,7 @@ class Rule:
             and _hit(self.file, frame.file)
             and _hit(self.src, frame.src)
             and _hit(self.ctx, frame.ctx)
+            and (self.below is None or any(self.below.search(f.name) for f in deeper))
         )
 
 
@@ -105,8 +107,8 @@ def parse_rules(data: dict[str, Any], origin: str) -> Rules:
             raise RulesError(f"{where}: phase must be one of {', '.join(PHASES)}, not {phase!r}")
         if raw.get("where", "any") not in _WHERE:
             raise RulesError(f"{where}: where must be one of {', '.join(_WHERE)}")
-        _known_keys(raw, {"phase", "label", "func", "file", "src", "ctx", "where", "framework"}, where)
-        patterns = _patterns(raw, ("func", "file", "src", "ctx"), where)
+        _known_keys(raw, {"phase", "label", "func", "file", "src", "ctx", "below", "where", "framework"}, where)
+        patterns = _patterns(raw, ("func", "file", "src", "ctx", "below"), where)
         rules.append(Rule(phase=phase, label=raw.get("label"), where=raw.get("where", "any"),
                           framework=raw.get("framework"), **patterns))
     loops = []
@@ -146,8 +148,9 @@ def classify(stack: Stack, rules: Rules, loop_depth: int | None) -> Verdict:
     found: Verdict | None = None
     for depth in range(start, len(stack)):
         frame = stack[depth]
+        deeper = stack[depth + 1:]
         for rule in rules.phases:
-            if rule.matches(frame, depth == leaf, depth == loop_depth):
+            if rule.matches(frame, depth == leaf, depth == loop_depth, deeper):
                 label = rule.label if rule.phase == "wait" else None
                 if found is None or yields(found.phase, found.label, rule.phase, label):
                     found = Verdict(rule.phase, label, depth, rule.framework)

@@ -44,6 +44,9 @@ WORK_PHASES: frozenset[str] = frozenset(COMPONENTS["input"] + COMPONENTS["comput
 # forward under no_grad in an eval function is eval).
 NESTING: dict[tuple[str, str | None], frozenset[tuple[str, str | None]]] = {
     ("optimizer", None): frozenset({("forward", None), ("backward", None), ("wait", "compile")}),
+    # an update under no_grad (a decorated `sgd_step`) is the update, not eval or a metric
+    ("wait", "eval"): frozenset({("optimizer", None)}),
+    ("wait", "metric"): frozenset({("optimizer", None)}),
     ("forward", None): frozenset({("wait", "compile")}),
     ("backward", None): frozenset({("wait", "compile")}),
 }
