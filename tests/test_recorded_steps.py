@@ -21,10 +21,7 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # generation collected after thousands of memmap slices), boundaries are missed 3.5% of the time,
 # and the period fitted to the intervals counts each slow step as 2-3 steps: 38.5 ms for 36.4
 # (+5.7%), 328 steps for 287
-KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several",
-               # issue "Phases on code nobody here wrote", point 2: one iteration that evaluates and
-               # checkpoints (~1.3 s) is counted as ~8 steps: 81 for 76
-               "truth_hand_written_eval": "an evaluating iteration is counted as several steps"}
+KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several"}
 
 
 def marked(name: str) -> object:
@@ -52,18 +49,7 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
 # the diagnosis each of them must get
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
              "truth_hand_written_eval": "COMPUTE_BOUND"}
-# the evaluating iteration split into steps puts part of its eval outside the typical steps'
-# shares: wait 6 pp under the truth, backward 5 pp over
-KNOWN_WRONG_SHARES = {"truth_hand_written_eval": "an evaluating iteration is split into steps"}
-
-
-def shared(name: str) -> object:
-    if name in KNOWN_WRONG_SHARES:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG_SHARES[name]))
-    return name
-
-
-@pytest.mark.parametrize("name", [shared(n) for n in SHARED])
+@pytest.mark.parametrize("name", SHARED)
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())

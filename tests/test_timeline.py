@@ -151,3 +151,26 @@ def test_without_a_device_no_wait_is_a_device_sync():
     assert cpu.wait_labels["other"] == pytest.approx(2 / 3, abs=0.02)      # .item(): other work
     assert cpu.wait_labels["logging"] == pytest.approx(1 / 3, abs=0.02)    # formatting: logging
     assert cpu.shares == stats.shares                                      # the phases stand
+
+
+def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
+    # nanoGPT: every few iterations, @torch.no_grad() estimate_loss() (forward passes) and a
+    # checkpoint at the top of the iteration, 700 ms where a step is 100 ms. At 10 Hz a boundary
+    # could go unseen (a period is fitted): that interval is still one long step, not eight
+    evaluate = (19, "losses = estimate_loss()", (
+        torch_frame("context_decorator.<locals>.decorate_context", "torch/utils/_contextlib.py", 116),
+        f("estimate_loss", line=60, src="logits, loss = model(X, Y)"),
+        torch_frame("Module._call_impl", "torch/nn/modules/module.py")))
+    save = (19, "torch.save(checkpoint, path)", (torch_frame("save", "torch/serialization.py"),))
+    spans, t = [], 1_000_000_000
+    for k in range(40):
+        pattern = ([(evaluate, 600), (save, 100)] if k % 10 == 5 else []) + PATTERN
+        part = steps(pattern, 1, t0_ns=t)
+        spans += part
+        t = part[-1].end_ns
+    tl = timeline(spans, rate=10)
+    # 38 intervals between the 39 returns after the first iteration: 38 steps, 4 of them 800 ms long
+    assert len(tl.steps) == 38, [round(s.dur_ns / 1e6) for s in tl.steps]
+    assert tl.clock.known and tl.clock.typical_ns == pytest.approx(100_000_000, rel=0.01), tl.clock
+    assert sorted(round(s.dur_ns / 1e6) for s in tl.steps)[-4:] == [800] * 4
+    assert tl.wait_labels_ns["eval"] == 4 * 600_000_000 and tl.wait_labels_ns["checkpoint"] == 4 * 100_000_000

@@ -87,7 +87,7 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
 
 
 @pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler",
-                                  "fw_lightning_input"])
+                                  "fw_lightning_input", "truth_hand_written_eval"])
 def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
     # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
     rec, live = Recording(), IncrementalAnalyzer(RULES)

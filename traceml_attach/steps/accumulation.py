@@ -156,7 +156,8 @@ def _merged(run: Sequence[Step]) -> Step:
             for phase, ns in (s.blocked_sync_ns or {}).items():
                 blocked[phase] = blocked.get(phase, 0) + ns
     return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
-                blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run))
+                blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run),
+                aside_ns=sum(s.aside_ns for s in run))
 
 
 
@@ -212,7 +213,7 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         # and a period fitted to them without the returns' own chance of going unseen would split
         # every slow step into several
         return None
-    clock, counts = clock_of([g.dur_ns for g in groups], unseen, tl.rate_hz)
+    clock, counts = clock_of([g.counted_ns for g in groups], unseen, tl.rate_hz)
     if not clock.known or (clock.method == "comb" and _lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     steps = expand(groups, counts)
@@ -405,7 +406,7 @@ def _lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int) -> str
     for iv in intervals:
         if not iv.covered:
             continue
-        n = max(round(iv.dur_ns / period_ns), 1)
+        n = max(round(iv.counted_ns / period_ns), 1)
         compute = sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) / per_sample
         if n == 1:
             one.append(compute)
@@ -496,5 +497,5 @@ def micro_counts(intervals: Sequence[Step], period_ns: float) -> tuple[int, ...]
     """The micro-batches in each interval between observed returns: the optimizer's own time is
     no micro-batch's (an interval of one micro-batch and a long optimizer step is one, not two),
     nor is the time blocked in the all-reduce, where it was measured (the last micro-batch's)."""
-    return tuple(max(round((iv.dur_ns - iv.phases_ns.get("optimizer", 0) - sum((iv.blocked_sync_ns or {}).values()))
+    return tuple(max(round((iv.counted_ns - iv.phases_ns.get("optimizer", 0) - sum((iv.blocked_sync_ns or {}).values()))
                            / period_ns), 1) for iv in intervals)

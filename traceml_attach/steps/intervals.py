@@ -72,7 +72,7 @@ class Interval:
     def __init__(self, rid: int, step: Step) -> None:
         self.rid = rid
         self.step = step
-        self.dur = step.dur_ns
+        self.dur = step.counted_ns   # as the batch counts (``timeline._clock``)
         self.n_own = 1           # steps on the rank's own clock...
         self.sure = True         # ...whether that count is sure (posterior ≥ SURE)...
         self.inlier = False      # ...and whether it sits on that clock's comb
@@ -135,10 +135,11 @@ class IntervalWindow:
     # --- intervals coming and going ----------------------------------------------------------
 
     def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
-            long_spans: Sequence[tuple[int, int]], sync: Sequence[tuple[int, int, str]], pending: bool) -> Interval:
+            long_spans: Sequence[tuple[int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
+            aside: int = 0) -> Interval:
         swallowing = self.certain and bool(long_spans) and self.spans.swallowing(long_spans)
         self.rid += 1
-        step = Step(start, end, phases, blocked, swallowing=swallowing)
+        step = Step(start, end, phases, blocked, swallowing=swallowing, aside_ns=aside)
         record = Interval(self.rid, step)
         record.long_spans, record.pending = tuple(long_spans), pending
         if pending:   # read again when the CPU counter has reached its end

@@ -90,7 +90,7 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
         if reference.clock.method == "wraps":
             counts = _aligned_counts(tl, ref_bounds)
         else:
-            counts = map_counts([float(s.dur_ns) for s in tl.intervals], period, tl.clock.unseen, tl.rate_hz)
+            counts = map_counts([float(s.counted_ns) for s in tl.intervals], period, tl.clock.unseen, tl.rate_hz)
         edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz)
         clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)

@@ -53,6 +53,9 @@ BACKGROUND_FUNCS = {"_pin_memory_loop", "_feed", "_handle_results", "_handle_wor
 MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
 OUTER_TIE = 0.8             # an outer candidate wins with ≥ this fraction of the most wraps
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step
+# Wait set aside from training: an iteration that evaluates or checkpoints is one (long) step, and
+# its evaluation is no training steps' time
+ASIDE_LABELS = frozenset({"eval", "checkpoint"})
 # A higher rate is suggested for long steps only where their boundaries go unseen at least this often
 MOSTLY_UNSEEN = 0.3
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
@@ -132,6 +135,14 @@ class Step:
     # (observed intervals) it holds a span far longer than its stack's usual span: the sampler
     # saw nothing change for that long where the thread usually moves on (see ``expand``)
     swallowing: bool = False
+    # (observed intervals) its time in an evaluation or a checkpoint (ASIDE_LABELS): an iteration
+    # that evaluates is one step, counted on the time it spent training (``counted_ns``)
+    aside_ns: int = 0
+
+    @property
+    def counted_ns(self) -> int:
+        """The length its step count is judged on: the interval less its eval and checkpoints."""
+        return self.dur_ns - self.aside_ns
 
     @property
     def dur_ns(self) -> int:
@@ -561,6 +572,7 @@ def _intervals(
         if any(h0 < end and h1 > start for h0, h1 in holes):
             continue
         phases = dict.fromkeys(PHASES, 0)
+        aside = 0
         blocked: dict[str, int] | None = {} if counter is not None else None
         while i < len(segments) and segments[i].ts_ns + segments[i].dur_ns <= start:
             i += 1
@@ -573,6 +585,8 @@ def _intervals(
                 swallowing = True
             if hi > lo:
                 phases[seg.phase] += hi - lo
+                if seg.phase == "wait" and seg.label in ASIDE_LABELS:
+                    aside += hi - lo
                 if blocked is not None and counter is not None and (seg.phase, seg.label) in SYNC_PHASES:
                     b0, b1 = counter.at(lo), counter.at(hi)
                     if b0 is None or b1 is None:
@@ -581,7 +595,7 @@ def _intervals(
                         idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
                         blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
-        steps.append(Step(start, end, phases, blocked, swallowing=swallowing))
+        steps.append(Step(start, end, phases, blocked, swallowing=swallowing, aside_ns=aside))
     return steps
 
 
@@ -648,7 +662,7 @@ def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -
 
 def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFrame | None,
            rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
-    return clock_of([s.dur_ns for s in intervals], _unseen(segments, loop, rate_hz), rate_hz)
+    return clock_of([s.counted_ns for s in intervals], _unseen(segments, loop, rate_hz), rate_hz)
 
 
 def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:

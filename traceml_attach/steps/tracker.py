@@ -60,6 +60,7 @@ from traceml_attach.steps.period import visit_samples
 from traceml_attach.steps.phases import PHASES, WORK_PHASES
 from traceml_attach.steps.steptime import StepTotals
 from traceml_attach.steps.timeline import (
+    ASIDE_LABELS,
     BACKGROUND_FUNCS,
     CYCLE_RANK,
     MAX_SPAN_GAP_INTERVALS,
@@ -444,6 +445,7 @@ class RankTracker:
     def _close(self, start: int, end: int, spans: list[tuple[Span, _StackInfo]]) -> None:
         """An interval between two wraps, measured as ``timeline._intervals`` does."""
         phases = _NO_PHASES.copy()
+        aside = 0
         counter = self._uses_counter()
         sync = []
         long_spans = []
@@ -456,11 +458,13 @@ class RankTracker:
                 long_spans.append((id(span.stack), dur))
             if hi > lo:
                 phases[info.phase] += hi - lo
+                if info.phase == "wait" and info.label in ASIDE_LABELS:
+                    aside += hi - lo
                 if counter and (info.phase, info.label) in SYNC_PHASES:
                     sync.append((lo, hi, info.phase))
         pending = counter and self.cpu[-1][0] < end and self.end_ns - end < PENDING_S * NS
         blocked = self._blocked(sync) if counter and not pending else None
-        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending)
+        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside)
         if pending:
             self.pending.append(record)
 
