@@ -77,7 +77,11 @@ LUMPED_MIN_SAMPLES = 5
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
     """k, the micro-batches per optimizer step, from where the optimizer's time falls among the
     intervals between the loop's observed returns (1: no accumulation seen)."""
-    k, chance, gaps = _multiples(intervals, period_ns)
+    return _counted(*_multiples(intervals, period_ns))
+
+
+def _counted(k: int, chance: float, gaps: int) -> int:
+    """k where the gaps count it (enough of them, beyond chance), else 1."""
     return k if gaps >= MIN_GAPS and chance <= MAX_CHANCE else 1
 
 
@@ -244,12 +248,11 @@ def plan_of(tl: Timeline) -> Plan:
     if lumped is not None:
         return Plan(1, None, lumped, lumped=True)
     gaps, seen = _gaps(tl.intervals, tl.clock.period_ns) if tl.clock.period_ns else ([], 0.0)
-    k, chance, n = _multiples_in(gaps, seen)
-    if n >= MIN_GAPS and chance <= MAX_CHANCE:
+    multiples = _multiples_in(gaps, seen)
+    k = _counted(*multiples)
+    if k > 1 or marks is not None:
         return Plan(k, marks)
-    if marks is not None:
-        return Plan(1, marks)
-    return Plan(1, None, _doubt(tl), gaps=tuple(gaps), seen=seen)
+    return Plan(1, None, _doubt(tl, multiples), gaps=tuple(gaps), seen=seen)
 
 
 def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
@@ -278,7 +281,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     # the visits of a shorter optimizer by itself, alike on every rank (the same step, the same
     # rate), as a real DDP stream showed (gaps of 10, 10, 5, 4, 10 micro-batches, no accumulation)
     k, chance, n = _multiples_in(gaps, seen)
-    if n >= MIN_GAPS and chance <= MAX_CHANCE:
+    if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
     if chance <= SUGGESTED:
@@ -356,7 +359,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
 
 
-def _doubt(tl: Timeline) -> str | None:
+def _doubt(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
     """Why ``tl``'s steps may not be optimizer steps (None: they are). Without accumulation every
     step holds the optimizer's own work, d on average (its sampled time over the steps counted),
     seen with chance 1 - e^-(d·rate); an optimizer seen in far fewer intervals between returns than
@@ -364,8 +367,8 @@ def _doubt(tl: Timeline) -> str | None:
     certain, points to gradient accumulation whose micro-batches could not be counted (too few
     optimizer steps in the window). The step time is then unknown: the micro-batch's is not it.
     (The visits' lengths tell nothing here: on a loaded machine a span also covers the sampler's
-    own gaps.)"""
-    k, chance, _ = _multiples(tl.intervals, tl.clock.period_ns)
+    own gaps.) ``multiples``: ``_multiples`` of its intervals, as ``plan_of`` found them."""
+    k, chance, _ = multiples
     if chance <= SUGGESTED:
         return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
                 f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
