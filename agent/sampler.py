@@ -55,6 +55,7 @@ class SamplerConfig:
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
     cpu_every_s: float = 0.02    # main thread's on-CPU/run-queue time (tells computing from waiting)
+    mem_every_s: float = 0.05    # the process's RSS (statm), to tell in which phase memory grows
     gpu_every_s: float = 1.0     # NVML poll of devices and their processes
 
 
@@ -80,6 +81,7 @@ class Sampler:
         self._resume_at = 0.0        # monotonic time before which no window starts (a pause)
         self._status: int | None = None
         self._names: ThreadNames | None = None   # set in begin(): names across this target's dumps
+        self._sources_seen: set[str] = set()     # files whose source was sent (or could not be)
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -96,6 +98,7 @@ class Sampler:
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
             "cmd": list(target.cmd), "nspid": list(target.nspid),
+            "started": target.started_ns, "mem_limit": target.memory_limit,
             **{k.lower(): v for k, v in target.rank_env.items()},
         })
         self._write_threads(threads)
@@ -125,6 +128,8 @@ class Sampler:
         next_proc = next_start
         poller = ProcPoller(self.pid)
         cpu = ThreadCpu(self.pid)
+        mem = RssTrace(self.pid)
+        next_mem = next_start
         tmp = self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
         next_cpu = next_start
         reason = "stopped"
@@ -156,6 +161,9 @@ class Sampler:
                     if self._gone():
                         reason = "target_exited"
                         return reason
+                if now >= next_mem:
+                    next_mem = now + cfg.mem_every_s
+                    mem.read()
                 if now >= next_proc:   # the 20 ms branch above has just checked _gone()
                     next_proc = now + cfg.proc_every_s
                     frame = poller.poll()
@@ -164,6 +172,7 @@ class Sampler:
                         return reason
                     self.writer.write(frame)
                     self.writer.write(cpu.frame())
+                    self.writer.write(mem.frame())
                 if now >= next_threads:
                     next_threads = now + cfg.threads_every_s
                     self._poll_threads()
@@ -175,6 +184,7 @@ class Sampler:
             for window in windows:
                 self._finish(window, cut_short=True)
             self.writer.write(cpu.frame())   # the CPU counters up to the end, exit included
+            self.writer.write(mem.frame())
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,
                                    "status": self._status})
@@ -240,12 +250,26 @@ class Sampler:
                  [(name, path, line, *source.describe(self.pid, path, line)) for name, path, line in span.frames])
                 for span in kept]
         if rows:
+            self._send_sources(kept)
             self.writer.write_spans(self.pid, index, rows)
         self.writer.write({"k": "window", "pid": self.pid, "w": index,
                            "start": result.first_ns, "end": result.last_ns,
                            "samples": result.samples, "errors": result.errors})
         if result.last_ns is not None:
             self._covered_until = max(self._covered_until or 0, result.last_ns)
+
+    def _send_sources(self, spans: list[RawSpan]) -> None:
+        """A ``source`` frame for each file of the job's own code seen for the first time (the
+        analysis reads the training loop's source for what keeps tensors across steps)."""
+        for span in spans:
+            for _, path, _ in span.frames:
+                if path in self._sources_seen or len(self._sources_seen) >= source.SOURCE_FILES_SENT:
+                    continue
+                self._sources_seen.add(path)
+                text = source.user_file(self.pid, path)
+                if text is not None:
+                    self.writer.write({"k": "source", "t": time.time_ns(), "pid": self.pid, "file": path,
+                                       "text": text})
 
     def _gone(self) -> bool:
         """True once the target has exited; catches its exit status while it is a zombie."""
@@ -287,6 +311,31 @@ def _clip(span: RawSpan, start: int | None) -> RawSpan | None:
     if end <= start:
         return None
     return RawSpan(span.tid, start, end - start, span.frames)
+
+
+class RssTrace:
+    """The process's resident set size, read from statm every few tens of ms and batched: fine
+    enough to tell in which phase of a step memory grows (its workers' come with ``proc``)."""
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/statm"
+        self.pid = pid
+        self._rows: list[list[int]] = []
+
+    def read(self) -> None:
+        try:
+            with open(self._path, encoding="ascii") as fh:
+                resident = int(fh.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return
+        self._rows.append([time.time_ns(), resident * PAGE_BYTES])
+
+    def frame(self) -> dict[str, Any]:
+        rows, self._rows = self._rows, []
+        return {"k": "mem", "pid": self.pid, "samples": rows}
+
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class ThreadCpu:

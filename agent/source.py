@@ -70,6 +70,27 @@ def _lines(real_path: str) -> tuple[str, ...]:
         return ()
 
 
+SOURCE_FILES_SENT = 16            # a process's own files sent whole (the training loop's among them)
+MAX_SENT_BYTES = 256 * 1024       # ...each at most this long
+
+
+def user_file(pid: int, path: str) -> str | None:
+    """The text of one of the job's own source files (not a library's), for the analysis to read
+    the training loop whole; None for a library, an unreadable file or one too long to send."""
+    if is_library(path):
+        return None
+    real = _resolve(pid, path)
+    if real is None:
+        return None
+    try:
+        if os.path.getsize(real) > MAX_SENT_BYTES:
+            return None
+        with open(real, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 @lru_cache(maxsize=LINES_DESCRIBED)
 def describe(pid: int, path: str, line: int) -> tuple[str | None, str | None]:
     """(source line, enclosing with-items joined by '; ') for a frame; None when unreadable."""

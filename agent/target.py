@@ -28,6 +28,8 @@ class TargetInfo:
     cmd: tuple[str, ...]
     rank_env: dict[str, int]
     nspid: tuple[int, ...]   # its PID in each PID namespace, ours first (ns_pids)
+    started_ns: int | None = None        # when the process started (wall clock): the job's age
+    memory_limit: int | None = None      # its cgroup's memory limit in bytes (None: none set)
 
 
 def ns_pids(pid: int) -> tuple[int, ...]:
@@ -103,4 +105,53 @@ def inspect_target(pid: int) -> TargetInfo:
             f"process {pid} runs a free-threaded CPython ({os.path.basename(exe)}), "
             "which py-spy cannot read: attach to a standard build",
         )
-    return TargetInfo(pid=pid, exe=exe, cmd=cmd[:8], rank_env=rank_env(pid), nspid=ns_pids(pid))
+    return TargetInfo(pid=pid, exe=exe, cmd=cmd[:8], rank_env=rank_env(pid), nspid=ns_pids(pid),
+                      started_ns=started_ns(pid), memory_limit=memory_limit(pid))
+
+
+def started_ns(pid: int) -> int | None:
+    """When the process started, in wall-clock ns (psutil's create_time: boot time plus the
+    start tick in /proc/<pid>/stat, to 10 ms); None when it cannot be read."""
+    try:
+        return int(psutil.Process(pid).create_time() * 1e9)
+    except psutil.Error:
+        return None
+
+
+# cgroup v1 reports "no limit" as the largest page-aligned value; anything at or above this is none
+NO_LIMIT = 1 << 62
+
+
+def memory_limit(pid: int, root: str = "/") -> int | None:
+    """The memory limit of the cgroup ``pid`` runs in, in bytes: the smallest ``memory.max`` (v2)
+    or ``memory.limit_in_bytes`` (v1) on its path up to the root (a parent's limit binds its
+    children); None where none is set or nothing can be read. ``root``: where / is (tests)."""
+    try:
+        with open(os.path.join(root, f"proc/{pid}/cgroup"), encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    found: list[int] = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if controllers == "" and path:
+            found += _limits(os.path.join(root, "sys/fs/cgroup"), path, "memory.max")
+            found += _limits(os.path.join(root, "sys/fs/cgroup/unified"), path, "memory.max")
+        elif "memory" in controllers.split(","):
+            found += _limits(os.path.join(root, "sys/fs/cgroup/memory"), path, "memory.limit_in_bytes")
+    return min(found) if found else None
+
+
+def _limits(mount: str, path: str, name: str) -> list[int]:
+    """The limits set in ``name`` along ``path`` below ``mount``, the cgroup first."""
+    out = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        try:
+            with open(os.path.join(mount, *parts[:depth], name), encoding="ascii") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < NO_LIMIT:
+            out.append(int(text))
+    return out

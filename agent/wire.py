@@ -10,8 +10,11 @@ Frame kinds (key ``k``)::
     hello    {v, t, agent, backend, backend_version, rate_hz, max_rate_hz, window_s, host, argv}
              rate_hz: every process's first sampling rate; max_rate_hz: the most a ``rate``
              frame may raise it to (equal: the rate is fixed; absent in older recordings)
-    target   {t, pid, exe, cmd, nspid, rank, local_rank, world_size, group_rank}
-             nspid: the target's PID in each PID namespace (NVML reports the host's)
+    target   {t, pid, exe, cmd, nspid, started, mem_limit, rank, local_rank, world_size, group_rank}
+             nspid: the target's PID in each PID namespace (NVML reports the host's); started:
+             when the process started (wall-clock ns), its age is the memory warm-up's clock;
+             mem_limit: its cgroup's memory limit in bytes (both None when unknown or unset,
+             absent in older recordings)
     spans    {pid, w, fdefs: [[id, name, file, line, src, ctx]], sdefs: [[id, [fid...]]],
               spans: [[tid, ts_ns, dur_ns, sid]]}
              a span is a stack observed continuously for dur_ns; stacks list frames
@@ -28,6 +31,9 @@ Frame kinds (key ``k``)::
              (agent.pyspy.ThreadNames); None when it cannot be known
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
     tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
+    mem      {pid, samples: [[ts_ns, rss_bytes]]}   the process's RSS every ~50 ms (statm), batched
+    source   {t, pid, file, text}   one of the job's own source files (not a library's), sent
+             once, when a sampled frame first names it: the training loop's code, read whole
     host     {t, cpu, mem_used, mem_total, cpus}   (cpu: % of all its logical CPUs; cpus: how many)
     gpu      {t, devices: [[index, util %, mem_used, mem_total, temp C, power W, limit W, mig]],
               procs: [[device, host_pid, used bytes, SM %]]}
@@ -191,17 +197,20 @@ class Interner:
 class StateFrames:
     """The newest state frames of a stream, what a reader that starts late needs before the data
     (a rotated segment's context; a collector joining a running agent, agent/link.py): the hello,
-    each process's newest ``target``, ``threads``, ``rate`` and ``exit`` frame, each node's newest
-    ``node`` frame, and the newest CONTEXT_RESTARTS restarts."""
+    each process's newest ``target``, ``threads``, ``rate`` and ``exit`` frame, the ``source`` of
+    each of the job's files, each node's newest ``node`` frame, and the newest CONTEXT_RESTARTS
+    restarts."""
 
     def __init__(self) -> None:
-        self._latest: dict[tuple[str, int], dict[str, Any]] = {}   # (kind, pid or node) -> frame
+        self._latest: dict[tuple[str, int | str], dict[str, Any]] = {}   # (kind, pid, node or file) -> frame
         self._restarts: deque[dict[str, Any]] = deque(maxlen=CONTEXT_RESTARTS)
 
     def remember(self, frame: dict[str, Any]) -> None:
         kind = frame.get("k")
         if kind in ("hello", "target", "threads", "rate", "exit"):
             self._latest[(kind, int(frame.get("pid") or 0))] = frame
+        elif kind == "source":
+            self._latest[(kind, str(frame.get("file")))] = frame   # each of the job's files, once
         elif kind == "node":
             self._latest[(kind, int(frame.get("node") or 0))] = frame
         elif kind == "restart":

@@ -7,7 +7,7 @@ import pytest
 from agent.nvml import Nvml
 from tests.fake_nvml import GIB, Device, FakeNvml, Proc
 from traceml_attach.diagnose.gpu import rank_gpu
-from traceml_attach.diagnose.memory import diagnose_memory
+from traceml_attach.diagnose.memory import Limits, diagnose_memory
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
 from traceml_attach.ingest.stream import Recording
 
@@ -33,15 +33,19 @@ def record(fake: FakeNvml, ticks: int = 12, ranks: dict[int, tuple[int, ...]] | 
 def memory_of(rec: Recording) -> tuple:
     ranks = {str(m.rank): pid for pid, m in rec.targets.items()}
     gpu = rank_gpu(rec, ranks, 0, 1 << 62)
-    return gpu, diagnose_memory("gpu", gpu.memory, gpu.capacity).finding
+    limits = {rank: Limits(gpu.capacity.get(rank)) for rank in ranks}   # no start time: the session's warm-up
+    return gpu, diagnose_memory("gpu", gpu.memory, limits).finding
 
 
 def test_creep():
     fake = FakeNvml([Device(procs=[Proc(100, lambda t: 10 * GIB + t * 200 * MIB)]),
                      Device(procs=[Proc(101, lambda t: 10 * GIB + t * 200 * MIB)])])
-    _, finding = memory_of(record(fake, ticks=40, ranks={100: (100,), 101: (101,)}))   # past the warm-up
-    assert finding.kind == "MEMORY_CREEP"
+    # 20 s past the session's warm-up (the recording has no start times): rising, too soon for a trend
+    _, finding = memory_of(record(fake, ticks=40, ranks={100: (100,), 101: (101,)}))
+    assert finding.kind == "MEMORY_RISING"
     assert "reserved memory plus the CUDA context" in finding.why
+    _, finding = memory_of(record(fake, ticks=60, ranks={100: (100,), 101: (101,)}))
+    assert finding.kind == "MEMORY_CREEP"
 
 
 def test_imbalance():

@@ -58,8 +58,9 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class MemoryPolicy:
-    # Device memory in use (NVML: the allocator's reserved memory plus the CUDA context) as
-    # a share of capacity: HIGH PRESSURE warns at this...
+    # Device memory in use (NVML: the allocator's reserved memory plus the CUDA context), or a
+    # job's host RSS with its workers against its cgroup's limit (else the host's RAM), as a
+    # share of capacity: HIGH PRESSURE warns at this...
     pressure_warn: float = 0.92
     # ...and is critical at this.
     pressure_crit: float = 0.97
@@ -67,31 +68,65 @@ class MemoryPolicy:
     imbalance_skew: float = 0.20
     # ...while memory matters at all (worst peak at least this share of capacity).
     imbalance_min_pressure: float = 0.30
-    # Creep is judged on a series of (time, bytes) after its warm-up: the first this many
-    # seconds are not judged. Warm-up growth is not creep: DataLoader workers forking, the
-    # allocator's caches and pools filling (examples/input_bound.py --workers 2: +30 to +120 MiB
-    # in the seconds after its workers start, flat after that). A rise must go on past it.
+    # Warm-up is the first this many seconds of the job's own life (its process start time),
+    # not of the attach: workers forking, the allocator's caches and pools filling
+    # (examples/input_bound.py --workers 2: +30 to +120 MiB in the seconds after its workers
+    # start). A job that has run longer than this is judged from the first sample.
     creep_warmup_s: float = 20.0
-    # After the warm-up, the series must cover at least this many seconds (three bands of
-    # a few one-second samples) before creep is judged at all.
-    creep_min_span_s: float = 10.0
-    # Creep compares the medians of the head, middle and tail thirds (by time) of what
-    # follows the warm-up, on the rank that grew most and on the median rank. Each band must
-    # rise by at least this much...
-    creep_band_rise_bytes: int = 8 * MIB
-    # ...the tail's rise must keep at least this share of the middle's (a rise that levels
-    # off is a cache filling up; a leak keeps its pace)...
-    creep_keeps_pace: float = 0.5
-    # ...and the tail must exceed the head by this much for MEMORY CREEP (EARLY): a
-    # consistent rise that is more than allocator noise...
-    creep_early_bytes: int = 64 * MIB
-    # ...and by this much (GPU) for MEMORY CREEP,
-    creep_confirmed_gpu_bytes: int = 1024 * MIB
-    # or by this much of host RSS (a rank with its DataLoader workers), for which there is
-    # no capacity per process: half a GiB retained past the warm-up is a leak, not a cache.
-    creep_confirmed_host_bytes: int = 512 * MIB
-    # A window needs this many memory samples per rank (one a second) to judge a trend.
+    # Nothing is judged on less than this much time past the warm-up, nor on fewer samples.
+    min_judged_s: float = 6.0
     min_samples: int = 6
+    # Shorter than this, a window can only say MEMORY RISING (a large rise, under way); from
+    # this long on, the trend is judged on BLOCKS medians and can be MEMORY CREEP (EARLY).
+    creep_min_span_s: float = 30.0
+    # MEMORY RISING in a short window: the last third of the window above the first by at
+    # least this much AND this share of the first third's level, with the middle third
+    # between them. A CPU allocator's RSS swings by up to 80 MiB on the flat example jobs (glibc
+    # growing and trimming its heap: examples/input_bound.py, 436-506 MiB in 20-s cycles; the
+    # readings of six of them are tests/fixtures/rss_flat.json), so a short window cannot tell a
+    # smaller rise from one of its swings.
+    rising_min_bytes: int = 128 * MIB
+    rising_min_share: float = 0.10
+    # GPU memory (the caching allocator's reserved memory) does not swing that way: it grows
+    # in steps and gives nothing back unless emptied, so a smaller steady rise is already one.
+    rising_min_bytes_gpu: int = 64 * MIB
+    rising_min_share_gpu: float = 0.05
+    # The trend of a longer window is judged on this many equal blocks of time (their medians):
+    blocks: int = 6
+    # ...a rise is a trend when it is at least this many standard errors of the blocks' fit...
+    trend_t: float = 4.0
+    # ...every block at or above the one before (less this share of the average step between
+    # them, for GPU memory that grows in steps)...
+    block_slack: float = 0.25
+    # ...and the last third's rise keeps at least this share of the middle third's (a rise that
+    # levels off is a cache filling up; a leak keeps its pace).
+    creep_keeps_pace: float = 0.5
+    # MEMORY CREEP (EARLY) also needs the rise to be at least this much and this share of the
+    # level: a smaller steady rise is said as such ("rose slightly"), not as creep, because an
+    # allocator grows its heap for a minute or two after start-up (examples/input_bound.py
+    # --workers 2: +55 MiB, 4.5% of its 1.2 GiB, from its 40th to its 120th second, then flat)
+    creep_early_bytes: int = 16 * MIB
+    creep_early_share: float = 0.05
+    # ...for GPU memory, which grows in the allocator's segments and gives nothing back:
+    creep_early_bytes_gpu: int = 64 * MIB
+    creep_early_share_gpu: float = 0.01
+    # ...and MEMORY CREEP this much (GPU) or this much (host RSS), or the rise going on for at
+    # least creep_confirm_s.
+    creep_confirmed_gpu_bytes: int = 1024 * MIB
+    creep_confirmed_host_bytes: int = 512 * MIB
+    creep_confirm_s: float = 120.0
+    # "Steady": the window's rise within its uncertainty (the blocks' fit), never less than this
+    # (a page-granular reading moves by a few MiB)...
+    min_noise_bytes: int = 4 * MIB
+    # ...and that uncertainty small: at most this share of the level (a window whose readings
+    # jump about is not steady however its fit comes out).
+    steady_noise_share: float = 0.05
+    # A one-off rise (an eval, a checkpoint): one step up that holds at least this share of
+    # the window's rise, with the stretches before and after it flat (each within this share).
+    jump_share: float = 0.7
+    jump_flat: float = 0.25
+    # Time left at the rising pace before memory reaches its capacity: critical under this.
+    critical_left_s: float = 600.0
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,14 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     # a rank that holds no GPU waits for no device: its .item() and printing are other work
     stats = [s if gpu.memory.get(s.rank) else without_device(s, timelines[s.rank]) for s in stats]
     findings = _step_findings(stats, timelines, gpu, policy)
+    step_s = {s.rank: s.step_ms / 1e3 if s.step_ms else None for s in stats}
     if history is not None:
-        memory, series = memory_section(rec, lo, hi, gpu, history)
+        memory, series = memory_section(rec, lo, hi, gpu, history, timelines, step_s)
     elif memory_from_ns is None or memory_from_ns >= lo:
-        memory, series = memory_section(rec, lo, hi, gpu)
+        memory, series = memory_section(rec, lo, hi, gpu, None, timelines, step_s)
     else:
-        memory, series = memory_section(rec, memory_from_ns, hi, rank_gpu(rec, pids, memory_from_ns, hi))
+        memory, series = memory_section(rec, memory_from_ns, hi, rank_gpu(rec, pids, memory_from_ns, hi), None,
+                                        timelines, step_s)
     seen = problems(rec)
     recent = [p for p in seen if start is None or p.ts * 1e9 >= start]   # reported once the window began
     step_time = step_time_section(stats, findings, recent, _stretches(rec, pids, lo, hi),

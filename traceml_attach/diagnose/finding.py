@@ -94,11 +94,49 @@ class MemoryEvidence:
     worst_rank: int | None              # the rank with the highest peak
     worst_peak_bytes: int | None
     median_peak_bytes: float | None
-    capacity_bytes: int | None          # the worst rank's device, GPU only
+    capacity_bytes: int | None          # the worst rank's device, or its cgroup's memory limit
     head_mid_tail_bytes: tuple[int, int, int] | None   # the named rank's medians of each third
-    growth_bytes: int | None = None     # creep: the median rank's rise past the warm-up
-    bytes_per_s: float | None = None    # creep: its pace
-    judged_s: float | None = None       # creep: seconds judged after the warm-up
+    growth_bytes: int | None = None     # rising / creep: the median rank's rise past the warm-up
+    bytes_per_s: float | None = None    # ...its pace
+    judged_s: float | None = None       # seconds judged after the warm-up
+    noise_bytes: float | None = None    # the uncertainty of the window's rise (95%): steady means within it
+    headroom_bytes: int | None = None   # rising: what can still be taken before the limit
+    seconds_left: float | None = None   # ...at this pace
+    bytes_per_step: float | None = None   # rising: the pace per step, where the step time is known
+    jump_at_ns: int | None = None       # a one-off rise: when
+    jump_bytes: int | None = None       # ...and how large
+    leak: LeakEvidence | None = None    # rising: where to look (lines, phase, workers)
+
+
+@dataclass(frozen=True)
+class KeptLine:
+    """A line of the job's own code that keeps a graph-carrying tensor across steps."""
+
+    where: str          # "train.py:42"
+    text: str           # the source line
+    holder: str         # what outlives the step
+    tensor: str         # the tensor it keeps
+    how: str            # "+=", "append", "item assignment"
+    why: str            # the reason, in one sentence
+
+
+@dataclass(frozen=True)
+class WorkerGrowth:
+    pid: int
+    growth_bytes: int   # its last third's median RSS minus its first third's
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class LeakEvidence:
+    """Where the memory that rises goes: evidence with its reason, never certainty."""
+
+    lines: tuple[KeptLine, ...]                    # in the training loop's source (and what it calls)
+    phase_bytes_per_step: dict[str, float] | None  # the main process's net RSS change a step, by phase
+    growth_phase: str | None                       # the phase that holds most of the net growth
+    main_bytes_per_s: float | None                 # the rank's own process...
+    workers_bytes_per_s: float | None              # ...and its DataLoader workers together
+    workers: tuple[WorkerGrowth, ...] = ()         # the workers that grew, most first
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,35 @@
-"""Step-memory diagnosis: pressure, imbalance and creep, from per-rank memory series.
+"""Step-memory diagnosis: pressure, imbalance and trends, from per-rank memory series.
 
 The same rules run on two sources: each rank's GPU memory from NVML (which counts the
 caching allocator's reserved memory plus the CUDA context, not only live tensors) and each
-rank's host RSS including its DataLoader workers. Pure functions of the series.
+rank's host RSS including its DataLoader workers. A CPU job's verdict is on its RSS, in the
+same words as a GPU job's. Pure functions of the series.
 
 A series is any list of (ts_ns, bytes) in time order: raw one-second samples, per-interval
-rollups, or rollups followed by the raw newest seconds. Creep is judged by time, not by sample
-count, so unevenly spaced points weigh as the time they cover. The first ``creep_warmup_s``
-seconds of sampling are warm-up and are never judged (see ``trend``): the caller says when
-sampling began (``sampling_started_ns``); without it, each series' first sample is taken for it.
+rollups, or rollups followed by the raw newest seconds. Trends are judged by time, not by
+sample count. Warm-up belongs to the job: the first ``creep_warmup_s`` of its process's life
+are never judged, and a job that has run longer is judged from the first sample.
+
+Every verdict is a measurement with its uncertainty (``Trend``), never a default:
+
+- MEMORY RISING: a window too short to judge a trend (under ``creep_min_span_s``) with a rise
+  that no allocator swing makes (``rising_min_bytes`` and ``rising_min_share`` of the level),
+  under way across the whole window; with its pace and, where memory has a limit, the time left.
+- MEMORY CREEP (EARLY) / MEMORY CREEP: a longer window whose block medians rise one after the
+  other, far beyond their fit's standard error, keeping pace; CREEP once the rise is large or
+  has gone on for ``creep_confirm_s``.
+- steady (BALANCED): the rise is within its uncertainty, which is said, with the slowest leak
+  that the window could not have told from it.
+- a one-off rise (an eval, a checkpoint), a fall, or, over a long window, movement that is
+  neither (an allocator's heap growing and trimming): said as such, never as steady; too little
+  data, a short window's movement that is no verdict yet, or a job still warming up: NO DATA /
+  WARMUP, with when a verdict will come.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,49 +41,157 @@ from traceml_attach.policy import DEFAULT_MEMORY_POLICY, MIB, MemoryPolicy
 Series = Sequence[tuple[int, int]]  # (ts_ns, bytes), in time order
 
 NVML_NOTE = "NVML counts the caching allocator's reserved memory plus the CUDA context, not only live tensors"
+# Student's t at 97.5% for the blocks' fit (degrees of freedom: blocks - 2)
+T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31}
+RISING_STATES = ("rising", "creep")
+
+
+@dataclass(frozen=True)
+class Jump:
+    """One step up that explains most of a window's rise."""
+
+    at_ns: int
+    bytes: int
 
 
 @dataclass(frozen=True)
 class Trend:
-    """How a series moved after its warm-up: three equal spans of time, head, middle and tail."""
+    """How a series moved past the warm-up."""
 
-    from_ns: int                        # the first sample judged (the warm-up ends before it)
+    from_ns: int                        # the first sample judged
     span_s: float                       # seconds from the first to the last sample judged
-    bands_bytes: tuple[int, int, int]   # median of each third
+    bands_bytes: tuple[int, int, int]   # median of each third (of time)
     separated: bool                     # every tail sample at or above every head sample
+    rise_bytes: float                   # the fitted rise over the span (the blocks' slope x span)
+    se_bytes: float                     # its standard error
+    noise_bytes: float                  # its uncertainty (95%), never under min_noise_bytes
+    steady_fit: bool                    # every block at or above the one before (within slack)
+    short: bool                         # under creep_min_span_s: only a large rise can be told
+    jump: Jump | None = None
+    gpu: bool = False                   # a GPU's memory (no allocator swings: smaller floors)
 
     @property
     def growth_bytes(self) -> int:
         return self.bands_bytes[2] - self.bands_bytes[0]
 
     @property
+    def level_bytes(self) -> int:
+        return self.bands_bytes[2]
+
+    @property
     def bytes_per_s(self) -> float:
-        """The pace of the rise: the head's and tail's middles are two thirds of the span apart."""
-        return self.growth_bytes / (self.span_s * 2 / 3)
+        return self.rise_bytes / self.span_s if self.span_s > 0 else 0.0
 
 
-def trend(series: Series, policy: MemoryPolicy, sampling_started_ns: int | None = None) -> Trend | None:
-    """The series past the warm-up (the first ``creep_warmup_s`` seconds from
-    ``sampling_started_ns``, else from the series' first sample), in time thirds; None until it
-    covers ``creep_min_span_s`` seconds and ``min_samples`` samples past the warm-up, or when
-    a third holds no sample."""
-    if not series:
+def judged(series: Series, from_ns: int) -> list[tuple[int, int]]:
+    return [(t, v) for t, v in series if t >= from_ns]
+
+
+def trend(series: Series, policy: MemoryPolicy, from_ns: int, gpu: bool = False) -> Trend | None:
+    """The series from ``from_ns`` on (the warm-up ends there); None until it covers
+    ``min_judged_s`` seconds and ``min_samples`` samples, or when a third holds no sample."""
+    points = judged(series, from_ns)
+    if len(points) < policy.min_samples:
         return None
-    started = series[0][0] if sampling_started_ns is None else sampling_started_ns
-    judged = [(t, v) for t, v in series if t >= started + int(policy.creep_warmup_s * 1e9)]
-    if len(judged) < policy.min_samples:
+    first, last = points[0][0], points[-1][0]
+    if last - first < policy.min_judged_s * 1e9:
         return None
-    first, last = judged[0][0], judged[-1][0]
-    if last - first < policy.creep_min_span_s * 1e9:
+    thirds = _split(points, 3)
+    if thirds is None:
         return None
-    third = (last - first) / 3
-    bands: list[list[int]] = [[], [], []]
-    for t, v in judged:
-        bands[min(int((t - first) / third), 2)].append(v)
-    if not all(bands):
+    head, mid, tail = (int(statistics.median(v for _, v in b)) for b in thirds)
+    span_s = (last - first) / 1e9
+    rise, se, dof, steady = _fit(points, policy)
+    noise = max(T_975.get(dof, 2.0) * se, policy.min_noise_bytes)
+    return Trend(first, span_s, (head, mid, tail), min(v for _, v in thirds[2]) >= max(v for _, v in thirds[0]),
+                 rise, se, noise, steady, span_s < policy.creep_min_span_s, _jump(points, policy), gpu)
+
+
+def _split(points: Sequence[tuple[int, int]], n: int) -> list[list[tuple[int, int]]] | None:
+    """``points`` in ``n`` equal stretches of time; None when one holds no point."""
+    first, last = points[0][0], points[-1][0]
+    width = (last - first) / n
+    parts: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for t, v in points:
+        parts[min(int((t - first) / width), n - 1) if width else 0].append((t, v))
+    return parts if all(parts) else None
+
+
+def _fit(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> tuple[float, float, int, bool]:
+    """(rise over the span, its standard error, the fit's degrees of freedom, every block at or
+    above the one before) from a
+    line through the medians of ``policy.blocks`` equal blocks of time: a block's median is
+    robust to one reading, and the blocks' scatter around the line holds the allocator's swings,
+    which one-second readings would understate."""
+    blocks = _split(points, policy.blocks) or _split(points, 3)
+    if blocks is None:
+        return 0.0, math.inf, 0, False
+    xs = [statistics.fmean(t for t, _ in b) / 1e9 for b in blocks]
+    ys = [statistics.median(v for _, v in b) for b in blocks]
+    x0, y0 = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - x0) ** 2 for x in xs)
+    slope = sum((x - x0) * (y - y0) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    span = (points[-1][0] - points[0][0]) / 1e9
+    dof = len(xs) - 2
+    resid = [y - (y0 + slope * (x - x0)) for x, y in zip(xs, ys, strict=True)]
+    se = math.sqrt(sum(r * r for r in resid) / dof / sxx) if dof > 0 and sxx else math.inf
+    steps = [b - a for a, b in itertools.pairwise(ys)]
+    slack = policy.block_slack * abs(ys[-1] - ys[0]) / max(len(steps), 1)
+    return slope * span, se * span, dof, all(s >= -slack for s in steps)
+
+
+def _jump(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> Jump | None:
+    """A one-off rise: the split of the series with the largest step between the medians before
+    and after it, where that step holds ``jump_share`` of the whole rise and each side is flat."""
+    points = _thinned(points)
+    n = len(points)
+    if n < 6:
         return None
-    head, mid, tail = (int(statistics.median(b)) for b in bands)
-    return Trend(first, (last - first) / 1e9, (head, mid, tail), min(bands[2]) >= max(bands[0]))
+    values = [v for _, v in points]
+    i = _change_point(values)
+    step = statistics.median(values[i:]) - statistics.median(values[:i])
+    whole = max(values[-3:]) - min(values[:3])
+    if step <= 0 or whole <= 0 or step < policy.jump_share * whole:
+        return None
+    before, after = values[:i], values[i:]
+    flat = policy.jump_flat * step
+    if max(before) - min(before) > flat * 2 or _third_rise(after) > flat or _third_rise(before) > flat:
+        return None
+    return Jump(points[i][0], int(step))
+
+
+JUMP_POINTS = 120   # a long series is looked at as this many medians for its one-off step
+
+
+def _change_point(values: Sequence[int]) -> int:
+    """Where a series is best cut in two flat stretches: the least squared error around each
+    stretch's mean (prefix sums: one pass); a stretch may be one reading long (a step at the
+    window's edge is still one step)."""
+    n = len(values)
+    sums, squares = [0.0], [0.0]
+    for v in values:
+        sums.append(sums[-1] + v)
+        squares.append(squares[-1] + float(v) * v)
+
+    def sse(a: int, b: int) -> float:
+        total = sums[b] - sums[a]
+        return squares[b] - squares[a] - total * total / (b - a)
+
+    return min(range(1, n), key=lambda i: sse(0, i) + sse(i, n))
+
+
+def _thinned(points: Sequence[tuple[int, int]]) -> Sequence[tuple[int, int]]:
+    """At most JUMP_POINTS points: runs of consecutive points as their first time and median value."""
+    if len(points) <= JUMP_POINTS:
+        return points
+    size = math.ceil(len(points) / JUMP_POINTS)
+    return [(points[i][0], int(statistics.median(v for _, v in points[i:i + size])))
+            for i in range(0, len(points), size)]
+
+
+def _third_rise(values: Sequence[int]) -> float:
+    third = max(len(values) // 3, 1)
+    return abs(statistics.median(values[-third:]) - statistics.median(values[:third]))
 
 
 @dataclass(frozen=True)
@@ -74,9 +199,16 @@ class RankMemory:
     rank: str
     samples: int
     peak_bytes: int
-    bands_bytes: tuple[int, int, int] | None   # medians of the head, middle and tail thirds
+    bands_bytes: tuple[int, int, int] | None   # medians of the window's head, middle and tail thirds
     capacity_bytes: int | None
-    trend: Trend | None = None   # past the warm-up: what creep is judged on
+    trend: Trend | None = None   # past the warm-up
+    # warmup | short | rising | creep | slight | flat | jump | falling | wandering | unsettled
+    state: str = "short"
+    wait_s: float | None = None  # warm-up left, or more time a verdict needs
+    headroom_bytes: int | None = None   # what may still be taken before the limit (capacity, cgroup or host RAM)
+    low_bytes: int | None = None        # the lowest and highest readings judged
+    high_bytes: int | None = None
+    age_known: bool = True              # the job's start time is known (else the session's start is its clock)
 
     @property
     def delta_bytes(self) -> int | None:
@@ -89,22 +221,6 @@ class MemoryReport:
     finding: Finding
     ranks: list[RankMemory] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        peaks = [r.peak_bytes for r in self.ranks]
-        worst = max(self.ranks, key=lambda r: r.peak_bytes) if self.ranks else None
-        median = statistics.median(peaks) if peaks else None
-        return {
-            "source": self.source,
-            "ranks": {r.rank: {"samples": r.samples, "peak_bytes": r.peak_bytes,
-                               "head_mid_tail_bytes": list(r.bands_bytes) if r.bands_bytes else None,
-                               "delta_bytes": r.delta_bytes, "capacity_bytes": r.capacity_bytes}
-                      for r in self.ranks},
-            "median_peak_bytes": median,
-            "worst_peak_bytes": worst.peak_bytes if worst else None,
-            "worst_rank": worst.rank if worst else None,
-            "skew_pct": round(100 * (worst.peak_bytes - median) / median, 2) if worst and median else None,
-        }
-
 
 def _bands(values: list[int]) -> tuple[int, int, int]:
     n = len(values)
@@ -113,137 +229,335 @@ def _bands(values: list[int]) -> tuple[int, int, int]:
             int(statistics.median(values[n - third:])))
 
 
-def rank_memory(rank: str, series: Series, capacity: int | None, policy: MemoryPolicy,
-                sampling_started_ns: int | None = None) -> RankMemory:
+@dataclass(frozen=True)
+class Limits:
+    """What bounds a rank's memory: ``capacity`` (a GPU's memory, a cgroup's limit), and how much
+    can still be taken (``headroom``: the host's available RAM for a job without a cgroup limit);
+    and the job's process start time (its warm-up's clock)."""
+
+    capacity: int | None = None
+    headroom: int | None = None
+    started_ns: int | None = None
+
+
+def rank_memory(rank: str, series: Series, limits: Limits, policy: MemoryPolicy,
+                sampling_started_ns: int | None = None, gpu: bool = False) -> RankMemory:
     values = [v for _, v in series]
     if len(values) < policy.min_samples:
-        return RankMemory(rank, len(values), max(values) if values else 0, None, capacity)
-    return RankMemory(rank, len(values), max(values), _bands(values), capacity,
-                      trend(series, policy, sampling_started_ns))
+        return RankMemory(rank, len(values), max(values) if values else 0, None, limits.capacity,
+                          wait_s=_more(series, policy))
+    last = series[-1][0]
+    warmup_ns = int(policy.creep_warmup_s * 1e9)
+    clock = limits.started_ns if limits.started_ns is not None else (sampling_started_ns or series[0][0])
+    from_ns = clock + warmup_ns
+    headroom = limits.headroom
+    if limits.capacity is not None:
+        room = max(limits.capacity - values[-1], 0)
+        headroom = room if headroom is None else min(headroom, room)
+    if last < from_ns:
+        return RankMemory(rank, len(values), max(values), _bands(values), limits.capacity, None, "warmup",
+                          (from_ns - last) / 1e9 + policy.min_judged_s, headroom,
+                          age_known=limits.started_ns is not None)
+    tr = trend(series, policy, from_ns, gpu)
+    if tr is None:
+        return RankMemory(rank, len(values), max(values), _bands(values), limits.capacity, None, "short",
+                          _more(judged(series, from_ns), policy), headroom)
+    state = _state(tr, policy)
+    wait = max(policy.creep_min_span_s - tr.span_s, 0.0) if state == "unsettled" else None
+    seen = [v for _, v in judged(series, from_ns)]
+    return RankMemory(rank, len(values), max(values), _bands(values), limits.capacity, tr, state, wait, headroom,
+                      min(seen), max(seen))
 
 
-def _rising(tr: Trend, policy: MemoryPolicy) -> bool:
-    """A rise that goes on: in both steps, by the same pace or near it, and not a sawtooth."""
+def _more(series: Series, policy: MemoryPolicy) -> float:
+    """Seconds of sampling a series still needs before anything is judged."""
+    have = (series[-1][0] - series[0][0]) / 1e9 if len(series) > 1 else 0.0
+    return max(policy.min_judged_s - have, 1.0)
+
+
+def _state(tr: Trend, policy: MemoryPolicy) -> str:
+    if tr.jump is not None and not _rising_long(tr, policy):
+        return "jump"
+    if tr.short and _rising_short(tr, policy):
+        return "rising"
+    if not tr.short and _rising_long(tr, policy):
+        return "creep"
+    if (abs(tr.rise_bytes) <= tr.noise_bytes <= max(policy.steady_noise_share * tr.level_bytes, policy.min_noise_bytes)
+            and abs(tr.growth_bytes) <= tr.noise_bytes):
+        return "flat"
     head, mid, tail = tr.bands_bytes
-    return (tr.separated and mid - head >= policy.creep_band_rise_bytes
-            and tail - mid >= max(policy.creep_band_rise_bytes, policy.creep_keeps_pace * (mid - head)))
+    if tr.rise_bytes < -tr.noise_bytes and head > mid > tail:
+        return "falling"
+    if tr.short:
+        return "unsettled"
+    return "slight" if _steady_rise(tr, policy) else "wandering"
 
 
-def _mib(x: float) -> str:
-    return f"{x / MIB:.0f} MiB"
+def _rising_short(tr: Trend, policy: MemoryPolicy) -> bool:
+    """A large rise under way across a short window: each third above the one before by a fifth
+    of it at least, every tail reading above every head reading, and more than an allocator swing."""
+    head, mid, tail = tr.bands_bytes
+    rise = tail - head
+    return (tr.separated and rise >= _short_floor(tr, policy)
+            and mid - head >= 0.2 * rise and tail - mid >= 0.2 * rise)
 
 
-def diagnose_memory(source: str, series: Mapping[str, Series], capacity: Mapping[str, int | None],
+def _short_floor(tr: Trend, policy: MemoryPolicy) -> float:
+    level = tr.bands_bytes[0]
+    if tr.gpu:
+        return max(policy.rising_min_bytes_gpu, policy.rising_min_share_gpu * level)
+    return max(policy.rising_min_bytes, policy.rising_min_share * level)
+
+
+def _rising_long(tr: Trend, policy: MemoryPolicy) -> bool:
+    """Creep: a steady rise (``_steady_rise``) of at least the floor."""
+    return _steady_rise(tr, policy) and tr.rise_bytes >= _long_floor(tr, policy)
+
+
+def _steady_rise(tr: Trend, policy: MemoryPolicy) -> bool:
+    """The blocks rise one after the other, the fit's rise is far beyond its standard error, and
+    the last third keeps the middle third's pace."""
+    head, mid, tail = tr.bands_bytes
+    return (tr.steady_fit and tr.rise_bytes >= policy.trend_t * tr.se_bytes
+            and tr.rise_bytes >= policy.min_noise_bytes
+            and mid - head > 0 and tail - mid >= policy.creep_keeps_pace * (mid - head))
+
+
+def _long_floor(tr: Trend, policy: MemoryPolicy) -> float:
+    level = tr.bands_bytes[0]
+    if tr.gpu:
+        return max(policy.creep_early_bytes_gpu, policy.creep_early_share_gpu * level)
+    return max(policy.creep_early_bytes, policy.creep_early_share * level)
+
+
+def detectable_per_s(tr: Trend, policy: MemoryPolicy) -> float:
+    """The slowest pace of rise the window would have called a rise: a slower leak could hide
+    in it (what "steady" does not exclude)."""
+    if tr.short:
+        return _short_floor(tr, policy) / tr.span_s
+    return max(policy.trend_t * tr.se_bytes, _long_floor(tr, policy)) / tr.span_s
+
+
+# -- the finding ---------------------------------------------------------------------------
+
+def diagnose_memory(source: str, series: Mapping[str, Series], limits: Mapping[str, Limits],
                     policy: MemoryPolicy = DEFAULT_MEMORY_POLICY,
                     sampling_started_ns: int | None = None) -> MemoryReport:
     """One source's memory finding for a window (``source`` is "gpu" or "host").
 
-    ``sampling_started_ns``: when the session began sampling, so that a series that starts later
-    (the newest seconds of a long session) is not taken for a warm-up; None: each series' first
-    sample (right for a series that covers the whole session)."""
-    ranks = [rank_memory(rank, s, capacity.get(rank), policy, sampling_started_ns)
+    ``limits``: each rank's capacity, headroom and process start time (``Limits``).
+    ``sampling_started_ns``: when the session began sampling, the warm-up's clock where a job's
+    start time is unknown (older recordings); None: each series' first sample."""
+    ranks = [rank_memory(rank, s, limits.get(rank) or Limits(), policy, sampling_started_ns, source == "gpu")
              for rank, s in series.items() if s]
     what = "GPU memory" if source == "gpu" else "host RSS (with DataLoader workers)"
-    note = f"; {NVML_NOTE}" if source == "gpu" else ""
     if not ranks or all(r.bands_bytes is None for r in ranks):
-        return MemoryReport(source, Finding("NO_DATA", "info", f"not enough {what} samples yet",
-                                            f"a trend needs {policy.min_samples} samples per rank", "keep sampling"),
-                            ranks)
-    judged = [r for r in ranks if r.bands_bytes is not None]
-    worst = max(judged, key=lambda r: r.peak_bytes)
-    median_peak = statistics.median(r.peak_bytes for r in judged)
-    evidence = {"worst_rank": worst.rank, "worst_peak_bytes": worst.peak_bytes, "median_peak_bytes": median_peak}
-
-    if worst.capacity_bytes:
-        pressure = worst.peak_bytes / worst.capacity_bytes
-        if pressure >= policy.pressure_warn:
-            sev = "critical" if pressure >= policy.pressure_crit else "warning"
-            return MemoryReport(source, Finding(
-                "HIGH_PRESSURE", sev, f"rank {worst.rank}'s {what} is at {100 * pressure:.0f}% of capacity",
-                f"peak {_mib(worst.peak_bytes)} of {_mib(worst.capacity_bytes)} (threshold "
-                f"{100 * policy.pressure_warn:.0f}%){note}",
-                "reduce memory load: smaller batch, activation checkpointing, lower precision",
-                worst.rank, evidence), ranks)
-
-    creep = _creep(source, what, judged, policy, evidence)
-    if creep is not None:
-        return MemoryReport(source, creep, ranks)
-
-    if worst.capacity_bytes and len(judged) > 1 and median_peak:
-        skew = (worst.peak_bytes - median_peak) / median_peak
-        if skew >= policy.imbalance_skew and worst.peak_bytes / worst.capacity_bytes >= policy.imbalance_min_pressure:
-            return MemoryReport(source, Finding(
-                "IMBALANCE", "warning", f"rank {worst.rank} uses {100 * skew:.0f}% more {what} than the median rank",
-                f"worst peak {_mib(worst.peak_bytes)} vs median {_mib(median_peak)}{note}",
-                "inspect per-rank workload: uneven shapes, rank-local state", worst.rank, evidence), ranks)
-
-    return MemoryReport(source, Finding(
-        "BALANCED", "info", f"{what} is steady",
-        f"peak {_mib(worst.peak_bytes)} on rank {worst.rank}; change across the window "
-        f"{_mib(worst.delta_bytes or 0)}; {_past_warmup(worst, policy)}{note}", "nothing to do", worst.rank,
-        evidence), ranks)
+        wait = max((r.wait_s or 0.0 for r in ranks), default=policy.min_judged_s)
+        return MemoryReport(source, Finding(
+            "NO_DATA", "info", f"not enough {what} readings yet",
+            f"a verdict needs {policy.min_samples} readings over {policy.min_judged_s:.0f} s per rank",
+            f"keep sampling: a verdict in about {wait:.0f} s"), ranks)
+    present = [r for r in ranks if r.bands_bytes is not None]
+    worst = max(present, key=lambda r: r.peak_bytes)
+    median_peak = statistics.median(r.peak_bytes for r in present)
+    evidence: dict[str, Any] = {"worst_rank": worst.rank, "worst_peak_bytes": worst.peak_bytes,
+                                "median_peak_bytes": median_peak}
+    note = f"; {NVML_NOTE}" if source == "gpu" else ""
+    finding = (_pressure(what, worst, policy, evidence, note) or _trend_finding(source, what, present, policy, evidence)
+               or _imbalance(what, present, worst, median_peak, policy, evidence, note)
+               or _calm(what, present, policy, evidence, note))
+    return MemoryReport(source, finding, ranks)
 
 
-def _creep(source: str, what: str, judged: list[RankMemory], policy: MemoryPolicy,
-           evidence: dict[str, Any]) -> Finding | None:
-    """MEMORY CREEP (EARLY) when the rank that grew most and the median rank both keep rising
-    past the warm-up; None otherwise."""
-    trended = sorted(((r, r.trend) for r in judged if r.trend is not None), key=lambda rt: rt[1].growth_bytes)
+def _pressure(what: str, worst: RankMemory, policy: MemoryPolicy, evidence: dict[str, Any],
+              note: str) -> Finding | None:
+    if not worst.capacity_bytes:
+        return None
+    pressure = worst.peak_bytes / worst.capacity_bytes
+    if pressure < policy.pressure_warn:
+        return None
+    sev = "critical" if pressure >= policy.pressure_crit else "warning"
+    return Finding(
+        "HIGH_PRESSURE", sev, f"rank {worst.rank}'s {what} is at {100 * pressure:.0f}% of capacity",
+        f"peak {_mib(worst.peak_bytes)} of {_mib(worst.capacity_bytes)} (threshold "
+        f"{100 * policy.pressure_warn:.0f}%){note}",
+        "reduce memory load: smaller batch, activation checkpointing, lower precision",
+        worst.rank, {**evidence, "capacity_bytes": worst.capacity_bytes})
+
+
+def _trend_finding(source: str, what: str, ranks: list[RankMemory], policy: MemoryPolicy,
+                   evidence: dict[str, Any]) -> Finding | None:
+    """MEMORY RISING / MEMORY CREEP (EARLY) / MEMORY CREEP when the rank that rose most and the
+    median rank both rise; None otherwise."""
+    trended = sorted((r for r in ranks if r.trend is not None), key=lambda r: r.trend.rise_bytes if r.trend else 0.0)
     if not trended:
         return None
-    (top, tr), (median, median_tr) = trended[-1], trended[len(trended) // 2]
-    growth = median_tr.growth_bytes
-    if not (_rising(tr, policy) and _rising(median_tr, policy) and growth >= policy.creep_early_bytes):
+    top, median = trended[-1], trended[len(trended) // 2]
+    if top.state not in RISING_STATES or median.state not in RISING_STATES:
         return None
+    tr, median_tr = top.trend, median.trend
+    assert tr is not None and median_tr is not None
+    rate = median_tr.bytes_per_s
     confirmed = policy.creep_confirmed_gpu_bytes if source == "gpu" else policy.creep_confirmed_host_bytes
-    h, m, t = tr.bands_bytes
-    also = f"; rising on rank {median.rank} too" if median is not top else ""
-    seen = (f"rank {top.rank}: head {_mib(h)} → middle {_mib(m)} → tail {_mib(t)} over the {tr.span_s:.0f} s "
-            f"after a {policy.creep_warmup_s:.0f} s warm-up (not judged), about {_pace(tr.bytes_per_s)}{also}")
-    if growth >= confirmed:
+    if tr.short:
+        kind, sev = "MEMORY_RISING", "warning"
+    elif median_tr.growth_bytes >= confirmed or median_tr.span_s >= policy.creep_confirm_s:
         kind, sev = "MEMORY_CREEP", "critical"
-        why = f"{seen}; +{_mib(growth)} is past the +{_mib(confirmed)} that marks a leak rather than a cache"
     else:
         kind, sev = "MEMORY_CREEP_EARLY", "warning"
-        eta_s = (confirmed - growth) / median_tr.bytes_per_s
-        why = (f"{seen}; it becomes MEMORY CREEP if the rise goes on to +{_mib(confirmed)} "
-               f"({_within(eta_s)} at this pace)")
-    where = " on the rank that grew most and the median rank" if median is not top else ""
-    note = f"; {NVML_NOTE}" if source == "gpu" else ""
+    left = top.headroom_bytes / rate if top.headroom_bytes is not None and rate > 0 else None
+    if left is not None and left < policy.critical_left_s:
+        sev = "critical"
+    h, m, t = tr.bands_bytes
+    also = f"; rising on rank {median.rank} too" if median is not top else ""
+    seen = (f"rank {top.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} (thirds of {tr.span_s:.0f} s), "
+            f"{_pace(tr.bytes_per_s)} (±{_pace(tr.noise_bytes / tr.span_s)}){also}")
+    why = seen + (f"; {_limit_text(top, left)}" if left is not None else "")
+    if kind == "MEMORY_CREEP_EARLY":
+        why += (f"; MEMORY CREEP once the rise reaches +{_mib(confirmed)} or goes on for "
+                f"{policy.creep_confirm_s:.0f} s")
+    where = " on the rank that rose most and the median rank" if median is not top else ""
     return Finding(
-        kind, sev, f"{what} keeps rising past warm-up: +{_mib(growth)}{where}",
-        why + note,
+        kind, sev, f"{what} rising {_pace(rate)}{where}: +{_mib(median_tr.growth_bytes)} in {median_tr.span_s:.0f} s"
+        + (f", {_duration(left)} until its limit" if left is not None else ""),
+        why + (f"; {NVML_NOTE}" if source == "gpu" else ""),
         "look for tensors kept across steps: losses or outputs stored without .item()/.detach(), "
         "growing caches or lists", top.rank,
-        {**evidence, "growth_bytes": growth, "bytes_per_s": round(median_tr.bytes_per_s, 1),
-         "judged_from_ns": tr.from_ns, "judged_s": round(tr.span_s, 1)})
+        {**evidence, "growth_bytes": median_tr.growth_bytes, "bytes_per_s": round(rate, 1),
+         "judged_from_ns": tr.from_ns, "judged_s": round(tr.span_s, 1), "noise_bytes": round(tr.noise_bytes),
+         "headroom_bytes": top.headroom_bytes, "seconds_left": None if left is None else round(left, 1)})
+
+
+def _imbalance(what: str, ranks: list[RankMemory], worst: RankMemory, median_peak: float, policy: MemoryPolicy,
+               evidence: dict[str, Any], note: str) -> Finding | None:
+    if not (worst.capacity_bytes and len(ranks) > 1 and median_peak):
+        return None
+    skew = (worst.peak_bytes - median_peak) / median_peak
+    if skew < policy.imbalance_skew or worst.peak_bytes / worst.capacity_bytes < policy.imbalance_min_pressure:
+        return None
+    return Finding(
+        "IMBALANCE", "warning", f"rank {worst.rank} uses {100 * skew:.0f}% more {what} than the median rank",
+        f"worst peak {_mib(worst.peak_bytes)} vs median {_mib(median_peak)}{note}",
+        "inspect per-rank workload: uneven shapes, rank-local state", worst.rank, evidence)
+
+
+def _calm(what: str, ranks: list[RankMemory], policy: MemoryPolicy, evidence: dict[str, Any],
+          note: str) -> Finding:
+    """No pressure, no trend on the median rank, no imbalance: what was measured instead, in its
+    own words. Only ranks that were all flat within their noise make "steady"."""
+    warming = [r for r in ranks if r.state == "warmup"]
+    if warming:
+        r = max(warming, key=lambda r: r.wait_s or 0.0)
+        clock = ("" if r.age_known else "; this recording does not say when the job started, so the first "
+                 f"{policy.creep_warmup_s:.0f} s of sampling are taken for it")
+        return Finding("WARMUP", "info", f"{what} not judged yet: the job is warming up",
+                       f"the first {policy.creep_warmup_s:.0f} s of a job's life are warm-up (workers forking, "
+                       f"caches filling); rank {r.rank} is judged from then on{clock}{note}",
+                       f"keep sampling: a memory verdict in about {r.wait_s or 0:.0f} s", r.rank, evidence)
+    waiting = [r for r in ranks if r.state in ("short", "unsettled")]
+    if waiting:
+        r = max(waiting, key=lambda r: abs(r.trend.rise_bytes) if r.trend else 0.0)
+        return Finding("NO_DATA", "info", f"{what} not judged yet", _unsettled(r, policy) + note,
+                       f"keep sampling: a memory verdict in about {max(r.wait_s or 0.0, 1.0):.0f} s", r.rank, evidence)
+    judged = [r for r in ranks if r.trend is not None]
+    span = min(r.trend.span_s for r in judged if r.trend is not None)
+    slowest = max(detectable_per_s(r.trend, policy) for r in judged if r.trend is not None)
+    ev = {**evidence, "judged_s": round(span, 1)}
+    for state in ("rising", "creep", "slight", "jump", "falling", "wandering"):
+        found = [r for r in judged if r.state == state]
+        if found:
+            top = max(found, key=lambda r: abs(r.trend.rise_bytes) if r.trend else 0.0)
+            return _moved(what, top, len(judged), policy, ev, note)
+    top = max(judged, key=lambda r: r.trend.noise_bytes if r.trend else 0.0)
+    tr = top.trend
+    assert tr is not None
+    return Finding("BALANCED", "info", f"{what} is steady: no rise beyond ±{_mib(tr.noise_bytes)} over {span:.0f} s",
+                   f"rank {top.rank}: {_bands_text(top)}; a rise slower than {_pace(slowest)} would not show in "
+                   f"{span:.0f} s{note}", "none for memory: it held level over the window", top.rank,
+                   {**ev, "noise_bytes": round(tr.noise_bytes), "detectable_bytes_per_s": round(slowest, 1)})
+
+
+def _moved(what: str, r: RankMemory, n: int, policy: MemoryPolicy, ev: dict[str, Any], note: str) -> Finding:
+    """BALANCED for a rank whose memory moved, said as it moved: a rise on it alone, a slight
+    rise, a one-off step, a fall, or ups and downs."""
+    tr = r.trend
+    assert tr is not None
+    seen = f"rank {r.rank}: {_bands_text(r)}"
+    ev = {**ev, "noise_bytes": round(tr.noise_bytes)}
+    if r.state in ("rising", "creep"):
+        return Finding("BALANCED", "info", f"{what} rising on rank {r.rank} only: +{_mib(tr.growth_bytes)} in "
+                       f"{tr.span_s:.0f} s, {_pace(tr.bytes_per_s)}",
+                       f"{seen}; the median of the {n} ranks does not rise, so this is no creep of the job{note}",
+                       f"look at what rank {r.rank} keeps that the others do not: tensors, logs, caches",
+                       r.rank, {**ev, "growth_bytes": tr.growth_bytes, "bytes_per_s": round(tr.bytes_per_s, 1)})
+    if r.state == "slight":
+        share = tr.rise_bytes / max(tr.bands_bytes[0], 1)
+        share_floor = policy.creep_early_share_gpu if tr.gpu else policy.creep_early_share
+        return Finding("BALANCED", "info", f"{what} rose slightly: +{_mib(tr.rise_bytes)} ({100 * share:.0f}%) "
+                       f"over {tr.span_s:.0f} s", f"{seen}, a steady rise under the {100 * share_floor:.0f}% of its "
+                       "level that is read as creep in one window (an allocator grows its heap for a minute or two "
+                       f"after start-up); if it goes on, MEMORY CREEP (EARLY) follows{note}",
+                       "watch the next windows", r.rank, ev)
+    if r.state == "jump" and tr.jump is not None:
+        return Finding("BALANCED", "info", f"{what}: one rise of +{_mib(tr.jump.bytes)}, flat before and after it",
+                       f"{seen}: a one-off step (an eval, a checkpoint, a cache filled once), not a trend, over "
+                       f"{tr.span_s:.0f} s{note}", "nothing points to a leak: watch for another step", r.rank,
+                       {**ev, "jump_at_ns": tr.jump.at_ns, "jump_bytes": tr.jump.bytes})
+    if r.state == "falling":
+        return Finding("BALANCED", "info", f"{what} fell by {_mib(-tr.rise_bytes)} over {tr.span_s:.0f} s",
+                       seen + note, "nothing points to a leak", r.rank, ev)
+    return Finding("BALANCED", "info", f"{what}: no trend over {tr.span_s:.0f} s, it moves up and down",
+                   f"{seen}: beyond ±{_mib(tr.noise_bytes)} but not a rise that keeps on (an allocator growing and "
+                   f"trimming its heap); a rise slower than {_pace(detectable_per_s(tr, policy))} would not show in "
+                   f"{tr.span_s:.0f} s{note}", "nothing points to a leak: the verdict is renewed as sampling goes on",
+                   r.rank, ev)
+
+
+def _bands_text(r: RankMemory) -> str:
+    tr = r.trend
+    bands = " → ".join(_mib(b) for b in tr.bands_bytes) if tr else "?"
+    return f"{bands} (thirds; readings {_mib(r.low_bytes or 0)}–{_mib(r.high_bytes or 0)})"
+
+
+def _unsettled(r: RankMemory, policy: MemoryPolicy) -> str:
+    tr = r.trend
+    if tr is None:
+        return f"rank {r.rank}: {policy.min_judged_s:.0f} s past its warm-up are needed before anything is judged"
+    h, m, t = tr.bands_bytes
+    need = (f"less than the +{_mib(_short_floor(tr, policy))} a {tr.span_s:.0f}-s window needs to call a rise "
+            "(allocators swing that much on a flat job)" if tr.short else "not a steady trend")
+    return (f"rank {r.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} over {tr.span_s:.0f} s, beyond its noise "
+            f"(±{_mib(tr.noise_bytes)}) but {need}; a trend is judged over {policy.creep_min_span_s:.0f} s")
+
+
+def _limit_text(r: RankMemory, left: float | None) -> str:
+    what = "its capacity" if r.capacity_bytes else "the host's available RAM"
+    return f"{_mib(r.headroom_bytes or 0)} left before {what}: {_duration(left)} at this pace"
+
+
+def _mib(x: float) -> str:
+    return f"{x / MIB:.0f} MiB" if abs(x) < 10 * 1024 * MIB else f"{x / (1024 * MIB):.1f} GiB"
 
 
 def _pace(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / MIB:.0f} MiB/s" if bytes_per_s >= MIB else f"{bytes_per_s * 60 / MIB:.0f} MiB/min"
+    if abs(bytes_per_s) >= MIB:
+        return f"{bytes_per_s / MIB:.0f} MiB/s"
+    return f"{bytes_per_s * 60 / MIB:.1f} MiB/min"
 
 
-def _within(seconds: float) -> str:
-    if seconds < 60:
-        return "within a minute"
-    return f"in about {seconds / 60:.0f} min" if seconds < 5400 else f"in about {seconds / 3600:.0f} h"
-
-
-def _past_warmup(r: RankMemory, policy: MemoryPolicy) -> str:
-    """What the creep rule saw on ``r``: its change past the warm-up, or why it has not judged yet."""
-    if r.trend is None:
-        return (f"creep is judged once {policy.creep_warmup_s + policy.creep_min_span_s:.0f} s are sampled "
-                f"(the first {policy.creep_warmup_s:.0f} s are warm-up)")
-    return (f"past the {policy.creep_warmup_s:.0f} s warm-up: {r.trend.growth_bytes / MIB:+.0f} MiB "
-            f"over {r.trend.span_s:.0f} s")
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 90:
+        return f"about {seconds:.0f} s"
+    return f"about {seconds / 60:.0f} min" if seconds < 5400 else f"about {seconds / 3600:.0f} h"
 
 
 def combine(gpu: MemoryReport | None, host: MemoryReport) -> Finding:
-    """The step-memory diagnosis: the more severe of the GPU and host findings; NO GPU when the
-    job has no GPU and its host memory is fine."""
+    """The step-memory diagnosis: the more severe of the GPU and host findings (the GPU's on a tie);
+    a job without a GPU is judged on its host memory, and says so."""
     if gpu is None:
-        if host.finding.severity != "info":
-            return host.finding
-        return Finding("NO_GPU", "info", "no GPU in use; host memory: " + host.finding.summary,
-                       host.finding.why, host.finding.action, host.finding.worst_rank, host.finding.evidence)
+        f = host.finding
+        return Finding(f.kind, f.severity, f.summary, f"no GPU in use: host memory judged; {f.why}", f.action,
+                       f.worst_rank, f.evidence)
     return max((gpu.finding, host.finding), key=lambda f: (SEVERITY_ORDER[f.severity], f is gpu.finding))

@@ -125,6 +125,8 @@ class RankMemoryTrend:
     growth_bytes: int | None = None    # past the warm-up: tail minus head of its time thirds
     bytes_per_s: float | None = None   # ...the pace of that rise (memory.py Trend)
     judged_s: float | None = None      # ...over this many seconds
+    noise_bytes: float | None = None   # ...the uncertainty of the rise (95%)
+    state: str | None = None           # warmup | short | rising | creep | flat | jump | falling | unsettled
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ rank_gpu, diagnose_system and diagnose_process, so their source (raw window or r
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -20,7 +21,8 @@ from traceml_attach.diagnose.finding import (
     SystemEvidence,
 )
 from traceml_attach.diagnose.gpu import RankGpu
-from traceml_attach.diagnose.memory import MemoryReport, combine, diagnose_memory
+from traceml_attach.diagnose.leak import leak_evidence
+from traceml_attach.diagnose.memory import Limits, MemoryReport, combine, diagnose_memory
 from traceml_attach.diagnose.ranks import rank_pids
 from traceml_attach.diagnose.report import (
     HostTotals,
@@ -34,6 +36,7 @@ from traceml_attach.diagnose.session import with_history
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
 from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.steps.timeline import Timeline
 
 MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
 
@@ -47,11 +50,14 @@ def host_memory_series(rec: Recording, lo: int, hi: int) -> MemorySeries:
     return out
 
 
-def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu, history: History | None = None
+def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu, history: History | None = None,
+                   timelines: Mapping[str, Timeline] | None = None, step_s: Mapping[str, float | None] | None = None,
                    ) -> tuple[StepMemoryReport, MemorySeries]:
     """The step-memory section over [lo, hi], and the series its trends are shown for (GPU
     memory when there are GPU readings, else host RSS). With the session's ``history``, the
-    series start with its rollups, and the warm-up is counted from the session's start."""
+    series start with its rollups. A job's warm-up is counted from its process's start (from the
+    session's start where a recording does not say). ``timelines`` and ``step_s`` (each rank's
+    step, where known) tell where rising memory goes (leak.py)."""
     host_series = host_memory_series(rec, lo, hi)
     gpu_series = gpu.memory
     started = None
@@ -59,16 +65,56 @@ def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu, history: Hist
         host_series = with_history(host_series, history, "rss")
         gpu_series = with_history(gpu_series, history, "gpu_mem") if gpu_series else gpu_series
         started = history.origin_ns
-    host = diagnose_memory("host", host_series, {}, sampling_started_ns=started)
-    gpu_report = (diagnose_memory("gpu", gpu_series, gpu.capacity, sampling_started_ns=started)
+    pids = rank_pids(rec, lo, hi)
+    host = diagnose_memory("host", host_series, _host_limits(rec, pids), sampling_started_ns=started)
+    gpu_report = (diagnose_memory("gpu", gpu_series, _gpu_limits(rec, pids, gpu), sampling_started_ns=started)
                   if gpu_series else None)
     finding = combine(gpu_report, host)
     judged = gpu_report if gpu_report is not None and finding is gpu_report.finding else host
+    evidence = _memory_evidence(finding, judged)
+    if evidence is not None and finding.kind in RISING_KINDS and finding.worst_rank is not None:
+        evidence = _with_leak(evidence, rec, pids, str(finding.worst_rank), lo, hi, timelines or {}, step_s or {})
     section = StepMemoryReport(
-        replace(finding, evidence=_memory_evidence(finding, judged)),
+        replace(finding, evidence=evidence),
         "gpu" if gpu.memory else "host",
         _source(host), _source(gpu_report) if gpu_report else None, tuple(gpu.notes))
     return section, (gpu_series if gpu_series else host_series)
+
+
+RISING_KINDS = ("MEMORY_RISING", "MEMORY_CREEP_EARLY", "MEMORY_CREEP")
+
+
+def _host_limits(rec: Recording, pids: Mapping[str, int]) -> dict[str, Limits]:
+    """Each rank's host memory bounds: its cgroup's limit (the capacity), else what its host
+    has available now; and its process's start time."""
+    out = {}
+    for rank, pid in pids.items():
+        meta = rec.targets.get(pid)
+        node = meta.node if meta is not None else 0
+        newest = next((h for h in reversed(rec.hosts) if h.node == node), None)
+        available = (newest.mem_total_bytes - newest.mem_used_bytes
+                     if newest is not None and newest.mem_total_bytes and newest.mem_used_bytes is not None else None)
+        out[rank] = Limits(meta.memory_limit if meta else None, available, meta.started_ns if meta else None)
+    return out
+
+
+def _gpu_limits(rec: Recording, pids: Mapping[str, int], gpu: RankGpu) -> dict[str, Limits]:
+    out = {}
+    for rank, pid in pids.items():
+        meta = rec.targets.get(pid)
+        out[rank] = Limits(gpu.capacity.get(rank), None, meta.started_ns if meta else None)
+    return out
+
+
+def _with_leak(ev: MemoryEvidence, rec: Recording, pids: Mapping[str, int], rank: str, lo: int, hi: int,
+               timelines: Mapping[str, Timeline], step_s: Mapping[str, float | None]) -> MemoryEvidence:
+    pid = pids.get(rank)
+    if pid is None:
+        return ev
+    step = step_s.get(rank)
+    per_step = ev.bytes_per_s * step if ev.bytes_per_s is not None and step else None
+    leak = leak_evidence(rec, pid, timelines.get(rank), lo, hi, step)
+    return replace(ev, bytes_per_step=None if per_step is None else round(per_step), leak=leak)
 
 
 def _source(report: MemoryReport) -> MemorySource:
@@ -76,7 +122,8 @@ def _source(report: MemoryReport) -> MemorySource:
         int(r.rank), r.samples, r.peak_bytes, r.bands_bytes, r.delta_bytes, r.capacity_bytes,
         r.trend.growth_bytes if r.trend else None,
         round(r.trend.bytes_per_s, 1) if r.trend else None,
-        round(r.trend.span_s, 1) if r.trend else None) for r in report.ranks}
+        round(r.trend.span_s, 1) if r.trend else None,
+        round(r.trend.noise_bytes) if r.trend else None, r.state) for r in report.ranks}
     worst = max(report.ranks, key=lambda r: r.peak_bytes) if report.ranks else None
     median = statistics.median(r.peak_bytes for r in report.ranks) if report.ranks else None
     return MemorySource(
@@ -95,7 +142,8 @@ def _memory_evidence(finding: Finding, judged: MemoryReport) -> MemoryEvidence |
     return MemoryEvidence(
         judged.source, int(worst.rank) if worst else None, ev.get("worst_peak_bytes"), ev.get("median_peak_bytes"),
         worst.capacity_bytes if worst else None, named.bands_bytes if named else None,
-        ev.get("growth_bytes"), ev.get("bytes_per_s"), ev.get("judged_s"))
+        ev.get("growth_bytes"), ev.get("bytes_per_s"), ev.get("judged_s"), ev.get("noise_bytes"),
+        ev.get("headroom_bytes"), ev.get("seconds_left"), None, ev.get("jump_at_ns"), ev.get("jump_bytes"))
 
 
 def system_section(rec: Recording, lo: int, hi: int, step_kind: str, pids: dict[str, int] | None = None

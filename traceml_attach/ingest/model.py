@@ -121,6 +121,8 @@ class TargetMeta:
     ts_ns: int = 0   # when sampling of it began
     nspid: tuple[int, ...] = ()   # its PID in each PID namespace (NVML reports the host's)
     node: int = 0    # the node it runs on (0: the collector's own; collect/merge.py)
+    started_ns: int | None = None     # when the process started (None: unknown, older recordings)
+    memory_limit: int | None = None   # its cgroup's memory limit, bytes (None: none, or unknown)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ class Recording:
     rates: dict[int, list[RateChange]] = field(default_factory=dict)
     rate_changes: dict[int, int] = field(default_factory=dict)
     gpus: list[GpuSample] = field(default_factory=list)
+    rss: dict[int, list[tuple[int, int]]] = field(default_factory=dict)   # pid -> (ts_ns, RSS), ``mem`` frames
+    sources: dict[str, str] = field(default_factory=dict)   # the job's own files' text (``source`` frames)
     end_reason: str | None = None
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
     net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
@@ -105,7 +107,8 @@ class Recording:
                 pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
                 rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
                 ts_ns=int(f["t"]), nspid=tuple(int(x) for x in f.get("nspid") or (pid,)),
-                node=int(f.get("n") or 0),
+                node=int(f.get("n") or 0), started_ns=_count(f.get("started")),
+                memory_limit=_count(f.get("mem_limit")),
             )
         elif kind == "spans":
             self._add_spans(f)
@@ -143,6 +146,11 @@ class Recording:
         elif kind == "tcpu":
             rows = self.cpu.setdefault(int(f["pid"]), [])
             rows.extend((int(t), int(on), int(rq)) for t, on, rq in f["samples"])
+        elif kind == "mem":
+            rss = self.rss.setdefault(int(f["pid"]), [])
+            rss.extend((int(t), int(b)) for t, b in f["samples"] if not rss or int(t) > rss[-1][0])
+        elif kind == "source":
+            self.sources.setdefault(str(f["file"]), str(f["text"]))
         elif kind == "rate":
             self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), f.get("why")))
         elif kind == "restart":
@@ -196,6 +204,8 @@ class Recording:
             _cut(rows, before_ns, lambda r: r[0])
         for procs in self.procs.values():
             _cut(procs, before_ns, lambda p: p.ts_ns)
+        for rss in self.rss.values():
+            _cut(rss, before_ns, lambda r: r[0])
         _cut(self.hosts, before_ns, lambda h: h.ts_ns)
         _cut(self.gpus, before_ns, lambda g: g.ts_ns)
         for windows in self.windows.values():

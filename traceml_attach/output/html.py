@@ -25,6 +25,7 @@ from traceml_attach import __version__
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.ranks import rank_key
 from traceml_attach.ingest.history import History, RankHistory
+from traceml_attach.output.render import memory_leads
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES
 
@@ -58,7 +59,7 @@ def _series(history: RankHistory, origin_ns: int) -> dict[str, list[list[float |
 
 def _finding(f: Finding, section: str) -> dict[str, Any]:
     return {"section": section, "status": f.status, "severity": f.severity, "summary": f.summary, "why": f.why,
-            "next": f.action}
+            "next": f.action, "leads": memory_leads(f) if section == "memory" else []}
 
 
 def report_data(summary: Summary, history: History | None) -> dict[str, Any]:
@@ -123,8 +124,11 @@ def _diagnosis_html(summary: Summary) -> str:
         for f in rest:
             why = f' <span class="why">{_e(f["why"])}</span>' if f["why"] else ""
             nxt = f' <span class="next"><b>Next</b> {_e(f["next"])}</span>' if f["next"] else ""
+            leads = "".join(f"<li>{_e(lead)}</li>" for lead in f["leads"])
+            where = f'<div class="leads"><b>Where to look</b> (evidence, not certainty)<ul>{leads}</ul></div>' \
+                if leads else ""
             parts.append(f'<li class="sev-{_e(f["severity"])}"><b>{_e(f["status"])}</b> ({_e(f["section"])}, '
-                         f'{_e(f["severity"])}): {_e(f["summary"])}.{why}{nxt}</li>')
+                         f'{_e(f["severity"])}): {_e(f["summary"])}.{why}{nxt}{where}</li>')
         parts.append("</ul></section>")
     return "\n".join(parts)
 

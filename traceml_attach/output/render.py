@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.finding import Finding, MemoryEvidence
 from traceml_attach.diagnose.report import (
     NetReport,
     NodeRow,
@@ -54,6 +54,45 @@ def rank_note(r: RankStepTime) -> str | None:
     coverage = "coverage unknown" if r.coverage is None else f"coverage {100 * r.coverage:.1f}%"
     more = f" ({r.problem_count} problems, the last)" if r.problem_count > 1 else ""
     return f"rank {r.rank}: {coverage}; sampling problem{more}: {r.problems[-1].line()}"
+
+
+# --- where rising memory goes: shared with the TUI and the HTML report ------------------------
+
+def memory_leads(d: Finding) -> list[str]:
+    """What the step-memory finding's evidence points at when memory rises: the pace a step, the
+    lines that keep tensors across steps, the phase it grows in, the workers that grow."""
+    ev = d.evidence
+    if not isinstance(ev, MemoryEvidence):
+        return []
+    out = []
+    if ev.bytes_per_step is not None:
+        out.append(f"{ev.bytes_per_step / 2**20:.1f} MiB more memory a step (its pace times the step time)")
+    leak = ev.leak
+    if leak is None:
+        return out
+    out += [line.why for line in leak.lines]
+    if leak.growth_phase is not None and leak.phase_bytes_per_step:
+        grows = leak.phase_bytes_per_step[leak.growth_phase]
+        rest = sum(v for p, v in leak.phase_bytes_per_step.items() if p != leak.growth_phase)
+        out.append(f"its RSS grows while the job is in {leak.growth_phase}: {grows / 2**20:+.1f} MiB a step, and the "
+                   f"rest of the step gives back {max(-rest, 0.0) / 2**20:.1f} MiB (where the allocator first needs "
+                   "new memory in a step, which need not be where the kept tensors were made)")
+    for w in leak.workers[:3]:
+        out.append(f"DataLoader worker {w.pid} grew {w.growth_bytes / 2**20:+.0f} MiB ({_pace(w.bytes_per_s)}): a "
+                   "Dataset that caches what it loads, or copies of its Python objects as workers touch them")
+    if not leak.lines and leak.main_bytes_per_s is not None and leak.workers_bytes_per_s is not None:
+        out.append(f"the rank's own process {_pace(leak.main_bytes_per_s)}, its DataLoader workers "
+                   f"{_pace(leak.workers_bytes_per_s)}")
+    if not leak.lines and not leak.workers:
+        out.append("no line of the training loop's source keeps a tensor across steps that the text shows: look at "
+                   "caches, lists and attributes filled in the functions it calls")
+    return out
+
+
+def _pace(bytes_per_s: float) -> str:
+    if abs(bytes_per_s) >= 2**20:
+        return f"{bytes_per_s / 2**20:+.1f} MiB/s"
+    return f"{bytes_per_s * 60 / 2**20:+.1f} MiB/min"
 
 
 # --- the rates in use: shared with the TUI (tui/present.py) --------------------------------
@@ -349,10 +388,20 @@ def _hot(rep: Report) -> list[str]:
     return out
 
 
+# each rank's memory series as memory.py judged it, in words
+MEMORY_STATES = {"warmup": "warming up", "short": "too short to judge", "rising": "rising", "creep": "rising steadily",
+                 "slight": "rising slightly", "flat": "steady", "jump": "one-off rise", "falling": "falling",
+                 "wandering": "no trend", "unsettled": "not judged yet"}
+
+
 def _memory(rep: Report) -> list[str]:
     sm = rep.step_memory
     shown = _detailed(rep)
     out = _diag_block("Step Memory", sm.diagnosis)
+    leads = memory_leads(sm.diagnosis)
+    if leads:
+        out.append("  where to look (evidence, not certainty):")
+        out += [f"    {lead}" for lead in leads]
     for mem in (sm.gpu, sm.host):
         if mem is None or not mem.ranks:
             continue
@@ -363,8 +412,9 @@ def _memory(rep: Report) -> list[str]:
             if shown is not None and rank not in shown:
                 continue
             trend = " → ".join(_mb(b) for b in r.head_mid_tail_bytes) if r.head_mid_tail_bytes else "too few samples"
-            pace = (f"; past warm-up {r.growth_bytes / 2**20:+.0f} MB over {r.judged_s:.0f} s"
-                    if r.growth_bytes is not None and r.judged_s else "")
+            state = MEMORY_STATES.get(r.state or "", r.state)
+            pace = (f"; judged {r.growth_bytes / 2**20:+.0f} MB over {r.judged_s:.0f} s: {state}"
+                    if r.growth_bytes is not None and r.judged_s else f"; {state}" if state else "")
             out.append(f"    rank {rank}{node_tag(rep, rank)}: head/mid/tail {trend}{pace}")
         out += _fewer(shown, mem.ranks, "    ")
     return out

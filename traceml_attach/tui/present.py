@@ -9,6 +9,7 @@ from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime
 from traceml_attach.output.render import (
     listed_ranks,
+    memory_leads,
     node_states,
     node_tag,
     rank_note,
@@ -257,9 +258,11 @@ def present_memory(doc: Summary, sel: Selection) -> MemoryVM:
                               selected=rank == sel.rank, flagged=rank == report.worst_rank))
     label = "GPU memory (NVML: reserved + context)" if report.source == "gpu" else "host RSS + DataLoader workers"
     skew = report.skew_pct
+    d = sm.diagnosis
     return MemoryVM(label, tuple(rows), size(report.median_peak_bytes), size(report.worst_peak_bytes),
                     None if report.worst_rank is None else str(report.worst_rank),
-                    NONE if skew is None else f"{skew:+.1f}%", hidden)
+                    NONE if skew is None else f"{skew:+.1f}%", hidden, f"{d.status}: {d.summary}",
+                    tuple(memory_leads(d)))
 
 
 def present_system(doc: Summary) -> SystemVM:

@@ -37,4 +37,7 @@ class MemoryPanel(Panel):
         out.append(line(("Peak: worst ", "dim"), (f"{model.worst_peak} (r{model.worst_rank})", "bold"),
                         ("  median ", "dim"), (model.median_peak, "bold"), ("  skew ", "dim"), (model.skew, "bold"),
                         width=width))
+        # where rising memory goes, as far as the panel has room (the summary has every line)
+        for lead in model.leads[:max(height - len(out), 0)]:
+            out.append(line(("▸ ", "yellow"), (lead, "yellow"), width=width))
         return out
