@@ -70,10 +70,10 @@ class GroundTruth:
         self._phases[name] += now - self._mark
         self._mark = now
 
-    def step_done(self, micro_batches: int | None = None, rss: int | None = None) -> None:
+    def step_done(self, micro_batches: int | None = None, **memory: int) -> None:
         """Attribute the remainder to ``wait`` and write the step's record (with gradient
-        accumulation, an optimizer step's: ``micro_batches`` says how many it took; ``rss``: the
-        process's resident bytes read in-process, for the memory examples)."""
+        accumulation, an optimizer step's: ``micro_batches`` says how many it took; ``memory``:
+        bytes read in-process at the step's end, for the memory examples: ``rss``, ``gpu``)."""
         if self._file is None:
             return
         now = self._now()
@@ -86,8 +86,7 @@ class GroundTruth:
         }
         if micro_batches is not None:
             record["micro_batches"] = micro_batches
-        if rss is not None:
-            record["rss"] = rss
+        record.update(memory)
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self._step += 1

@@ -37,8 +37,6 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-share", type=float, default=0.5,
                         help="input's share of the step (default 0.5; 0.9 with a small --width: a few ms of compute)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
-    parser.add_argument("--leak-mb-per-step", type=float, default=0.0,
-                        help="keep this many MB of tensors from every step, forever: a memory leak (default 0)")
 
 
 def main() -> None:
@@ -59,8 +57,6 @@ def main() -> None:
                         pin_memory=device.type == "cuda")
     gt = GroundTruth.from_env(sync=device_sync(device))
     announce_ready(compute=compute_s, input_work=input_s)
-    kept: list[torch.Tensor] = []   # with --leak-mb-per-step: the bug, tensors kept across steps
-    leak_floats = int(args.leak_mb_per_step * 2**20) // 4
     gt.start()
     step = 0
     while step < args.steps:
@@ -80,8 +76,6 @@ def main() -> None:
             step += 1
             if step % 50 == 0:
                 print(f"step {step} loss {loss.item():.4f}", flush=True)
-            if leak_floats:
-                kept.append(torch.ones(leak_floats))
             gt.step_done()
             if step >= args.steps:
                 break

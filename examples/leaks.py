@@ -3,13 +3,16 @@
 ``--shape``:
 
 - ``loss``: ``total_loss += loss`` without ``.item()``: every step's loss and its autograd graph
-  stay reachable from ``total_loss``. backward() frees the graph's saved tensors but not its
-  nodes: a slow leak, a few MB a minute (the classic mistake of seed 001).
+  stay reachable from ``total_loss``, and with ``backward(retain_graph=True)`` (what silences the
+  error its second backward raises) the graph keeps its saved tensors, activations and all: tens
+  of MB a second (the classic mistake of seed 001; the issue's job went +1.4 GB in 15 s).
 - ``eval_loss``: a held-out loss summed every step without ``torch.no_grad()`` and never
   backpropagated: each step keeps a whole forward graph, activations and all (hundreds of MB a
   minute; the shape of the issue's job: +1.4 GB in 15 s).
 - ``outputs``: the model's features appended to a list each step for later analysis, without
   ``.detach()``: the features and their graph's nodes stay (batch x width floats a step).
+- ``slow``: a log that keeps every step's per-sample losses as Python floats (``log.append({...})``):
+  about 2.5 KB a step, a few MB a minute (``--input-ms`` sets the pace).
 - ``cache``: a Dataset that caches every decoded sample (``--sample-kb``, 16) in a dict, read by
   ``--workers`` (2) DataLoader workers: each worker's RSS grows by what it caches.
 - ``flat``: a large, steady footprint (``--footprint-mb`` of buffers, default 1024).
@@ -20,7 +23,8 @@ Each step also decodes its batch for ``--input-ms`` (20) of CPU, so that steps t
 (``--width``, 1024, sizes the model).
 
 Ground truth (``TRACEML_GROUND_TRUTH``): each step's phases, and ``rss``, the process's own RSS
-read in-process at the end of the step (``/proc/self/statm``).
+read in-process at the end of the step (``/proc/self/statm``); with ``--device cuda``, ``gpu``,
+what its caching allocator holds (``torch.cuda.memory_reserved``: NVML's reading less the context).
 """
 
 from __future__ import annotations
@@ -35,10 +39,20 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import BATCH_SIZE, CLASSES, IN_FEATURES, announce_ready, burn_cpu, parse_args, random_data, setup
+from _common import (
+    BATCH_SIZE,
+    CLASSES,
+    IN_FEATURES,
+    announce_ready,
+    burn_cpu,
+    device_sync,
+    parse_args,
+    random_data,
+    setup,
+)
 from _groundtruth import GroundTruth
 
-SHAPES = ("loss", "eval_loss", "outputs", "cache", "flat", "jump")
+SHAPES = ("loss", "eval_loss", "outputs", "slow", "cache", "flat", "jump")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:
@@ -79,30 +93,37 @@ def batches(args: argparse.Namespace):
         loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=args.workers,
                             persistent_workers=args.workers > 0)
         while True:
-            yield from loader
+            for x, y in loader:
+                yield x.to(args.device), y.to(args.device)
     x_all, y_all = random_data(BATCH_SIZE * 16)
     while True:
         for i in range(0, len(y_all), BATCH_SIZE):
             burn_cpu(args.input_ms / 1e3)   # decode the batch
-            yield x_all[i:i + BATCH_SIZE], y_all[i:i + BATCH_SIZE]
+            yield x_all[i:i + BATCH_SIZE].to(args.device), y_all[i:i + BATCH_SIZE].to(args.device)
 
 
-def rss_bytes() -> int:
+def memory_now(args: argparse.Namespace) -> dict[str, int]:
+    """The ground truth's memory: the process's RSS (statm) and, on a GPU, what its caching
+    allocator holds (what NVML counts, less the CUDA context)."""
     with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * 4096
+        out = {"rss": int(fh.read().split()[1]) * 4096}
+    if args.device.type == "cuda":
+        out["gpu"] = torch.cuda.memory_reserved()
+    return out
 
 
 def main() -> None:
     args = parse_args(__doc__, add_args)
-    setup(args)
+    args.device = setup(args)
     body = nn.Sequential(nn.Linear(IN_FEATURES, args.width), nn.ReLU())
-    model = nn.Sequential(body, nn.Linear(args.width, CLASSES))
+    model = nn.Sequential(body, nn.Linear(args.width, CLASSES)).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    footprint = [torch.ones(int(args.footprint_mb * 2**20) // 4)] if args.shape == "flat" else []
-    gt = GroundTruth.from_env()
+    footprint = [torch.ones(int(args.footprint_mb * 2**20) // 4, device=args.device)] if args.shape == "flat" else []
+    gt = GroundTruth.from_env(sync=device_sync(args.device))
     announce_ready()
     gt.start()
-    train = {"loss": train_summing_loss, "eval_loss": train_with_eval_loss, "outputs": train_keeping_outputs}
+    train = {"loss": train_summing_loss, "eval_loss": train_with_eval_loss, "outputs": train_keeping_outputs,
+             "slow": train_logging_every_step}
     train.get(args.shape, train_plain)(args, model, opt, gt)
     del footprint
 
@@ -119,19 +140,19 @@ def train_summing_loss(args: argparse.Namespace, model: nn.Module, opt: torch.op
         gt.phase("input")
         loss = loss_fn(model(x), y)
         gt.phase("forward")
-        loss.backward()
+        loss.backward(retain_graph=True)
         gt.phase("backward")
         opt.step()
         opt.zero_grad()
         gt.phase("optimizer")
         total_loss += loss   # the bug: the loss with its graph, summed (loss.item() is the fix)
-        gt.step_done(rss=rss_bytes())
+        gt.step_done(**memory_now(args))
 
 
 def train_with_eval_loss(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer,
                          gt: GroundTruth) -> None:
     loss_fn = nn.CrossEntropyLoss()
-    x_val, y_val = random_data(BATCH_SIZE)
+    x_val, y_val = (t.to(args.device) for t in random_data(BATCH_SIZE))
     val_total = 0.0
     for step, (x, y) in enumerate(batches(args)):
         if step >= args.steps:
@@ -146,7 +167,7 @@ def train_with_eval_loss(args: argparse.Namespace, model: nn.Module, opt: torch.
         gt.phase("optimizer")
         val_total += loss_fn(model(x_val), y_val)   # the bug: no torch.no_grad(), and summed with its graph
         gt.phase("wait")
-        gt.step_done(rss=rss_bytes())
+        gt.step_done(**memory_now(args))
 
 
 def train_keeping_outputs(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer,
@@ -167,7 +188,27 @@ def train_keeping_outputs(args: argparse.Namespace, model: nn.Module, opt: torch
         opt.zero_grad()
         gt.phase("optimizer")
         history.append(feats)   # the bug: kept for later analysis without .detach()
-        gt.step_done(rss=rss_bytes())
+        gt.step_done(**memory_now(args))
+
+
+def train_logging_every_step(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer,
+                             gt: GroundTruth) -> None:
+    loss_fn = nn.CrossEntropyLoss(reduction="none")
+    log = []
+    for step, (x, y) in enumerate(batches(args)):
+        if step >= args.steps:
+            break
+        gt.phase("input")
+        per_sample = loss_fn(model(x), y)
+        loss = per_sample.mean()
+        gt.phase("forward")
+        loss.backward()
+        gt.phase("backward")
+        opt.step()
+        opt.zero_grad()
+        gt.phase("optimizer")
+        log.append({"step": step, "losses": per_sample[:64].tolist()})   # the bug: never trimmed
+        gt.step_done(**memory_now(args))
 
 
 def train_plain(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Optimizer, gt: GroundTruth) -> None:
@@ -187,8 +228,8 @@ def train_plain(args: argparse.Namespace, model: nn.Module, opt: torch.optim.Opt
         opt.zero_grad()
         gt.phase("optimizer")
         if args.shape == "jump" and eval_set is None and time.monotonic() >= jump_at:
-            eval_set = torch.randn(int(args.jump_mb * 2**20) // 4)   # built once, kept: a one-off rise
-        gt.step_done(rss=rss_bytes())
+            eval_set = torch.randn(int(args.jump_mb * 2**20) // 4, device=args.device)   # built once, kept
+        gt.step_done(**memory_now(args))
 
 
 if __name__ == "__main__":

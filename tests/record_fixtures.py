@@ -57,6 +57,30 @@ TRUTHED = {
 }
 
 
+# Memory (tests/test_memory.py, tests/test_golden.py): examples/leaks.py shapes with the job's own RSS
+# beside them (<name>.truth.jsonl): fixture name -> (its arguments, seconds after ready, seconds
+# sampled, attach arguments). The slow leak is attached for 5 minutes at 20 Hz (its memory is what
+# matters; a smaller file).
+MEMORY = {
+    "mem_loss": (("--shape", "loss"), 22, 15, ()),
+    "mem_slow_5min": (("--shape", "slow"), 25, 300, ("--rate", "20", "--max-rate", "20")),
+}
+
+
+def record_memory(name: str, tmp: str) -> None:
+    args, age, seconds, attach = MEMORY[name]
+    truth = Path(tmp) / f"{name}.jsonl"
+    job = start_example("leaks", *args, truth=truth)
+    try:
+        time.sleep(age)
+        snapshot(job.pid, name, tmp, seconds, attach)
+    finally:
+        stop_example(job)
+    rows = [json.loads(line) for line in truth.read_text().splitlines() if line.endswith("}")]
+    (FIXTURES / f"{name}.truth.jsonl").write_text("".join(
+        json.dumps({"end": round(r["end"], 3), "rss": r["rss"]}) + "\n" for r in rows[::10]))
+
+
 def record_truthed(name: str, tmp: str) -> None:
     """A 15-s snapshot of a job that times itself, and its truth over the stretch each rank's steps
     were found in (the window, or from its rate change on): the steps that lie wholly inside it and
@@ -82,9 +106,9 @@ def record_truthed(name: str, tmp: str) -> None:
                                                             indent=2) + "\n")
 
 
-def snapshot(pid: int, name: str, tmp: str, seconds: float) -> None:
+def snapshot(pid: int, name: str, tmp: str, seconds: float, attach: tuple[str, ...] = ()) -> None:
     subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid),
-                    "--seconds", str(seconds), "--quiet", "--logs-dir", tmp, "--run-name", name],
+                    "--seconds", str(seconds), "--quiet", "--logs-dir", tmp, "--run-name", name, *attach],
                    check=True, cwd=ROOT, capture_output=True)
     shutil.copy(Path(tmp) / name / "frames.msgpack", FIXTURES / f"{name}.msgpack")
     print(f"recorded {name}")
@@ -96,6 +120,9 @@ def main() -> None:
         for name in TRUTHED:
             if not only or name in only:
                 record_truthed(name, tmp)
+        for name in MEMORY:
+            if not only or name in only:
+                record_memory(name, tmp)
         for name, (example, args) in FRAMEWORKS.items():
             if only and name not in only:
                 continue

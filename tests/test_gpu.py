@@ -77,3 +77,40 @@ def test_prometheus_exports_the_ranks_gpu(example, tmp_path: Path):
     finally:
         attacher.terminate()
         attacher.wait(timeout=30)
+
+
+def test_gpu_memory_shapes_from_a_15_s_snapshot(tmp_path: Path):
+    """The memory cases of tests/test_e2e_memory.py on the GPU: NVML's per-process memory is the
+    source, judged with the same words, against the allocator's own reserved bytes in-process."""
+    from tests.test_e2e_memory import slope
+
+    shapes = {"eval_loss": ({"MEMORY_RISING"}, "val_total += loss_fn(model(x_val), y_val)"),
+              "flat": ({"BALANCED", "NO_DATA"}, None),
+              "jump": ({"BALANCED", "NO_DATA"}, None)}
+    jobs = {}
+    try:
+        for shape in shapes:
+            extra = ("--jump-after-s", "32") if shape == "jump" else ("--input-ms", "5")
+            jobs[shape] = start_example("leaks", "--shape", shape, "--device", "cuda", *extra,
+                                        truth=tmp_path / f"{shape}.jsonl")
+        time.sleep(22)
+        outs = {shape: traceml("snapshot", "--pid", str(job.pid), "--seconds", "15", "--quiet",
+                               "--logs-dir", str(tmp_path), "--run-name", shape) for shape, job in jobs.items()}
+    finally:
+        for job in jobs.values():
+            stop_example(job)
+    for shape, (kinds, line) in shapes.items():
+        assert outs[shape].returncode == 0, outs[shape].stderr
+        summary = json.loads((tmp_path / shape / "final_summary.json").read_text())
+        memory = summary["step_memory"]
+        d = memory["diagnosis"]
+        assert memory["source"] == "gpu"
+        assert d["kind"] in kinds, (shape, d)
+        assert "nothing to do" not in d["action"]
+        if line is not None:
+            ev = d["evidence"]
+            assert ev["source"] == "gpu" and ev["leak"]["lines"][0]["text"].startswith(line)
+            window = summary["sampling"]["window"]
+            rows = [json.loads(x) for x in (tmp_path / f"{shape}.jsonl").read_text().splitlines() if x.endswith("}")]
+            true = slope([(r["end"], r["gpu"]) for r in rows if window["start"] <= r["end"] <= window["end"]])
+            assert abs(ev["bytes_per_s"] / true - 1) <= 0.25, (ev["bytes_per_s"], true)

@@ -80,13 +80,14 @@ class MemoryPolicy:
     # this long on, the trend is judged on BLOCKS medians and can be MEMORY CREEP (EARLY).
     creep_min_span_s: float = 30.0
     # MEMORY RISING in a short window: the last third of the window above the first by at
-    # least this much AND this share of the first third's level, with the middle third
-    # between them. A CPU allocator's RSS swings by up to 80 MiB on the flat example jobs (glibc
-    # growing and trimming its heap: examples/input_bound.py, 436-506 MiB in 20-s cycles; the
-    # readings of six of them are tests/fixtures/rss_flat.json), so a short window cannot tell a
-    # smaller rise from one of its swings.
+    # least this much, with the middle third between them. glibc's malloc gives its heap back
+    # once more than its trim threshold is free at the top (its dynamic thresholds cap that at
+    # 64 MiB) and maps blocks over 32 MiB on their own, so a flat job's RSS swings by tens of MB
+    # (up to 80 MiB on the flat example jobs: examples/input_bound.py, 436-506 MiB in 20-s
+    # cycles; six of them read every second are tests/fixtures/rss_flat.json). A short window
+    # cannot tell a smaller rise from one of its swings. Not a share of the level: a leaking job's
+    # level is mostly its leak, which does not swing.
     rising_min_bytes: int = 128 * MIB
-    rising_min_share: float = 0.10
     # GPU memory (the caching allocator's reserved memory) does not swing that way: it grows
     # in steps and gives nothing back unless emptied, so a smaller steady rise is already one.
     rising_min_bytes_gpu: int = 64 * MIB

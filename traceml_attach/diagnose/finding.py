@@ -118,6 +118,7 @@ class KeptLine:
     tensor: str         # the tensor it keeps
     how: str            # "+=", "append", "item assignment"
     why: str            # the reason, in one sentence
+    kind: str = "graph"   # graph (a tensor with its autograd graph) | tensor | value (Python values)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from agent.source import is_library
 from traceml_attach.diagnose.finding import KeptLine, LeakEvidence, WorkerGrowth
-from traceml_attach.diagnose.retention import kept_across_steps
+from traceml_attach.diagnose.retention import KINDS, kept_across_steps
 from traceml_attach.ingest.model import ProcSample
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.phases import PHASES
@@ -69,8 +69,8 @@ def _lines(rec: Recording, tl: Timeline) -> tuple[KeptLine, ...]:
         if text is None:
             continue
         found += kept_across_steps(text, file, loop_lines if file == loop.file else {}, sorted(called.get(file, ())))
-    return tuple(KeptLine(r.where, r.text, r.holder, r.tensor, r.how, r.why())
-                 for r in sorted(found, key=lambda r: (r.file != loop.file, r.file, r.line))[:MAX_LINES])
+    ranked = sorted(found, key=lambda r: (KINDS.index(r.kind), r.file != loop.file, r.file, r.line))
+    return tuple(KeptLine(r.where, r.text, r.holder, r.tensor, r.how, r.why(), r.kind) for r in ranked[:MAX_LINES])
 
 
 def _phase_growth(rss: Sequence[tuple[int, int]], tl: Timeline, lo: int, hi: int,

@@ -13,7 +13,7 @@ are never judged, and a job that has run longer is judged from the first sample.
 Every verdict is a measurement with its uncertainty (``Trend``), never a default:
 
 - MEMORY RISING: a window too short to judge a trend (under ``creep_min_span_s``) with a rise
-  that no allocator swing makes (``rising_min_bytes`` and ``rising_min_share`` of the level),
+  that no allocator swing makes (``rising_min_bytes``; on a GPU, a share of the level too),
   under way across the whole window; with its pace and, where memory has a limit, the time left.
 - MEMORY CREEP (EARLY) / MEMORY CREEP: a longer window whose block medians rise one after the
   other, far beyond their fit's standard error, keeping pace; CREEP once the rise is large or
@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -276,12 +277,11 @@ def _more(series: Series, policy: MemoryPolicy) -> float:
 
 
 def _state(tr: Trend, policy: MemoryPolicy) -> str:
-    if tr.jump is not None and not _rising_long(tr, policy):
+    rising = _rising_short(tr, policy) if tr.short else _rising_long(tr, policy)
+    if tr.jump is not None and not rising:
         return "jump"
-    if tr.short and _rising_short(tr, policy):
-        return "rising"
-    if not tr.short and _rising_long(tr, policy):
-        return "creep"
+    if rising:
+        return "rising" if tr.short else "creep"
     if (abs(tr.rise_bytes) <= tr.noise_bytes <= max(policy.steady_noise_share * tr.level_bytes, policy.min_noise_bytes)
             and abs(tr.growth_bytes) <= tr.noise_bytes):
         return "flat"
@@ -306,7 +306,7 @@ def _short_floor(tr: Trend, policy: MemoryPolicy) -> float:
     level = tr.bands_bytes[0]
     if tr.gpu:
         return max(policy.rising_min_bytes_gpu, policy.rising_min_share_gpu * level)
-    return max(policy.rising_min_bytes, policy.rising_min_share * level)
+    return float(policy.rising_min_bytes)
 
 
 def _rising_long(tr: Trend, policy: MemoryPolicy) -> bool:
@@ -411,14 +411,14 @@ def _trend_finding(source: str, what: str, ranks: list[RankMemory], policy: Memo
     h, m, t = tr.bands_bytes
     also = f"; rising on rank {median.rank} too" if median is not top else ""
     seen = (f"rank {top.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} (thirds of {tr.span_s:.0f} s), "
-            f"{_pace(tr.bytes_per_s)} (±{_pace(tr.noise_bytes / tr.span_s)}){also}")
+            f"{_pace(tr.bytes_per_s, tr.noise_bytes / tr.span_s)}{also}")
     why = seen + (f"; {_limit_text(top, left)}" if left is not None else "")
     if kind == "MEMORY_CREEP_EARLY":
         why += (f"; MEMORY CREEP once the rise reaches +{_mib(confirmed)} or goes on for "
                 f"{policy.creep_confirm_s:.0f} s")
     where = " on the rank that rose most and the median rank" if median is not top else ""
     return Finding(
-        kind, sev, f"{what} rising {_pace(rate)}{where}: +{_mib(median_tr.growth_bytes)} in {median_tr.span_s:.0f} s"
+        kind, sev, f"{what} rising {_pace(rate)}{where}: +{_mib(median_tr.rise_bytes)} in {median_tr.span_s:.0f} s"
         + (f", {_duration(left)} until its limit" if left is not None else ""),
         why + (f"; {NVML_NOTE}" if source == "gpu" else ""),
         "look for tensors kept across steps: losses or outputs stored without .item()/.detach(), "
@@ -499,7 +499,9 @@ def _moved(what: str, r: RankMemory, n: int, policy: MemoryPolicy, ev: dict[str,
                        f"after start-up); if it goes on, MEMORY CREEP (EARLY) follows{note}",
                        "watch the next windows", r.rank, ev)
     if r.state == "jump" and tr.jump is not None:
-        return Finding("BALANCED", "info", f"{what}: one rise of +{_mib(tr.jump.bytes)}, flat before and after it",
+        at = time.strftime("%H:%M:%S", time.localtime(tr.jump.at_ns / 1e9))
+        return Finding("BALANCED", "info", f"{what}: one rise of +{_mib(tr.jump.bytes)} at {at}, flat before and "
+                       "after it",
                        f"{seen}: a one-off step (an eval, a checkpoint, a cache filled once), not a trend, over "
                        f"{tr.span_s:.0f} s{note}", "nothing points to a leak: watch for another step", r.rank,
                        {**ev, "jump_at_ns": tr.jump.at_ns, "jump_bytes": tr.jump.bytes})
@@ -524,9 +526,13 @@ def _unsettled(r: RankMemory, policy: MemoryPolicy) -> str:
     if tr is None:
         return f"rank {r.rank}: {policy.min_judged_s:.0f} s past its warm-up are needed before anything is judged"
     h, m, t = tr.bands_bytes
-    need = (f"less than the +{_mib(_short_floor(tr, policy))} a {tr.span_s:.0f}-s window needs to call a rise "
-            "(allocators swing that much on a flat job)" if tr.short else "not a steady trend")
-    return (f"rank {r.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} over {tr.span_s:.0f} s, beyond its noise "
+    floor = _short_floor(tr, policy)
+    if abs(t - h) < floor:
+        need = (f"less than the {_mib(floor)} a {tr.span_s:.0f}-s window needs to call a rise or a fall "
+                "(allocators swing that much on a flat job)")
+    else:
+        need = "not a rise under way across the whole window, nor one step"
+    return (f"rank {r.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} over {tr.span_s:.0f} s (thirds), beyond its noise "
             f"(±{_mib(tr.noise_bytes)}) but {need}; a trend is judged over {policy.creep_min_span_s:.0f} s")
 
 
@@ -539,10 +545,12 @@ def _mib(x: float) -> str:
     return f"{x / MIB:.0f} MiB" if abs(x) < 10 * 1024 * MIB else f"{x / (1024 * MIB):.1f} GiB"
 
 
-def _pace(bytes_per_s: float) -> str:
-    if abs(bytes_per_s) >= MIB:
-        return f"{bytes_per_s / MIB:.0f} MiB/s"
-    return f"{bytes_per_s * 60 / MIB:.1f} MiB/min"
+def _pace(bytes_per_s: float, give_or_take: float | None = None) -> str:
+    """A pace in MiB/s, or MiB/min when slower than one MiB a second (``give_or_take`` in the same unit)."""
+    scale, unit = (MIB, "MiB/s") if abs(bytes_per_s) >= MIB else (MIB / 60, "MiB/min")
+    digits = 0 if unit == "MiB/s" else 1
+    more = f" ±{give_or_take / scale:.{digits}f}" if give_or_take is not None else ""
+    return f"{bytes_per_s / scale:.{digits}f}{more} {unit}"
 
 
 def _duration(seconds: float | None) -> str:

@@ -24,6 +24,9 @@ DETACHING_FUNCS = frozenset({"float", "int", "bool", "str", "repr", "len", "roun
 # A container method that keeps its argument: the container outlives the step
 KEEPING_METHODS = frozenset({"append", "extend", "add", "insert", "appendleft", "update", "setdefault",
                              "put", "put_nowait", "push"})
+# ...and those that grow it by one item a call (``update`` and ``setdefault`` may replace one)
+GROWING_METHODS = frozenset({"append", "extend", "add", "insert", "appendleft", "put", "put_nowait", "push"})
+KINDS = ("graph", "tensor", "value")   # the evidence, strongest first
 # Backward on a tensor, by what the user writes: ``loss.backward()``, ``scaler.scale(loss).backward()``,
 # ``accelerator.backward(loss)`` / ``engine.backward(loss)`` / ``torch.autograd.backward(loss)``
 BACKWARD = "backward"
@@ -42,13 +45,20 @@ class Retention:
     holder: str          # what outlives the step: "total_loss", "history", "self.losses"
     tensor: str          # the graph-carrying name it keeps: "loss"
     how: str             # "+=", "append", "item assignment"
-    graph_from: str      # why that name carries the graph: "loss.backward() at line 41", "forward at line 38"
+    graph_from: str | None   # why that name carries the graph ("loss.backward() at line 41"); None: none
+    kind: str = "graph"      # graph | tensor (no graph: a batch, a detached copy) | value (Python values)
 
     @property
     def where(self) -> str:
         return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
 
     def why(self) -> str:
+        if self.kind == "value":
+            return (f"{self.where} `{self.text}`: `{self.holder}` outlives the step and gets one more item every "
+                    "step (Python values, not tensors: small each, but it never shrinks)")
+        if self.kind == "tensor":
+            return (f"{self.where} `{self.text}`: `{self.tensor}` is a tensor made every step, and `{self.holder}` "
+                    "outlives the step: it keeps one more each step")
         return (f"{self.where} `{self.text}`: `{self.tensor}` carries the autograd graph ({self.graph_from}) "
                 f"and `{self.holder}` outlives the step; without .item() or .detach() every step's graph "
                 "stays alive")
@@ -69,11 +79,11 @@ def kept_across_steps(text: str, file: str, loop_lines: Mapping[int, Mapping[str
     if loop is not None:
         forward = {line for line, phases in loop_lines.items()
                    if phases.get("forward", 0) >= FORWARD_SHARE * sum(phases.values())}
-        found += _scan(loop.body, _outside_names(tree, loop), forward, file, lines, per_step=True)
+        found += _scan(loop.body, _outside_names(tree, loop), forward, file, lines, _batch_names(loop))
     for line in called:
         func = _function_at(tree, line)
         if func is not None and (loop is None or not _contains(func, loop)):
-            found += _scan(func.body, _nonlocal_names(func), set(), file, lines, per_step=False)
+            found += _scan(func.body, _nonlocal_names(func), set(), file, lines, set())
     unique: dict[int, Retention] = {}
     for r in found:
         unique.setdefault(r.line, r)
@@ -164,9 +174,22 @@ def _reads(expr: ast.AST, name: str) -> bool:
 
 # -- what carries the graph, and what keeps it ------------------------------------------------
 
+def _batch_names(loop: ast.For | ast.While) -> set[str]:
+    """The tensors the loop's ``for`` gives each step (``for x, y in loader``; an ``enumerate``'s
+    count is no tensor)."""
+    if not isinstance(loop, ast.For):
+        return set()
+    target = loop.target
+    if (isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "enumerate"
+            and isinstance(target, ast.Tuple) and len(target.elts) == 2):
+        target = target.elts[1]
+    return set(_bound(target))
+
+
 def _scan(body: list[ast.stmt], holders: set[str], forward: set[int], file: str, lines: list[str],
-          per_step: bool) -> list[Retention]:
+          batch: set[str]) -> list[Retention]:
     graph = _graph_names(body, forward)
+    tensors = _tensor_names(body, {**{name: "" for name in batch}, **graph})
     out = []
     for stmt, no_grad in _statements(body):
         if no_grad:
@@ -175,15 +198,20 @@ def _scan(body: list[ast.stmt], holders: set[str], forward: set[int], file: str,
         here = dict(graph)
         if stmt.lineno in forward:
             here[FORWARD_HERE] = f"the forward pass on line {stmt.lineno}"
+        kind = "graph"
         kept = _keeps(stmt, holders, here)
+        if kept is None:
+            kind, kept = "tensor", _keeps_tensor(stmt, holders, tensors)
+        if kept is None:
+            kind, kept = "value", _keeps_tensor(stmt, holders, None)
         if kept is None:
             continue
         holder, tensor, how = kept
-        graph_from = here[tensor]
+        graph_from = here.get(tensor) if kind == "graph" else None
         if tensor == FORWARD_HERE:
             tensor = _kept_value(stmt)
-        out.append(Retention(file, stmt.lineno, _text(stmt, lines)[:200], holder, tensor, how, graph_from))
-    return out
+        out.append(Retention(file, stmt.lineno, _text(stmt, lines)[:200], holder, tensor, how, graph_from, kind))
+    return sorted(out, key=lambda r: (KINDS.index(r.kind), r.line))
 
 
 def _statements(body: list[ast.stmt], no_grad: bool = False) -> Iterator[tuple[ast.stmt, bool]]:
@@ -231,6 +259,70 @@ def _graph_names(body: list[ast.stmt], forward: set[int]) -> dict[str, str]:
                         graph[name] = f"computed from `{source}` at line {stmt.lineno}"
                         changed = True
     return graph
+
+
+def _tensor_names(body: list[ast.stmt], seeds: Mapping[str, str]) -> dict[str, str]:
+    """The names in ``body`` that hold tensors, with or without a graph: ``seeds`` and what is
+    computed from them (a slice, a ``.clone()``, a ``.detach()``), until a conversion to numbers
+    (``.item()``, ``.tolist()``, ``float()``, ``.shape``) (to a fixed point)."""
+    tensors = dict(seeds)
+    stmts = list(_statements(body))
+    changed = True
+    while changed:
+        changed = False
+        for stmt, _ in stmts:
+            if not isinstance(stmt, ast.Assign) or next(_tensor_refs(stmt.value, tensors), None) is None:
+                continue
+            for target in stmt.targets:
+                for name in _bound(target):
+                    if name not in tensors:
+                        tensors[name] = f"line {stmt.lineno}"
+                        changed = True
+    return tensors
+
+
+NUMBERS = frozenset({"item", "tolist", "size", "dim", "numel", "__float__", "__len__"})
+
+
+def _tensor_refs(expr: ast.AST, tensors: Mapping[str, str]) -> Iterator[str]:
+    """The tensor names ``expr`` uses as tensors (not converted to numbers)."""
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if (isinstance(func, ast.Attribute) and func.attr in NUMBERS) or (
+                isinstance(func, ast.Name) and func.id in DETACHING_FUNCS):
+            return
+    if isinstance(expr, ast.Attribute) and expr.attr in ("shape", "dtype", "device", "ndim", "requires_grad"):
+        return
+    if isinstance(expr, ast.Name) and expr.id in tensors:
+        yield expr.id
+        return
+    if isinstance(expr, ast.Lambda | ast.JoinedStr | ast.Compare):
+        return
+    for child in ast.iter_child_nodes(expr):
+        yield from _tensor_refs(child, tensors)
+
+
+def _keeps_tensor(stmt: ast.stmt, holders: set[str], tensors: Mapping[str, str] | None
+                  ) -> tuple[str, str, str] | None:
+    """(holder, expression, how) where ``stmt`` adds a tensor (no graph needed) to a container
+    that outlives the step, or with ``tensors`` None any value: it grows by one every step. (``+=``
+    of a tensor without a graph keeps one tensor, not one a step; an item stored under the same
+    key every step replaces the last, so only keys that change count.)"""
+    def kept(expr: ast.AST) -> bool:
+        return tensors is None or next(_tensor_refs(expr, tensors), None) is not None
+
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in GROWING_METHODS:
+        holder = _holder(call.func.value, holders)
+        args = [*call.args, *(k.value for k in call.keywords)]
+        if holder is not None and args and any(kept(a) for a in args):
+            return holder, _kept_value(stmt), call.func.attr
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+        target = stmt.targets[0]
+        holder = _holder(target.value, holders)
+        if holder is not None and not isinstance(target.slice, ast.Constant) and kept(stmt.value):
+            return holder, _kept_value(stmt), "item assignment"
+    return None
 
 
 def _backward_of(node: ast.AST) -> str | None:

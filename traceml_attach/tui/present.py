@@ -261,8 +261,7 @@ def present_memory(doc: Summary, sel: Selection) -> MemoryVM:
     d = sm.diagnosis
     return MemoryVM(label, tuple(rows), size(report.median_peak_bytes), size(report.worst_peak_bytes),
                     None if report.worst_rank is None else str(report.worst_rank),
-                    NONE if skew is None else f"{skew:+.1f}%", hidden, f"{d.status}: {d.summary}",
-                    tuple(memory_leads(d)))
+                    NONE if skew is None else f"{skew:+.1f}%", hidden, tuple(memory_leads(d)))
 
 
 def present_system(doc: Summary) -> SystemVM:

@@ -103,7 +103,6 @@ class MemoryVM:
     worst_rank: str | None
     skew: str
     hidden: int = 0     # ranks not in rows (present.around): the panel counts them as more
-    verdict: str = ""   # the memory verdict in a few words ("MEMORY RISING 85 MiB/s, 4 min left")
     leads: tuple[str, ...] = ()   # where rising memory goes (render.memory_leads)
 
 
