@@ -1,14 +1,14 @@
 """Memory verdicts on the shapes of examples/leaks.py, against each job's own RSS read in-process.
 
     python bench/memory_bench.py [SHAPE ...] [--seconds 15] [--age 22] [--together 3]
-    python bench/memory_bench.py loss --seconds 300      # the slow leak over a 5-minute attach
+    python bench/memory_bench.py slow --seconds 300      # the slow leak over a 5-minute attach
 
 Each job is started, left to run past its warm-up (``--age`` seconds after it is ready: the warm-up
-is the job's own first 20 s), then ``traceml snapshot`` samples it for ``--seconds``; ``--together``
-jobs run side by side. Printed per shape: the step-memory verdict, the pace it gives against the
-least-squares slope of the job's in-process RSS over the same window (the cache's grows in its
-workers, which the job cannot read of itself), the time left it gives, the first line the evidence
-names, and the slowest leak a "steady" could miss.
+is the job's own first 20 s), then ``traceml snapshot`` samples it for ``--seconds`` (at a fixed
+100 Hz: memory needs no step time); ``--together`` jobs run side by side. Printed per shape: the
+step-memory verdict, the pace it gives against the least-squares slope of the job's in-process RSS
+over the same window (the cache grows in its workers, which the job cannot read of itself), the
+time left it gives, the first line the evidence names, and the slowest leak a "steady" could miss.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from launch import start_example, stop_example  # noqa: E402
 
-SHAPES = ("eval_loss", "outputs", "cache", "flat", "jump", "loss")
+SHAPES = ("loss", "eval_loss", "outputs", "cache", "flat", "jump", "slow")
+# as tests/test_e2e_memory.py runs them: the shapes that keep tensors, without the decode time
+EXTRA = {"loss": ("--input-ms", "0"), "eval_loss": ("--input-ms", "0"), "outputs": ("--input-ms", "0")}
 MIB = 2**20
 
 
@@ -43,12 +45,14 @@ def run(shapes: list[str], seconds: float, age: float, tmp: Path) -> None:
     jobs = {}
     try:
         for shape in shapes:
-            extra = ("--jump-after-s", str(age + min(seconds / 2, 10))) if shape == "jump" else ()
-            jobs[shape] = start_example("leaks", "--shape", shape, *extra, truth=tmp / f"{shape}.jsonl")
+            jobs[shape] = start_example("leaks", "--shape", shape, *EXTRA.get(shape, ()), *(
+                ("--jump-after-s", str(age + min(seconds / 2, 10))) if shape == "jump" else ()),
+                truth=tmp / f"{shape}.jsonl")
         time.sleep(age)
         runs = {shape: subprocess.Popen(
             [sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(job.pid), "--seconds", str(seconds),
-             "--quiet", "--logs-dir", str(tmp), "--run-name", shape], cwd=ROOT) for shape, job in jobs.items()}
+             "--max-rate", "100", "--logs-dir", str(tmp), "--run-name", shape], cwd=ROOT, stdout=subprocess.DEVNULL)
+            for shape, job in jobs.items()}
         for r in runs.values():
             r.wait(timeout=seconds + 120)
     finally:
@@ -65,6 +69,8 @@ def run(shapes: list[str], seconds: float, age: float, tmp: Path) -> None:
         lines = leak.get("lines") or []
         first = lines[0]["where"] + " " + lines[0]["text"] if lines else "-"
         workers = ", ".join(f"{w['pid']} {w['bytes_per_s'] / MIB:+.1f} MiB/s" for w in leak.get("workers") or [])
+        if shape == "cache":
+            true = None   # its workers grow; the job reads only its own RSS
         err = f"{100 * (pace / true - 1):+.1f}%" if pace and true else "-"
         ours = "-" if pace is None else f"{pace / MIB:.1f}"
         theirs = "-" if true is None else f"{true / MIB:.2f}"

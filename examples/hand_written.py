@@ -18,14 +18,19 @@ The defaults make a compute-bound step (~150 ms on one core here, input ~1%). A 
 short windows, ``--vocab 32 --hidden 8 --batch 2048 --block 4``, makes an input-bound one (~45 ms,
 input ~80%): slicing the memmap window by window is most of the step.
 
+``--loader text`` makes the batches another way nobody names for a batch: ``encode_windows()``
+tokenizes random windows of an in-memory text character by character in Python (a dict lookup a
+character, ``torch.tensor`` of the lists: no memmap, no ``from_numpy``). With ``--hidden 8 --batch
+1024 --block 16`` it is most of the step.
+
 ``--metric`` computes the batch's accuracy under ``with torch.no_grad()`` each step (a metric of
 the step, not eval); ``--eval-every N`` runs nanoGPT's ``@torch.no_grad()`` ``estimate_loss()``
 (``--eval-iters`` forward passes on fresh batches) and a ``torch.save`` checkpoint at the top of
 every N-th iteration, which makes that iteration one long step.
 
-Ground truth (TRACEML_GROUND_TRUTH): input is ``get_batch()``, optimizer is ``zero_grad`` and the
-update (clipping included), forward and backward as usual; the metric, the evaluation and the
-checkpoint are wait.
+Ground truth (TRACEML_GROUND_TRUTH): input is ``get_batch()`` (or ``encode_windows()``), optimizer
+is ``zero_grad`` and the update (clipping included), forward and backward as usual; the metric, the
+evaluation and the checkpoint are wait.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ parser.add_argument("--eval-every", type=int, default=0, metavar="N",
                     help="every N steps, nanoGPT's @torch.no_grad() estimate_loss() (--eval-iters forward passes) "
                          "and a checkpoint with torch.save, in that iteration (default 0: never)")
 parser.add_argument("--eval-iters", type=int, default=20, help="forward passes per evaluation (default 20)")
+parser.add_argument("--loader", choices=("memmap", "text"), default="memmap",
+                    help="memmap: nanoGPT's get_batch (default); text: windows of a text encoded in Python")
 parser.add_argument("--steps", type=int, default=10**9, help="steps (default: forever)")
 parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
 args = parser.parse_args()
@@ -78,6 +85,17 @@ def _stopped(*_: object) -> None:   # terminated: the token file goes too
 
 signal.signal(signal.SIGTERM, _stopped)
 np.random.default_rng(0).integers(0, VOCAB, size=4_000_000, dtype=np.uint16).tofile(os.path.join(data_dir, "train.bin"))
+
+
+TEXT = "".join(np.random.default_rng(1).choice(list("abcdefghijklmnopqrstuvwxyz .,\n"), size=1_000_000))
+STOI = {ch: i for i, ch in enumerate(sorted(set(TEXT)))}
+
+
+def encode_windows() -> tuple[torch.Tensor, torch.Tensor]:
+    ix = torch.randint(len(TEXT) - args.block - 1, (args.batch,)).tolist()
+    x = torch.tensor([[STOI[ch] for ch in TEXT[i:i + args.block]] for i in ix])
+    y = torch.tensor([[STOI[ch] for ch in TEXT[i + 1:i + 1 + args.block]] for i in ix])
+    return x.to(device), y.to(device)
 
 
 def get_batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,7 +148,7 @@ while step < args.steps:
         torch.save({"model": model.state_dict(), "step": step, "val_loss": val_loss},
                     os.path.join(data_dir, "ckpt.pt"))
         gt.phase("wait")   # the iteration that evaluates and checkpoints is one long step
-    x, y = get_batch()
+    x, y = get_batch() if args.loader == "memmap" else encode_windows()
     gt.phase("input")
     model.zero_grad()
     gt.phase("optimizer")

@@ -54,6 +54,10 @@ TRUTHED = {
     # ...with a metric under no_grad each step, and nanoGPT's estimate_loss() and a checkpoint every
     # 25 steps (one iteration of ~1.3 s)
     "truth_hand_written_eval": ("hand_written", ("--metric", "--eval-every", "25"), 1),
+    # ...batches made by a function no rule names (a text encoded in Python): input by the loop's
+    # data flow alone (steps/dataflow.py), input-bound (~43% of a ~31 ms step)
+    "truth_hand_written_text": ("hand_written", ("--loader", "text", "--vocab", "32", "--hidden", "8",
+                                                 "--batch", "4096", "--block", "4"), 1),
 }
 
 

@@ -21,12 +21,18 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # generation collected after thousands of memmap slices), boundaries are missed 3.5% of the time,
 # and the period fitted to the intervals counts each slow step as 2-3 steps: 38.5 ms for 36.4
 # (+5.7%), 328 steps for 287
-KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several"}
+KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several",
+               # the same: Python encoding's garbage collections make every few steps slow (steps
+               # 34.1 ms for 33.4, +2.2%, but 365 counted for 338), and the typical steps that the
+               # shares are taken over leave the slow fetches out (input 31% of them for 37.5%); the
+               # window's samples hold the right phases (test_a_loader_no_rule_names_is_input_by_data_flow)
+               "truth_hand_written_text": "slow steps now and then are counted as several"}
+SHARES_WRONG = {"truth_hand_written_text": "the typical steps leave the slow fetches out"}
 
 
-def marked(name: str) -> object:
-    if name in KNOWN_WRONG:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[name]))
+def marked(name: str, known: dict[str, str] = KNOWN_WRONG) -> object:
+    if name in known:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=known[name]))
     return name
 
 
@@ -48,8 +54,8 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
                                   ["ranks"].values())]
 # the diagnosis each of them must get
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
-             "truth_hand_written_eval": "COMPUTE_BOUND"}
-@pytest.mark.parametrize("name", SHARED)
+             "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND"}
+@pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
     pipeline, problem = replay_file(FIXTURES / f"{name}.msgpack", load_rules())
@@ -72,3 +78,24 @@ def test_eval_a_metric_and_a_checkpoint_are_told_apart():
     labels = {s.rank: s for s in pipeline.window_analysis().ranks}["0"].wait_labels
     assert labels["eval"] > labels["metric"] > labels["checkpoint"] > 0, labels
     assert labels["eval"] + labels["metric"] + labels["checkpoint"] > 0.95, labels
+
+
+def test_a_loader_no_rule_names_is_input_by_data_flow():
+    # GIVEN batches made by encode_windows(), which no rule names (a text tokenized in Python: no
+    # memmap, no from_numpy, no DataLoader), on the line `x, y = ... encode_windows()` that makes
+    # what the loss is computed from
+    from traceml_attach.diagnose.analysis import analyze
+    from traceml_attach.ingest.stream import read_recording
+
+    rec, _ = read_recording(FIXTURES / "truth_hand_written_text.msgpack")
+    analysis = analyze(rec, load_rules())
+    timeline = analysis.timelines["0"]
+    totals: dict[str, int] = {}
+    for seg in timeline.segments:
+        totals[seg.phase] = totals.get(seg.phase, 0) + seg.dur_ns
+    whole = sum(totals.values())
+    truth = json.loads((FIXTURES / "truth_hand_written_text.truth.json").read_text())["ranks"]["0"]["shares"]
+    # THEN the window's samples hold every phase within 2 points of the job's own
+    for phase, want in truth.items():
+        assert abs(totals.get(phase, 0) / whole - want) <= 0.02, (phase, totals.get(phase, 0) / whole, want)
+    assert analysis.report.step_time.diagnosis.kind == "INPUT_BOUND"

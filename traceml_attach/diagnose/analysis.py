@@ -85,7 +85,7 @@ def analyze(
             since, rate = stretch(rec, pid, lo, hi)
             timelines[rank] = build_timeline(
                 pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rate, since, hi,
-                rec.cpu.get(pid, ()),
+                rec.cpu.get(pid, ()), rec.sources,
             )
         sync = synchronized(rec, pids)
         if sync:

@@ -354,7 +354,7 @@ def diagnose_memory(source: str, series: Mapping[str, Series], limits: Mapping[s
     if not ranks or all(r.bands_bytes is None for r in ranks):
         wait = max((r.wait_s or 0.0 for r in ranks), default=policy.min_judged_s)
         return MemoryReport(source, Finding(
-            "NO_DATA", "info", f"not enough {what} readings yet",
+            "NO_DATA", "info", f"not enough {what} readings yet: a verdict in about {wait:.0f} s",
             f"a verdict needs {policy.min_samples} readings over {policy.min_judged_s:.0f} s per rank",
             f"keep sampling: a verdict in about {wait:.0f} s"), ranks)
     present = [r for r in ranks if r.bands_bytes is not None]
@@ -450,15 +450,18 @@ def _calm(what: str, ranks: list[RankMemory], policy: MemoryPolicy, evidence: di
         r = max(warming, key=lambda r: r.wait_s or 0.0)
         clock = ("" if r.age_known else "; this recording does not say when the job started, so the first "
                  f"{policy.creep_warmup_s:.0f} s of sampling are taken for it")
-        return Finding("WARMUP", "info", f"{what} not judged yet: the job is warming up",
+        return Finding("WARMUP", "info", f"{what} not judged yet: the job is warming up, a verdict in about "
+                       f"{r.wait_s or 0:.0f} s",
                        f"the first {policy.creep_warmup_s:.0f} s of a job's life are warm-up (workers forking, "
                        f"caches filling); rank {r.rank} is judged from then on{clock}{note}",
                        f"keep sampling: a memory verdict in about {r.wait_s or 0:.0f} s", r.rank, evidence)
     waiting = [r for r in ranks if r.state in ("short", "unsettled")]
     if waiting:
         r = max(waiting, key=lambda r: abs(r.trend.rise_bytes) if r.trend else 0.0)
-        return Finding("NO_DATA", "info", f"{what} not judged yet", _unsettled(r, policy) + note,
-                       f"keep sampling: a memory verdict in about {max(r.wait_s or 0.0, 1.0):.0f} s", r.rank, evidence)
+        wait = max(r.wait_s or 0.0, 1.0)
+        return Finding("NO_DATA", "info", f"{what} not judged yet: a verdict in about {wait:.0f} s",
+                       _unsettled(r, policy) + note, f"keep sampling: a memory verdict in about {wait:.0f} s",
+                       r.rank, evidence)
     judged = [r for r in ranks if r.trend is not None]
     span = min(r.trend.span_s for r in judged if r.trend is not None)
     slowest = max(detectable_per_s(r.trend, policy) for r in judged if r.trend is not None)

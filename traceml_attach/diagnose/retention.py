@@ -17,6 +17,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+
+from traceml_attach.steps.dataflow import backward_of
 
 # Calls that give a value without the graph (on a tensor: a Python number, a detached tensor)
 DETACHING_METHODS = frozenset({"item", "detach", "detach_", "tolist", "numpy", "__float__"})
@@ -29,7 +32,6 @@ GROWING_METHODS = frozenset({"append", "extend", "add", "insert", "appendleft", 
 KINDS = ("graph", "tensor", "value")   # the evidence, strongest first
 # Backward on a tensor, by what the user writes: ``loss.backward()``, ``scaler.scale(loss).backward()``,
 # ``accelerator.backward(loss)`` / ``engine.backward(loss)`` / ``torch.autograd.backward(loss)``
-BACKWARD = "backward"
 NO_GRAD = ("no_grad", "inference_mode")
 FORWARD_SHARE = 0.5   # a line of the loop function is a forward line where forward has this share of its time
 FORWARD_HERE = "<the forward pass on this line>"   # what a forward line's own call keeps
@@ -69,25 +71,32 @@ def kept_across_steps(text: str, file: str, loop_lines: Mapping[int, Mapping[str
     """The lines of the training loop (and of the job's own functions it calls, ``called``: a line
     of each, as sampled) that keep a graph-carrying tensor across steps. ``loop_lines``: the loop
     function's sampled lines with the time per phase at each."""
+    forward = frozenset(line for line, phases in loop_lines.items()
+                        if phases.get("forward", 0) >= FORWARD_SHARE * sum(phases.values()))
+    return list(_kept(text, file, frozenset(loop_lines), forward, tuple(sorted(set(called)))))
+
+
+@lru_cache(maxsize=32)   # a live view asks every tick while memory rises; the answers settle
+def _kept(text: str, file: str, sampled: frozenset[int], forward: frozenset[int],
+          called: tuple[int, ...]) -> tuple[Retention, ...]:
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
-        return []
+        return ()
     lines = text.splitlines()
     found: list[Retention] = []
-    loop = _loop_node(tree, set(loop_lines))
+    loop = _loop_node(tree, set(sampled))
     if loop is not None:
-        forward = {line for line, phases in loop_lines.items()
-                   if phases.get("forward", 0) >= FORWARD_SHARE * sum(phases.values())}
-        found += _scan(loop.body, _outside_names(tree, loop), forward, file, lines, _batch_names(loop))
+        found += _scan(loop.body, _outside_names(tree, loop), set(forward), file, lines, _batch_names(loop))
+    funcs = _functions(tree) if called else []
     for line in called:
-        func = _function_at(tree, line)
+        func = _innermost(funcs, line)
         if func is not None and (loop is None or not _contains(func, loop)):
             found += _scan(func.body, _nonlocal_names(func), set(), file, lines, set())
     unique: dict[int, Retention] = {}
     for r in found:
         unique.setdefault(r.line, r)
-    return list(unique.values())
+    return tuple(unique.values())
 
 
 # -- where the step is ----------------------------------------------------------------------
@@ -114,8 +123,18 @@ def _contains(outer: ast.AST, inner: ast.AST) -> bool:
 
 
 def _function_at(tree: ast.AST, line: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    funcs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and _spans(n, line)]
-    return min(funcs, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if funcs else None
+    """The innermost function defined in ``tree`` that holds ``line``."""
+    return _innermost(_functions(tree), line)
+
+
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def _innermost(funcs: list[ast.FunctionDef | ast.AsyncFunctionDef], line: int
+               ) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    holding = [n for n in funcs if _spans(n, line)]
+    return min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno) if holding else None
 
 
 def _outside_names(tree: ast.AST, loop: ast.For | ast.While) -> set[str]:
@@ -236,7 +255,7 @@ def _graph_names(body: list[ast.stmt], forward: set[int]) -> dict[str, str]:
     stmts = [(s, ng) for s, ng in _statements(body)]
     for stmt, _ in stmts:
         for node in ast.walk(stmt):
-            name = _backward_of(node)
+            name = backward_of(node)
             if name is not None:
                 line = getattr(node, "lineno", 0)
                 graph.setdefault(name, f"{name}.backward() at line {line}"
@@ -322,20 +341,6 @@ def _keeps_tensor(stmt: ast.stmt, holders: set[str], tensors: Mapping[str, str] 
         holder = _holder(target.value, holders)
         if holder is not None and not isinstance(target.slice, ast.Constant) and kept(stmt.value):
             return holder, _kept_value(stmt), "item assignment"
-    return None
-
-
-def _backward_of(node: ast.AST) -> str | None:
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.attr == BACKWARD:
-        if isinstance(func.value, ast.Name) and not node.args:
-            return func.value.id                      # loss.backward()
-        if isinstance(func.value, ast.Call) and func.value.args and isinstance(func.value.args[0], ast.Name):
-            return func.value.args[0].id              # scaler.scale(loss).backward()
-        if node.args and isinstance(node.args[0], ast.Name):
-            return node.args[0].id                    # accelerator.backward(loss)
     return None
 
 

@@ -139,10 +139,12 @@ def load_rules(extra: Path | None = None) -> Rules:
     return Rules(tuple(phases), tuple(loops))
 
 
-def classify(stack: Stack, rules: Rules, loop_depth: int | None) -> Verdict:
+def classify(stack: Stack, rules: Rules, loop_depth: int | None, feeding: frozenset[int] = frozenset()) -> Verdict:
     """Scan from the loop frame (or the root) to the leaf. The first matching frame decides,
     unless a frame inside it matches a phase that its phase yields to (``phases.NESTING``:
-    forward and backward inside an optimizer's closure, compilation inside a compiled call)."""
+    forward and backward inside an optimizer's closure, compilation inside a compiled call).
+    Where no rule decides, a line of the loop frame among ``feeding`` (its lines that make what
+    the loss is computed from: dataflow.py) is input: a loader written by hand, whatever its name."""
     start = loop_depth if loop_depth is not None and loop_depth < len(stack) else 0
     leaf = len(stack) - 1
     found: Verdict | None = None
@@ -157,10 +159,13 @@ def classify(stack: Stack, rules: Rules, loop_depth: int | None) -> Verdict:
                 break
         if found is not None and not yields(found.phase, found.label):
             break
+    if found is None and loop_depth is not None and loop_depth < len(stack) and stack[loop_depth].line in feeding:
+        return Verdict("input", None, loop_depth)
     return found or Verdict("wait", "other", None)
 
 
-def classifier(rules: Rules, loop_depth: int | None) -> Callable[[Stack], Verdict]:
+def classifier(rules: Rules, loop_depth: int | None, feeding: frozenset[int] = frozenset()
+               ) -> Callable[[Stack], Verdict]:
     """``classify`` for the many spans of one window. A recording interns its stacks, so a
     window repeats a few dozen stack objects thousands of times: each is classified once."""
     memo: dict[int, tuple[Stack, Verdict]] = {}   # keyed by id(); holding the stack keeps the id unique
@@ -168,7 +173,7 @@ def classifier(rules: Rules, loop_depth: int | None) -> Callable[[Stack], Verdic
     def verdict(stack: Stack) -> Verdict:
         hit = memo.get(id(stack))
         if hit is None:
-            hit = memo[id(stack)] = (stack, classify(stack, rules, loop_depth))
+            hit = memo[id(stack)] = (stack, classify(stack, rules, loop_depth, feeding))
         return hit[1]
 
     return verdict

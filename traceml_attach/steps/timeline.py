@@ -25,13 +25,14 @@ import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import overload
 
 from agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Span, Stack, ThreadInfo, os_pid
 from traceml_attach.steps.classify import LoopRule, Rules, classifier
+from traceml_attach.steps.dataflow import feeding_lines
 from traceml_attach.steps.period import (
     MAX_STEP_ERROR,
     MIN_INTERVALS,
@@ -489,15 +490,17 @@ def build_timeline(
     start_ns: int,
     end_ns: int,
     cpu: Sequence[tuple[int, int, int]] = (),
+    sources: Mapping[str, str] | None = None,
 ) -> Timeline:
-    """Classify and segment one process's spans inside [start_ns, end_ns)."""
+    """Classify and segment one process's spans inside [start_ns, end_ns) (``sources``: the job's
+    own files, for what its training loop computes the loss from: steps/dataflow.py)."""
     window = clip_spans(spans, start_ns, end_ns)
     tid = pick_thread(window, threads, rules)
     mine = sorted((s for s in window if s.tid == tid), key=lambda s: s.ts_ns)
     loop = find_loop(mine, rules.loops)
     depth = loop.depth if loop else None
     segments = []
-    classify_span = classifier(rules, depth)
+    classify_span = classifier(rules, depth, loop_feeding(loop, sources))
     frameworks: Counter[str] = Counter()
     traits: dict[int, frozenset[str]] = {}
     for span in mine:
@@ -532,6 +535,12 @@ def build_timeline(
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
                     traits=frozenset().union(*traits.values()))
+
+
+def loop_feeding(loop: LoopFrame | None, sources: Mapping[str, str] | None) -> frozenset[int]:
+    """The loop frame's lines that make what its loss is computed from, where its source was sent."""
+    text = sources.get(loop.file) if loop is not None and sources else None
+    return feeding_lines(text, loop.name) if loop is not None and text is not None else frozenset()
 
 
 def framework_of(loop: LoopFrame | None, frameworks_ns: dict[str, int]) -> str | None:

@@ -46,7 +46,7 @@ import bisect
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from operator import itemgetter
 
@@ -78,6 +78,7 @@ from traceml_attach.steps.timeline import (
     framework_of,
     inside,
     loop_candidates,
+    loop_feeding,
     returns,
     stack_traits,
     thread_label,
@@ -170,6 +171,7 @@ class RankTracker:
         self.loop_checks = 0
         self.names: dict[int, ThreadInfo] = {}
         self.cpu: list[tuple[int, int, int]] = []
+        self.sources: Mapping[str, str] = {}    # the job's own files (the loop's data flow: dataflow.py)
         self.cpu_at = 0                      # where the last CPU-counter lookup landed
         self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
         self._out: tuple = ()                # this tick's clipped edges, per-stack times and wait labels
@@ -216,6 +218,7 @@ class RankTracker:
             i = max(self.next_index - base, 0)
         self.names = rec.threads.get(self.pid, {})
         self.cpu = rec.cpu.get(self.pid, [])
+        self.sources = rec.sources
         self.start_ns, self.end_ns = start_ns, end_ns
         n, begin = len(spans), i
         while i < n and spans[i].ts_ns < end_ns:
@@ -264,7 +267,7 @@ class RankTracker:
 
     def _classify(self, info: _StackInfo) -> None:
         loop = self.loop
-        verdict = classify(info.stack, self.rules, loop.depth if loop else None)
+        verdict = classify(info.stack, self.rules, loop.depth if loop else None, loop_feeding(loop, self.sources))
         info.phase, info.label, info.decider, info.framework = verdict.phase, verdict.label, verdict.depth, \
             verdict.framework
         info.depth_line = info.loop_line = None
