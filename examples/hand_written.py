@@ -23,6 +23,10 @@ tokenizes random windows of an in-memory text character by character in Python (
 character, ``torch.tensor`` of the lists: no memmap, no ``from_numpy``). With ``--hidden 8 --batch
 1024 --block 16`` it is most of the step.
 
+``--log-every N`` prints the loss every N steps as scripts do, formatting the tensor itself
+(``f"{loss:.4f}"``, ``Tensor.__format__``: on a CPU-only job there is no device to wait for, so
+this is logging).
+
 ``--metric`` computes the batch's accuracy under ``with torch.no_grad()`` each step (a metric of
 the step, not eval); ``--eval-every N`` runs nanoGPT's ``@torch.no_grad()`` ``estimate_loss()``
 (``--eval-iters`` forward passes on fresh batches) and a ``torch.save`` checkpoint at the top of
@@ -64,6 +68,8 @@ parser.add_argument("--eval-every", type=int, default=0, metavar="N",
 parser.add_argument("--eval-iters", type=int, default=20, help="forward passes per evaluation (default 20)")
 parser.add_argument("--loader", choices=("memmap", "text"), default="memmap",
                     help="memmap: nanoGPT's get_batch (default); text: windows of a text encoded in Python")
+parser.add_argument("--log-every", type=int, default=0, metavar="N",
+                    help="print the step's loss tensor, formatted (f\"{loss:.4f}\"), every N steps (0: never)")
 parser.add_argument("--steps", type=int, default=10**9, help="steps (default: forever)")
 parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
 args = parser.parse_args()
@@ -165,6 +171,9 @@ while step < args.steps:
     for p in model.parameters():
         p.data.add_(p.grad, alpha=-lr)
     gt.phase("optimizer")
+    if args.log_every and step % args.log_every == 0:
+        print(f"step {step}: loss {loss:.4f}, {output[0, :2, :4]}", flush=True)
+        gt.phase("wait")
     gt.step_done()
     step += 1
 gt.close()

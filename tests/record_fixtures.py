@@ -54,6 +54,8 @@ TRUTHED = {
     # ...with a metric under no_grad each step, and nanoGPT's estimate_loss() and a checkpoint every
     # 25 steps (one iteration of ~1.3 s)
     "truth_hand_written_eval": ("hand_written", ("--metric", "--eval-every", "25"), 1),
+    # ...printing the loss tensor formatted every step (Tensor.__format__ on a CPU-only job: logging)
+    "truth_hand_written_log": ("hand_written", ("--log-every", "1"), 1),
     # ...batches made by a function no rule names (a text encoded in Python): input by the loop's
     # data flow alone (steps/dataflow.py), input-bound (~43% of a ~31 ms step)
     "truth_hand_written_text": ("hand_written", ("--loader", "text", "--vocab", "32", "--hidden", "8",

@@ -54,7 +54,8 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
                                   ["ranks"].values())]
 # the diagnosis each of them must get
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
-             "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND"}
+             "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND",
+             "truth_hand_written_log": "COMPUTE_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]
@@ -99,3 +100,14 @@ def test_a_loader_no_rule_names_is_input_by_data_flow():
     for phase, want in truth.items():
         assert abs(totals.get(phase, 0) / whole - want) <= 0.02, (phase, totals.get(phase, 0) / whole, want)
     assert analysis.report.step_time.diagnosis.kind == "INPUT_BOUND"
+
+
+def test_printing_a_tensor_on_a_cpu_job_is_logging_not_a_device_sync():
+    # GIVEN the loss tensor formatted into a print every step (f"{loss:.4f}": Tensor.__format__),
+    # on a job that holds no GPU
+    pipeline, problem = replay_file(FIXTURES / "truth_hand_written_log.msgpack", load_rules())
+    assert problem is None
+    labels = {s.rank: s for s in pipeline.window_analysis().ranks}["0"].wait_labels
+    # THEN that wait is logging: there is no device to wait for
+    assert "device_sync" not in labels, labels
+    assert labels["logging"] >= 0.5, labels

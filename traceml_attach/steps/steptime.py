@@ -174,23 +174,23 @@ FORMATTING = ("Tensor.__format__", "Tensor.__repr__", "Tensor.__str__", "_tensor
 
 def without_device(stats: RankStepStats, tl: Timeline) -> RankStepStats:
     """``stats`` of a rank that holds no GPU: no wait is a device sync (there is no device to wait
-    for); the rules' ``device_sync`` time becomes logging where a tensor is formatted, else other."""
-    share = stats.wait_labels.get("device_sync")
-    if not share:
+    for); the rules' ``device_sync`` and ``other`` time is logging where a tensor is formatted
+    (torch's tensor printing), and the rest of ``device_sync`` is other. (On a GPU, formatting a
+    tensor waits for the device first: that stays the device sync the rules say.)"""
+    moved = {label: stats.wait_labels.get(label) for label in ("device_sync", "other")}
+    if not any(moved.values()):
         return stats
-    logging_ns = other_ns = 0
+    split: dict[str, dict[str, int]] = {label: {"logging": 0, "other": 0} for label in moved}
     for seg in tl.segments:
-        if seg.label == "device_sync":
-            if any(frame.name.startswith(FORMATTING) for frame in seg.span.stack):
-                logging_ns += seg.dur_ns
-            else:
-                other_ns += seg.dur_ns
-    total = logging_ns + other_ns
-    labels = {k: v for k, v in stats.wait_labels.items() if k != "device_sync"}
-    if total:
-        for label, ns in (("logging", logging_ns), ("other", other_ns)):
+        if seg.label in split:
+            to = "logging" if any(frame.name.startswith(FORMATTING) for frame in seg.span.stack) else "other"
+            split[seg.label][to] += seg.dur_ns
+    labels = {k: v for k, v in stats.wait_labels.items() if k not in moved}
+    for label, share in moved.items():
+        if not share:
+            continue
+        total = sum(split[label].values())
+        for to, ns in (split[label].items() if total else (("other", 1),)):
             if ns:
-                labels[label] = labels.get(label, 0.0) + share * ns / total
-    else:
-        labels["other"] = labels.get("other", 0.0) + share
+                labels[to] = labels.get(to, 0.0) + share * ns / (total or 1)
     return replace(stats, wait_labels=dict(sorted(labels.items(), key=lambda kv: -kv[1])))
