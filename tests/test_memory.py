@@ -308,3 +308,10 @@ def test_a_slow_leak_is_steady_as_far_as_15_s_tell_and_creep_over_a_5_minute_att
     assert abs(d.evidence.bytes_per_s / true - 1) <= 0.25, (d.evidence.bytes_per_s, true)
     line = d.evidence.leak.lines[0]
     assert (line.kind, line.holder) == ("value", "log") and line.text.startswith("log.append(")
+
+
+def test_a_flat_series_has_no_one_off_rise_of_nothing():
+    # readings that step up by one page halfway: no one-off rise, steady
+    s = [(i * 10**9, 1366 * MIB + (4096 if i > 7 else 0)) for i in range(15)]
+    f = judge(s)
+    assert "steady" in f.summary and "one rise" not in f.summary

@@ -126,6 +126,8 @@ class MemoryPolicy:
     # the window's rise, with the stretches before and after it flat (each within this share).
     jump_share: float = 0.7
     jump_flat: float = 0.25
+    # ...and at least this large (smaller steps are a page-granular reading's noise)
+    jump_min_bytes: int = 16 * MIB
     # Time left at the rising pace before memory reaches its capacity: critical under this.
     critical_left_s: float = 600.0
 

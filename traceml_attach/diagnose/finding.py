@@ -105,6 +105,7 @@ class MemoryEvidence:
     bytes_per_step: float | None = None   # rising: the pace per step, where the step time is known
     jump_at_ns: int | None = None       # a one-off rise: when
     jump_bytes: int | None = None       # ...and how large
+    detectable_bytes_per_s: float | None = None   # steady: the slowest rise the window would have told
     leak: LeakEvidence | None = None    # rising: where to look (lines, phase, workers)
 
 

@@ -45,6 +45,7 @@ NVML_NOTE = "NVML counts the caching allocator's reserved memory plus the CUDA c
 # Student's t at 97.5% for the blocks' fit (degrees of freedom: blocks - 2)
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31}
 RISING_STATES = ("rising", "creep")
+JUMP_POINTS = 120   # a long series is looked at as this many medians for its one-off step
 
 
 @dataclass(frozen=True)
@@ -152,16 +153,13 @@ def _jump(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> Jump | Non
     i = _change_point(values)
     step = statistics.median(values[i:]) - statistics.median(values[:i])
     whole = max(values[-3:]) - min(values[:3])
-    if step <= 0 or whole <= 0 or step < policy.jump_share * whole:
+    if step < policy.jump_min_bytes or whole <= 0 or step < policy.jump_share * whole:
         return None
     before, after = values[:i], values[i:]
     flat = policy.jump_flat * step
     if max(before) - min(before) > flat * 2 or _third_rise(after) > flat or _third_rise(before) > flat:
         return None
     return Jump(points[i][0], int(step))
-
-
-JUMP_POINTS = 120   # a long series is looked at as this many medians for its one-off step
 
 
 def _change_point(values: Sequence[int]) -> int:

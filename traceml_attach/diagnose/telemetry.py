@@ -143,7 +143,8 @@ def _memory_evidence(finding: Finding, judged: MemoryReport) -> MemoryEvidence |
         judged.source, int(worst.rank) if worst else None, ev.get("worst_peak_bytes"), ev.get("median_peak_bytes"),
         worst.capacity_bytes if worst else None, named.bands_bytes if named else None,
         ev.get("growth_bytes"), ev.get("bytes_per_s"), ev.get("judged_s"), ev.get("noise_bytes"),
-        ev.get("headroom_bytes"), ev.get("seconds_left"), None, ev.get("jump_at_ns"), ev.get("jump_bytes"))
+        ev.get("headroom_bytes"), ev.get("seconds_left"), None, ev.get("jump_at_ns"), ev.get("jump_bytes"),
+        ev.get("detectable_bytes_per_s"))
 
 
 def system_section(rec: Recording, lo: int, hi: int, step_kind: str, pids: dict[str, int] | None = None
