@@ -315,3 +315,10 @@ def test_a_flat_series_has_no_one_off_rise_of_nothing():
     s = [(i * 10**9, 1366 * MIB + (4096 if i > 7 else 0)) for i in range(15)]
     f = judge(s)
     assert "steady" in f.summary and "one rise" not in f.summary
+
+
+def test_a_one_off_rise_filled_over_a_reading_or_two_is_still_one_step():
+    # +300 MiB built over two readings (a large tensor filled while the sampler reads)
+    levels = [326] * 8 + [400, 500] + [626] * 5
+    f = judge([(i * 10**9, v * MIB) for i, v in enumerate(levels)])
+    assert "one rise of +" in f.summary, f

@@ -155,7 +155,9 @@ def _jump(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> Jump | Non
     whole = max(values[-3:]) - min(values[:3])
     if step < policy.jump_min_bytes or whole <= 0 or step < policy.jump_share * whole:
         return None
-    before, after = values[:i], values[i:]
+    # flat on either side, a reading next to the step aside (a large allocation is filled over a
+    # reading or two)
+    before, after = values[:max(i - 1, 1)], values[min(i + 1, n - 1):]
     flat = policy.jump_flat * step
     if max(before) - min(before) > flat * 2 or _third_rise(after) > flat or _third_rise(before) > flat:
         return None
