@@ -322,3 +322,11 @@ def test_a_one_off_rise_filled_over_a_reading_or_two_is_still_one_step():
     levels = [326] * 8 + [400, 500] + [626] * 5
     f = judge([(i * 10**9, v * MIB) for i, v in enumerate(levels)])
     assert "one rise of +" in f.summary, f
+
+
+def test_a_one_off_rise_filled_over_a_few_seconds_is_not_a_rise_under_way():
+    # +300 MiB filled over 5 readings in the middle of a 15-s window, flat before and after: an
+    # allocation under load, not a leak; short of a step and of a rise, it is not judged yet
+    levels = [326] * 5 + [386, 446, 506, 566, 626] + [626] * 5
+    f = judge([(i * 10**9, v * MIB) for i, v in enumerate(levels)])
+    assert f.kind in ("BALANCED", "NO_DATA") and "rising" not in f.summary, f

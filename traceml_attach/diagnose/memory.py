@@ -71,6 +71,8 @@ class Trend:
     short: bool                         # under creep_min_span_s: only a large rise can be told
     jump: Jump | None = None
     gpu: bool = False                   # a GPU's memory (no allocator swings: smaller floors)
+    rose_blocks: int = 0                # blocks that rose by a good part of the average step...
+    block_steps: int = 0                # ...of this many steps between blocks
 
     @property
     def growth_bytes(self) -> int:
@@ -103,10 +105,11 @@ def trend(series: Series, policy: MemoryPolicy, from_ns: int, gpu: bool = False)
         return None
     head, mid, tail = (int(statistics.median(v for _, v in b)) for b in thirds)
     span_s = (last - first) / 1e9
-    rise, se, dof, steady = _fit(points, policy)
+    rise, se, dof, steady, rose = _fit(points, policy)
     noise = max(T_975.get(dof, 2.0) * se, policy.min_noise_bytes)
     return Trend(first, span_s, (head, mid, tail), min(v for _, v in thirds[2]) >= max(v for _, v in thirds[0]),
-                 rise, se, noise, steady, span_s < policy.creep_min_span_s, _jump(points, policy), gpu)
+                 rise, se, noise, steady, span_s < policy.creep_min_span_s, _jump(points, policy), gpu,
+                 rose, (policy.blocks if _split(points, policy.blocks) else 3) - 1)
 
 
 def _split(points: Sequence[tuple[int, int]], n: int) -> list[list[tuple[int, int]]] | None:
@@ -119,15 +122,15 @@ def _split(points: Sequence[tuple[int, int]], n: int) -> list[list[tuple[int, in
     return parts if all(parts) else None
 
 
-def _fit(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> tuple[float, float, int, bool]:
+def _fit(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> tuple[float, float, int, bool, int]:
     """(rise over the span, its standard error, the fit's degrees of freedom, every block at or
-    above the one before) from a
-    line through the medians of ``policy.blocks`` equal blocks of time: a block's median is
-    robust to one reading, and the blocks' scatter around the line holds the allocator's swings,
-    which one-second readings would understate."""
+    above the one before, the blocks that rose by a good part of the average step) from a line
+    through the medians of ``policy.blocks`` equal blocks of time: a block's median is robust to
+    one reading, and the blocks' scatter around the line holds the allocator's swings, which
+    one-second readings would understate."""
     blocks = _split(points, policy.blocks) or _split(points, 3)
     if blocks is None:
-        return 0.0, math.inf, 0, False
+        return 0.0, math.inf, 0, False, 0
     xs = [statistics.fmean(t for t, _ in b) / 1e9 for b in blocks]
     ys = [statistics.median(v for _, v in b) for b in blocks]
     x0, y0 = statistics.fmean(xs), statistics.fmean(ys)
@@ -138,8 +141,10 @@ def _fit(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> tuple[float
     resid = [y - (y0 + slope * (x - x0)) for x, y in zip(xs, ys, strict=True)]
     se = math.sqrt(sum(r * r for r in resid) / dof / sxx) if dof > 0 and sxx else math.inf
     steps = [b - a for a, b in itertools.pairwise(ys)]
-    slack = policy.block_slack * abs(ys[-1] - ys[0]) / max(len(steps), 1)
-    return slope * span, se * span, dof, all(s >= -slack for s in steps)
+    average = (ys[-1] - ys[0]) / max(len(steps), 1)
+    slack = policy.block_slack * abs(average)
+    rose = sum(1 for s in steps if average > 0 and s >= policy.block_slack * average)
+    return slope * span, se * span, dof, all(s >= -slack for s in steps), rose
 
 
 def _jump(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> Jump | None:
@@ -299,7 +304,8 @@ def _rising_short(tr: Trend, policy: MemoryPolicy) -> bool:
     head, mid, tail = tr.bands_bytes
     rise = tail - head
     return (tr.separated and rise >= _short_floor(tr, policy)
-            and mid - head >= 0.2 * rise and tail - mid >= 0.2 * rise)
+            and mid - head >= 0.2 * rise and tail - mid >= 0.2 * rise
+            and tr.rose_blocks >= tr.block_steps - 1)   # spread over the window: not one ramp that stopped
 
 
 def _short_floor(tr: Trend, policy: MemoryPolicy) -> float:
