@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from traceml_attach.cli.main import main
-from traceml_attach.diagnose.compare import DRIFT, compare
+from traceml_attach.diagnose.compare import compare
 from traceml_attach.output.compare import compare_json, render_compare
 from traceml_attach.output.summary import Summary, build_summary, from_json, to_json
+from traceml_attach.policy import COMPARE_DRIFT as DRIFT
 from traceml_attach.runtime.pipeline import replay_file
 from traceml_attach.steps.classify import load_rules
 

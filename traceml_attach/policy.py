@@ -13,6 +13,14 @@ TYPICAL_MAX = 2.0
 # A session's recording (frames.msgpack and its rotated segments) stays under this many MB by
 # default (--max-recording-mb): past it the oldest segments but the first are deleted.
 RECORDING_MAX_MB = 200.0
+# traceml compare (diagnose/compare.py): two windows differ by more than noise beyond this many
+# standard errors of the difference (a difference this unlikely under noise alone, ~0.3%, is a change)...
+COMPARE_NOISE_Z = 3.0
+# ...and never by less than this share of the old step: windows of one unchanged job drift by what a
+# window cannot see, the data and the machine's other load (two windows of one job: README, "Comparing")
+COMPARE_DRIFT = 0.03
+# No % change is given for an old value under this many ms (a % of almost nothing says nothing).
+COMPARE_MIN_PCT_BASE_MS = 1.0
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,9 @@ The step time of a window is the median of its typical steps, so its noise is th
 error of that median: 1.2533 times the per-step standard deviation over the square root of the
 step count (``RankStepTime.step_ms_sd``, a robust one from the quartiles, and ``steps``, of the
 rank whose step is nearest the median). Two windows differ by noise
-within NOISE_Z standard errors of the difference (both windows' errors added in quadrature);
+within COMPARE_NOISE_Z standard errors of the difference (both windows' errors added in quadrature);
 windows of one unchanged job also drift by what a window cannot see (the data, the machine's
-other load), so the band is never narrower than DRIFT of the old step. A phase is judged
+other load), so the band is never narrower than COMPARE_DRIFT of the old step. A phase is judged
 against the same band in ms: its own per-step spread is not in the summary, and no phase can
 move by less than the step can be measured to.
 """
@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 from traceml_attach.diagnose.report import RankStepTime, Report
-from traceml_attach.output.summary import Summary
+from traceml_attach.policy import COMPARE_DRIFT, COMPARE_MIN_PCT_BASE_MS, COMPARE_NOISE_Z
 from traceml_attach.steps.phases import PHASES
 
-NOISE_Z = 3.0   # standard errors: a difference this unlikely under noise alone (~0.3%) is a change
-DRIFT = 0.03    # the least band, as a share of the old step (two windows of one job: README)
-MIN_PCT_BASE_MS = 1.0   # no % change is given for an old value under this
 MEDIAN_SE = math.sqrt(math.pi / 2)   # a median's standard error over a mean's, for normal noise
 
 
@@ -54,8 +52,8 @@ class Change:
 
     @property
     def pct(self) -> float | None:
-        """The change in % of the old value; None under MIN_PCT_BASE_MS (a % of almost nothing)."""
-        if self.delta is None or self.old is None or abs(self.old) < MIN_PCT_BASE_MS:
+        """The change in % of the old value; None under COMPARE_MIN_PCT_BASE_MS (a % of almost nothing)."""
+        if self.delta is None or self.old is None or abs(self.old) < COMPARE_MIN_PCT_BASE_MS:
             return None
         return 100 * self.delta / self.old
 
@@ -84,7 +82,7 @@ class Comparison:
     diagnosis_changed: bool
     step: Change                            # the median rank's step, ms
     band_ms: float | None                   # half-width of "no change", ms (None: no step to judge)
-    noise: tuple[Noise | None, Noise | None]   # None for a window without per-step spread: DRIFT alone
+    noise: tuple[Noise | None, Noise | None]   # None for a window without per-step spread: COMPARE_DRIFT alone
     phases: tuple[PhaseChange, ...]
     worst_rank: tuple[int | None, int | None]
     skew_pct: tuple[float | None, float | None]
@@ -101,7 +99,17 @@ class Comparison:
         return 100 * (self.step.new - self.step.old - self.band_ms) / self.step.old > pct
 
 
-def compare(old: Summary, new: Summary, warnings: tuple[str, ...] = ()) -> Comparison:
+class Run(Protocol):
+    """A run as compare needs it: its name and its report (a summary document is one)."""
+
+    @property
+    def run_name(self) -> str: ...
+
+    @property
+    def report(self) -> Report: ...
+
+
+def compare(old: Run, new: Run, warnings: tuple[str, ...] = ()) -> Comparison:
     a, b = old.report, new.report
     noise = (_noise(a), _noise(b))
     old_ms = a.step_time.median.step_ms if a.step_time.median else None
@@ -142,12 +150,12 @@ def _noise(report: Report) -> Noise | None:
 
 def _band(old_ms: float | None, new_ms: float | None, noise: tuple[Noise | None, Noise | None]) -> float | None:
     """Half-width of "no change" in ms, for the step and every phase; without a window's per-step
-    spread (an older summary), DRIFT of the larger step alone. None without both steps."""
+    spread (an older summary), COMPARE_DRIFT of the larger step alone. None without both steps."""
     if old_ms is None or new_ms is None:
         return None
     if noise[0] is None or noise[1] is None:
-        return DRIFT * max(old_ms, new_ms)
-    return max(NOISE_Z * math.hypot(noise[0].se_ms, noise[1].se_ms), DRIFT * old_ms)
+        return COMPARE_DRIFT * max(old_ms, new_ms)
+    return max(COMPARE_NOISE_Z * math.hypot(noise[0].se_ms, noise[1].se_ms), COMPARE_DRIFT * old_ms)
 
 
 def _verdict(old: float | None, new: float | None, band: float | None) -> str:

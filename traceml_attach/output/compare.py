@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceml_attach.diagnose.compare import DRIFT, NOISE_Z, Change, Comparison, Noise
+from traceml_attach.diagnose.compare import Change, Comparison, Noise
+from traceml_attach.policy import COMPARE_DRIFT, COMPARE_NOISE_Z
 
 COMPARE_SCHEMA_VERSION = 1
 
@@ -39,7 +40,7 @@ def compare_json(c: Comparison) -> dict[str, Any]:
         "warnings": list(c.warnings),
         "diagnosis": {"old": c.diagnosis[0], "new": c.diagnosis[1], "changed": c.diagnosis_changed},
         "step": {**_change_json(c.step), "band_ms": _r(c.band_ms),
-                 "noise": [_noise_json(n) for n in c.noise], "noise_z": NOISE_Z, "drift": DRIFT},
+                 "noise": [_noise_json(n) for n in c.noise], "noise_z": COMPARE_NOISE_Z, "drift": COMPARE_DRIFT},
         "phases": {p.phase: {**_change_json(p.ms), "old_share": _r(p.old_share, 4), "new_share": _r(p.new_share, 4)}
                    for p in c.phases},
         "worst_rank": {"old": c.worst_rank[0], "new": c.worst_rank[1]},
@@ -67,11 +68,11 @@ def _how(c: Comparison) -> str:
     a, b = c.noise
     if a is None or b is None:
         missing = " and ".join(w for w, n in zip(("old", "new"), c.noise, strict=True) if n is None)
-        return (f"no change within ±{c.band_ms:.1f} ms, {100 * DRIFT:.0f}% of the larger step (the {missing} "
+        return (f"no change within ±{c.band_ms:.1f} ms, {100 * COMPARE_DRIFT:.0f}% of the larger step (the {missing} "
                 "window has no per-step spread to estimate its noise from)")
-    return (f"no change within ±{c.band_ms:.1f} ms: {NOISE_Z:.0f} standard errors of the difference of the two "
+    return (f"no change within ±{c.band_ms:.1f} ms: {COMPARE_NOISE_Z:.0f} standard errors of the difference of the two "
             f"windows' median steps (per-step sd {a.sd_ms:.1f} ms over {a.steps} steps, {b.sd_ms:.1f} ms over "
-            f"{b.steps}; rank {a.rank} and {b.rank}), at least {100 * DRIFT:.0f}% of the old step")
+            f"{b.steps}; rank {a.rank} and {b.rank}), at least {100 * COMPARE_DRIFT:.0f}% of the old step")
 
 
 def _change(ch: Change) -> str:
