@@ -37,6 +37,8 @@ Frame kinds (key ``k``)::
     host     {t, cpu, mem_used, mem_total, cpus}   (cpu: % of all its logical CPUs; cpus: how many)
     gpu      {t, devices: [[index, util %, mem_used, mem_total, temp C, power W, limit W, mig]],
               procs: [[device, host_pid, used bytes, SM %]]}
+    pstate   {t, pid, stopped, why}               the process stopped (SIGSTOP, a debugger: stopped true) or
+             ran again (false), seen within ~20 ms (agent/watch.py); its spans leave the stopped stretch out
     restart  {t, rank, old_pid, pid}              the launcher replaced a rank's process
     error    {t, pid, kind, msg}
     exit     {t, pid, status}
@@ -205,7 +207,7 @@ class Interner:
 class StateFrames:
     """The newest state frames of a stream, what a reader that starts late needs before the data
     (a rotated segment's context; a collector joining a running agent, agent/link.py): the hello,
-    each process's newest ``target``, ``threads``, ``rate`` and ``exit`` frame, the ``source`` of
+    each process's newest ``target``, ``threads``, ``rate``, ``exit`` and ``pstate`` frame, the ``source`` of
     each of the job's files, each node's newest ``node`` frame, and the newest CONTEXT_RESTARTS
     restarts."""
 
@@ -215,7 +217,7 @@ class StateFrames:
 
     def remember(self, frame: dict[str, Any]) -> None:
         kind = frame.get("k")
-        if kind in ("hello", "target", "threads", "rate", "exit"):
+        if kind in ("hello", "target", "threads", "rate", "exit", "pstate"):
             self._latest[(kind, int(frame.get("pid") or 0))] = frame
         elif kind == "source":
             self._latest[(kind, str(frame.get("file")))] = frame   # each of the job's files, once

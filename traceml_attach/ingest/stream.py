@@ -55,6 +55,9 @@ class Recording:
     gpus: list[GpuSample] = field(default_factory=list)
     rss: dict[int, list[tuple[int, int]]] = field(default_factory=dict)   # pid -> (ts_ns, RSS), ``mem`` frames
     sources: dict[str, str] = field(default_factory=dict)   # the job's own files' text (``source`` frames)
+    # the processes stopped now (SIGSTOP, a debugger; ``pstate`` frames): since when (ns) and why
+    stopped: dict[int, tuple[int, str]] = field(default_factory=dict)
+    resumed: dict[int, int] = field(default_factory=dict)   # when each process last ran again (ns)
     end_reason: str | None = None
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
     net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
@@ -153,6 +156,13 @@ class Recording:
             self.sources.setdefault(str(f["file"]), str(f["text"]))
         elif kind == "rate":
             self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), f.get("why")))
+        elif kind == "pstate":
+            pid = int(f["pid"])
+            if f["stopped"] is True:
+                self.stopped[pid] = (int(f["t"]), str(f.get("why") or "stopped"))
+            else:
+                self.stopped.pop(pid, None)
+                self.resumed[pid] = int(f["t"])
         elif kind == "restart":
             self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
         elif kind == "bye":
