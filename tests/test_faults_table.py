@@ -20,7 +20,7 @@ def rows() -> list[dict[str, str]]:
             for line in lines[2:]]
 
 
-def tests_in(path: Path) -> set[str]:
+def functions_in(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     return {node.name for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
 
@@ -42,13 +42,13 @@ def test_the_table_has_the_issues_faults_each_with_a_test():
 def test_every_test_the_table_names_exists():
     for row in rows():
         for file, name in named(row):
-            assert name in tests_in(ROOT / "tests" / file), f"{file}::{name} ({row['fault']})"
+            assert name in functions_in(ROOT / "tests" / file), f"{file}::{name} ({row['fault']})"
 
 
 def test_every_fault_test_is_in_the_table():
     listed = {pair for row in rows() for pair in named(row)}
     for file in FAULT_FILES:
-        for name in tests_in(ROOT / "tests" / file):
+        for name in functions_in(ROOT / "tests" / file):
             assert (file, name) in listed, f"tests/{file}::{name} is not in docs/faults.md"
 
 
