@@ -147,7 +147,7 @@ class Recording:
                 int(f["t"]),
                 tuple(DeviceReading(int(d[0]), _num(d[1]), _int(d[2]), _int(d[3]), _num(d[4]), _num(d[5]), _num(d[6]),
                                     bool(d[7])) for d in f["devices"]),
-                tuple((int(p[0]), int(p[1]), _int(p[2]), _num(p[3])) for p in f["procs"]),
+                tuple((int(p[0]), int(p[1]), _int(p[2]), _int(p[3])) for p in f["procs"]),
             ))
         elif kind == "tcpu":
             rows = self.cpu.setdefault(int(f["pid"]), [])
