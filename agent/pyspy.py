@@ -79,6 +79,15 @@ def explain_failure(stderr: str, pid: int, status: int | None = None) -> PySpyEr
     if "Permission Denied" in text or "Operation not permitted" in text:
         return PySpyError("permission", f"not permitted to read process {pid}: {PERMISSION_HINT}")
     if "Failed to find python version" in text or "Failed to find a python interpreter" in text:
+        exe = process_exe(pid)
+        name = interpreter_name(exe)
+        if name is not None:   # a Python all the same: a build py-spy cannot read
+            return PySpyError(
+                "unsupported_python",
+                f"process {pid} runs {name} ({exe}), a build py-spy cannot read (not CPython, or its symbols are "
+                "stripped, as in some distributions' packages): run the job on a CPython that keeps them (pyenv, "
+                "python.org, conda, uv)",
+            )
         return PySpyError(
             "not_python",
             f"process {pid} is not a Python process (or its interpreter is stripped): "
@@ -195,6 +204,19 @@ def reads_thread_names(exe: str | None) -> bool:
     return match is not None and int(match[1]) in NAMES_READ_MINORS
 
 
+_INTERPRETER = re.compile(r"^(python|pypy)(\d(?:\.\d+)?)?", re.IGNORECASE)
+
+
+def interpreter_name(exe: str | None) -> str | None:
+    """What an executable's name says it is: "Python 3.11", "PyPy 3.9", "PyPy"; None when it does
+    not look like a Python at all."""
+    match = _INTERPRETER.match(os.path.basename(exe or ""))
+    if match is None:
+        return None
+    kind = "PyPy" if match[1].lower() == "pypy" else "Python"
+    return f"{kind} {match[2]}" if match[2] else kind
+
+
 def process_exe(pid: int) -> str | None:
     """The process's executable (/proc/<pid>/exe), None when it cannot be read."""
     try:
@@ -294,9 +316,25 @@ class RecordWindow:
         self.index = index
         self.out_path = out_path
         self.spawn_ns = time.time_ns()
+        self._started = time.monotonic()
+        self._stop_sent_after_s: float | None = None   # when we sent SIGINT, seconds after the start
+        self._killed_why: str | None = None             # why we sent SIGKILL, if we did
+        self._proc: subprocess.Popen[str] | None = None
+        self._spawn_failure: PySpyError | None = None   # py-spy could not be started at all
+        try:
+            self._proc = self._spawn(binary, pid, rate_hz, max_s, out_path)
+        except OSError as exc:   # removed or replaced since traceml found it
+            self._spawn_failure = PySpyError(
+                "pyspy_missing", f"py-spy ({binary}) could not be started: {exc.strerror or exc}; it was removed or "
+                "replaced while traceml ran: reinstall it (pip install py-spy) and attach again")
+            return
+        _prioritize(self._proc.pid)
+
+    @staticmethod
+    def _spawn(binary: str, pid: int, rate_hz: int, max_s: int, out_path: Path) -> subprocess.Popen[str]:
         # Own session: a Ctrl-C in the user's terminal reaches the attacher, which then
         # stops its windows in order, instead of reaching py-spy directly.
-        self._proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 binary, "record", "--pid", str(pid), "--nonblocking", "--idle",
                 "--format", "chrometrace", "--rate", str(rate_hz),
@@ -309,27 +347,25 @@ class RecordWindow:
             env=_env(),
             start_new_session=True,
         )
-        self._started = time.monotonic()
-        self._stop_sent_after_s: float | None = None   # when we sent SIGINT, seconds after the start
-        self._killed_why: str | None = None             # why we sent SIGKILL, if we did
-        _prioritize(self._proc.pid)
 
     def running(self) -> bool:
-        return self._proc.poll() is None
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         """Ask py-spy to stop and write its file (SIGINT to our own child, never the job)."""
-        if self.running():
+        if self._proc is not None and self.running():
             self._stop_sent_after_s = time.monotonic() - self._started
             self._proc.send_signal(signal.SIGINT)
 
     def kill(self) -> None:
-        if self.running():
+        if self._proc is not None and self.running():
             self._killed_why = "traceml killed it"
             self._proc.kill()
 
     def collect(self, timeout_s: float = 15.0) -> WindowResult:
         """Wait for the window to end and read its spans."""
+        if self._proc is None:
+            return WindowResult([], None, None, None, None, self._spawn_failure)
         try:
             out, err = self._proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -364,6 +400,7 @@ class RecordWindow:
     def _failure(self, stderr: str, what: str) -> PySpyError:
         """Why this window has no trace, with everything known: py-spy's exit and stderr, what
         traceml did to it and when, and whether the target still runs."""
+        assert self._proc is not None
         status = self._proc.returncode
         known = explain_failure(stderr, self.pid, status)
         if known.kind != "pyspy_failed":

@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,14 @@ from agent.pyspy import (
 )
 from agent.rate import Rate, RateGovernor
 from agent.target import TargetInfo, inspect_target
+from agent.watch import Change, TargetWatch
 from agent.wire import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}
 MAX_CONSECUTIVE_FAILURES = 3   # ...in a row, before the first success: stop sampling
 MAX_PAUSE_S = 60.0             # after a success, failures pause sampling at most this long
+STOPS_KEPT = 64                # the newest stopped stretches a sampler cuts out of its spans
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class Sampler:
         self._status: int | None = None
         self._names: ThreadNames | None = None   # set in begin(): names across this target's dumps
         self._sources_seen: set[str] = set()     # files whose source was sent (or could not be)
+        self._watch: TargetWatch | None = None   # set in begin(): is it still the job, is it running
+        self._stops: deque[list[int | None]] = deque(maxlen=STOPS_KEPT)   # [from, to or None] ns, stopped
+        self._foreign = False    # the PID is no longer the job's (reused, exec): nothing more is emitted
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -95,6 +101,7 @@ class Sampler:
         self.writer = writer
         target = self.target = self.target or inspect_target(self.pid)
         self._names = ThreadNames(self.pid, target.exe)
+        self._watch = TargetWatch(self.pid)
         self.writer.write({
             "k": "target", "t": time.time_ns(), "pid": self.pid, "exe": target.exe,
             "cmd": list(target.cmd), "nspid": list(target.nspid),
@@ -133,9 +140,16 @@ class Sampler:
         tmp = self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
         next_cpu = next_start
         reason = "stopped"
+        watch = self._watch = self._watch or TargetWatch(self.pid)
         try:
             while not stop.is_set():
                 now = time.monotonic()
+                if now >= next_cpu:   # first: no window may start on a process that is no longer the job
+                    next_cpu = now + cfg.cpu_every_s
+                    cpu.read()
+                    if self._changed(watch.look()) or self._gone():
+                        reason = "target_exited"
+                        return reason
                 # a new rate starts with a new window at once, once the one running is past its
                 # own start-up and alone (not handing over)
                 early = (len(windows) == 1 and windows[0] not in stop_at and now - started >= cfg.overlap_s
@@ -154,12 +168,6 @@ class Sampler:
                     stop_at.pop(finished, None)
                     if not self._finish(finished):
                         reason = "pyspy_failed"
-                        return reason
-                if now >= next_cpu:
-                    next_cpu = now + cfg.cpu_every_s
-                    cpu.read()
-                    if self._gone():
-                        reason = "target_exited"
                         return reason
                 if now >= next_mem:
                     next_mem = now + cfg.mem_every_s
@@ -182,7 +190,11 @@ class Sampler:
             for window in windows:
                 window.stop()
             for window in windows:
-                self._finish(window, cut_short=True)
+                if self._foreign:   # it may have read the process that now has the PID: never emitted
+                    window.kill()
+                    window.collect()
+                else:
+                    self._finish(window, cut_short=True)
             self.writer.write(cpu.frame())   # the CPU counters up to the end, exit included
             self.writer.write(mem.frame())
             if reason == "target_exited":
@@ -192,6 +204,28 @@ class Sampler:
                 self.rates.forget(self.pid)
             self.exit_reason = reason
             _remove_dir(tmp)
+
+    def _changed(self, change: Change | None) -> bool:
+        """Record what the watch saw; True when the target is no longer the job's running process
+        (it exited, its PID was reused, it exec'd another program)."""
+        if change is None:
+            return False
+        if change.kind == "exited":
+            self._status = change.status
+            return True
+        if change.kind in ("reused", "exec"):
+            self._foreign = True
+            self._error(f"target_{change.kind}", change.message)
+            return True
+        if change.kind == "stopped":
+            self._stops.append([change.ts_ns, None])
+        elif self._stops:
+            self._stops[-1][1] = change.ts_ns
+        self.writer.write({"k": "pstate", "t": change.ts_ns, "pid": self.pid, "stopped": change.kind == "stopped",
+                           "why": change.message})
+        if change.kind == "resumed":
+            self._error("target_stopped", change.message)
+        return False
 
     def _start_window(self) -> RecordWindow:
         self._window_index += 1
@@ -245,7 +279,7 @@ class Sampler:
             self.writer.write({"k": "rate", "t": start if start is not None else result.first_ns or time.time_ns(),
                                "pid": self.pid, "rate_hz": rate.rate_hz, "why": rate.why})
         spans = [_clip(span, start) for span in result.spans]
-        kept = [span for span in spans if span is not None]
+        kept = [piece for span in spans if span is not None for piece in _running(span, self._stops)]
         rows = [(span.tid, span.ts_ns, span.dur_ns,
                  [(name, path, line, *source.describe(self.pid, path, line)) for name, path, line in span.frames])
                 for span in kept]
@@ -311,6 +345,27 @@ def _clip(span: RawSpan, start: int | None) -> RawSpan | None:
     if end <= start:
         return None
     return RawSpan(span.tid, start, end - start, span.frames)
+
+
+def _running(span: RawSpan, stops: Iterable[list[int | None]]) -> list[RawSpan]:
+    """The parts of ``span`` outside the stretches its process was stopped ([from, to or None] ns):
+    py-spy reads a stopped process as if it were still in the place it stopped."""
+    pieces = [span]
+    for begin, end in stops:
+        assert begin is not None
+        stop_end = end if end is not None else 1 << 63
+        out = []
+        for piece in pieces:
+            piece_end = piece.ts_ns + piece.dur_ns
+            if piece_end <= begin or piece.ts_ns >= stop_end:
+                out.append(piece)
+                continue
+            if piece.ts_ns < begin:
+                out.append(RawSpan(piece.tid, piece.ts_ns, begin - piece.ts_ns, piece.frames))
+            if piece_end > stop_end:
+                out.append(RawSpan(piece.tid, stop_end, piece_end - stop_end, piece.frames))
+        pieces = out
+    return pieces
 
 
 class RssTrace:

@@ -37,6 +37,8 @@ Frame kinds (key ``k``)::
     host     {t, cpu, mem_used, mem_total, cpus}   (cpu: % of all its logical CPUs; cpus: how many)
     gpu      {t, devices: [[index, util %, mem_used, mem_total, temp C, power W, limit W, mig]],
               procs: [[device, host_pid, used bytes, SM %]]}
+    pstate   {t, pid, stopped, why}               the process stopped (SIGSTOP, a debugger: stopped true) or
+             ran again (false), seen within ~20 ms (agent/watch.py); its spans leave the stopped stretch out
     restart  {t, rank, old_pid, pid}              the launcher replaced a rank's process
     error    {t, pid, kind, msg}
     exit     {t, pid, status}
@@ -75,11 +77,19 @@ Writes are batched: frames are buffered and written with one flush every ``flush
 seconds (or 1 MiB), at each segment change and at close. A cut anywhere (the attacher
 killed mid-write) loses at most the unflushed second; the files end at or inside a
 frame, and the reader keeps every whole frame before the cut.
+
+A file that cannot be written (a full disk, a folder made read-only, an I/O error) never
+raises into the caller: the writer cuts the file back to the end of its last whole write (so
+it ends on a frame boundary and replays without a "damaged" note), stops writing files for the
+rest of the session, and hands its listeners one ``error`` frame (kind ``recording_failed``)
+saying so. Listeners go on getting every frame: the live view and the summary built from them
+lose nothing; only the recording on disk stops at the fault (``failure``, ``failed_at_ns``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -197,7 +207,7 @@ class Interner:
 class StateFrames:
     """The newest state frames of a stream, what a reader that starts late needs before the data
     (a rotated segment's context; a collector joining a running agent, agent/link.py): the hello,
-    each process's newest ``target``, ``threads``, ``rate`` and ``exit`` frame, the ``source`` of
+    each process's newest ``target``, ``threads``, ``rate``, ``exit`` and ``pstate`` frame, the ``source`` of
     each of the job's files, each node's newest ``node`` frame, and the newest CONTEXT_RESTARTS
     restarts."""
 
@@ -207,7 +217,7 @@ class StateFrames:
 
     def remember(self, frame: dict[str, Any]) -> None:
         kind = frame.get("k")
-        if kind in ("hello", "target", "threads", "rate", "exit"):
+        if kind in ("hello", "target", "threads", "rate", "exit", "pstate"):
             self._latest[(kind, int(frame.get("pid") or 0))] = frame
         elif kind == "source":
             self._latest[(kind, str(frame.get("file")))] = frame   # each of the job's files, once
@@ -236,7 +246,8 @@ class FrameWriter:
         self._listeners: list[Any] = []
         self.interner = Interner()
         self._base = Path(path) if path is not None else None
-        self._file: BinaryIO | None = open(path, "ab") if path is not None else None  # noqa: SIM115
+        # unbuffered: this class batches itself, and must know how much of each write reached the file
+        self._file: BinaryIO | None = open(path, "ab", buffering=0) if path is not None else None  # noqa: SIM115
         self._max_bytes = max_bytes
         self._segment_bytes = max_bytes // SEGMENTS if max_bytes else None
         self._flush_s = flush_s
@@ -254,6 +265,10 @@ class FrameWriter:
         self._dropped_from: int | None = None
         self._dropped_to: int | None = None
         self.state = StateFrames()   # the context a later segment repeats
+        # once a file could not be written: why (one line) and when (wall-clock ns)
+        self.failure: str | None = None
+        self.failed_at_ns: int | None = None
+        self._good = self._size      # the file's bytes up to its last whole write (a frame boundary)
 
     def listen(self, callback: Any) -> None:
         """Call ``callback(frame)`` for every frame written from now on."""
@@ -325,6 +340,8 @@ class FrameWriter:
             callback(frame)
 
     def _append(self, data: bytes) -> None:
+        if self._file is None:   # a file that failed: nothing more is kept for it
+            return
         self._buffer += data
         self._size += len(data)
         if len(self._buffer) >= FLUSH_BYTES or time.monotonic() - self._flushed_at >= self._flush_s:
@@ -337,10 +354,41 @@ class FrameWriter:
 
     def _flush_locked(self) -> None:
         self._flushed_at = time.monotonic()
-        if self._file is not None and self._buffer:
-            self._file.write(self._buffer)
-            self._file.flush()
-            self._buffer.clear()
+        if self._file is None or not self._buffer:
+            return
+        view = memoryview(self._buffer)
+        try:
+            while view:
+                written = self._file.write(view)
+                view = view[written or 0:]
+        except OSError as exc:
+            view.release()
+            self._fail(exc)
+            return
+        view.release()
+        self._good += len(self._buffer)
+        self._buffer.clear()
+
+    def _fail(self, exc: OSError) -> None:
+        """The file cannot be written: cut it back to its last whole write, write no file from now
+        on, and tell the listeners (module docstring)."""
+        self.failure = f"{exc.strerror or exc}" + (" (a full disk)" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                                                   else "")
+        self.failed_at_ns = time.time_ns()
+        where = segment_path(self._base, self._n) if self._base is not None else None
+        if self._file is not None:
+            with contextlib.suppress(OSError):   # a read-only file system refuses this too: the reader copes
+                os.ftruncate(self._file.fileno(), self._good)
+            with contextlib.suppress(OSError):
+                self._file.close()
+        self._file = None
+        self._buffer.clear()
+        clock = time.strftime("%H:%M:%S", time.localtime(self.failed_at_ns / 1e9))
+        note = {"k": "error", "t": self.failed_at_ns, "pid": None, "kind": "recording_failed",
+                "msg": f"could not write {where}: {self.failure}; the recording on disk stops at {clock} (what "
+                       "came before is kept and replays); the live view and the summary go on from memory"}
+        for callback in self._listeners:
+            callback(note)
 
     # -- rotation ---------------------------------------------------------------------
 
@@ -359,8 +407,13 @@ class FrameWriter:
         deleted = False
         while self._middle and self._on_disk() + incoming + NOTE_BYTES > self._max_bytes:
             n, size, opened_ns = self._middle.popleft()
-            with contextlib.suppress(FileNotFoundError):   # removed by hand: nothing left to free
+            try:
                 os.remove(segment_path(self._base, n))
+            except FileNotFoundError:   # removed by hand: nothing left to free
+                pass
+            except OSError as exc:      # a folder made read-only: the cap can no longer be kept
+                self._fail(exc)
+                return deleted
             self._middle_bytes -= size
             self._dropped += 1
             self._dropped_bytes += size
@@ -383,6 +436,8 @@ class FrameWriter:
         (deleting the oldest middle segments) and open it with its context."""
         assert self._file is not None and self._base is not None and self._segment_bytes
         self._flush_locked()
+        if self._file is None:   # the flush failed: no more files
+            return
         self._file.close()
         if self._n == 0:
             self._first_size = self._size
@@ -393,7 +448,15 @@ class FrameWriter:
         self._opened_ns = time.time_ns()
         self._size, self._has_data = 0, False
         self._make_room(self._segment_bytes)
-        self._file = open(segment_path(self._base, self._n), "ab")  # noqa: SIM115
+        if self.failure is not None:
+            return
+        try:
+            self._file = open(segment_path(self._base, self._n), "ab", buffering=0)  # noqa: SIM115
+        except OSError as exc:
+            self._file = None
+            self._fail(exc)
+            return
+        self._good = 0
         self.interner.new_segment()
         self._append(self._note())
         for frame in self.state.frames():
@@ -404,5 +467,7 @@ class FrameWriter:
         with self._lock:
             if self._file is not None:
                 self._flush_locked()
-                self._file.close()
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
                 self._file = None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -169,8 +171,60 @@ def plan_work(compute_s: float, input_share: float, wait_share: float,
 
 
 def announce_ready(**calibration_s: float) -> None:
-    """Print the ``ready pid=`` line (stdout); calibration results go to stderr."""
+    """Print the ``ready pid=`` line (stdout); calibration results go to stderr. The fault hooks
+    (``fault_hooks``) start here, once the job trains."""
+    fault_hooks()
     if calibration_s:
         parts = " ".join(f"{k}={v * 1e3:.1f}ms" for k, v in calibration_s.items())
         print(f"calibrated {parts}", file=sys.stderr, flush=True)
     print(f"ready pid={os.getpid()}", flush=True)
+
+
+# -- fault hooks (docs/faults.md): opt-in by environment, so that a test can put a job in the
+# state a fault needs without a script of its own. None of them changes the training loop.
+
+SIGNAL_LOG_ENV = "TRACEML_SIGNAL_LOG"        # a file: every catchable signal the job receives, one per line
+IDLE_THREADS_ENV = "TRACEML_IDLE_THREADS"    # N: start N threads that wait forever (a large thread pool)
+EXEC_ENV = "TRACEML_EXEC_AFTER"              # "S PROGRAM ARG...": the job exec()s PROGRAM S seconds after ready
+# what a job is sent by accident or by a tool; SIGKILL and SIGSTOP cannot be caught (a test sees their effect)
+LOGGED_SIGNALS = ("SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGCONT",
+                  "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF",
+                  "SIGWINCH", "SIGIO", "SIGTRAP")
+
+
+def fault_hooks() -> None:
+    log = os.environ.get(SIGNAL_LOG_ENV)
+    if log:
+        _log_signals(log)
+    idle = int(os.environ.get(IDLE_THREADS_ENV) or 0)
+    never = threading.Event()
+    for i in range(idle):
+        threading.Thread(target=never.wait, name=f"idle-{i}", daemon=True).start()
+    plan = os.environ.get(EXEC_ENV)
+    if plan:
+        seconds, *argv = plan.split()
+
+        def replace() -> None:
+            time.sleep(float(seconds))
+            sys.stdout.flush()
+            os.execvp(argv[0], argv)
+
+        threading.Thread(target=replace, name="exec", daemon=True).start()
+
+
+def _log_signals(path: str) -> None:
+    """Write each signal's name to ``path`` as it arrives, then let it do what it would have done."""
+    def handle(signum: int, frame: object) -> None:
+        with open(path, "a", encoding="ascii") as fh:
+            fh.write(f"{signal.Signals(signum).name}\n")
+        previous = defaults.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL and signum not in (signal.SIGCONT, signal.SIGURG, signal.SIGWINCH):
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    defaults = {}
+    for name in LOGGED_SIGNALS:
+        signum = getattr(signal, name)
+        defaults[signum] = signal.signal(signum, handle)

@@ -17,12 +17,13 @@ def read_frames(path: Path) -> list[dict[str, Any]]:
         return list(unpacker(f))
 
 
-def looped(frames: list[dict[str, Any]], copies: int) -> Iterator[dict[str, Any]]:
-    """``frames`` ``copies`` times over, each copy's timestamps moved by the recording's length
+def looped(frames: list[dict[str, Any]], copies: int, period_ns: int | None = None) -> Iterator[dict[str, Any]]:
+    """``frames`` ``copies`` times over, each copy's timestamps moved by the recording's length, or
+    by ``period_ns`` when longer (a gap after each copy: sampling that stops and starts again)
     (cumulative CPU counters go on from the last copy's values; the one-off frames come once)."""
     ends = [row[1] + row[2] for f in frames if f["k"] == "spans" for row in f["spans"]]
     starts = [row[1] for f in frames if f["k"] == "spans" for row in f["spans"]]
-    period = max(ends) - min(starts) + 10_000_000
+    period = max(max(ends) - min(starts) + 10_000_000, period_ns or 0)
     cpu_end: dict[int, tuple[int, int]] = {}
     for f in frames:
         if f["k"] == "tcpu" and f["samples"]:

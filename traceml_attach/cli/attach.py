@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import threading
-from pathlib import Path
 
 from traceml_attach.cli.common import (
     add_listen_options,
@@ -105,7 +104,7 @@ def run_tui(args: argparse.Namespace, session: Session) -> int:
 
 def report(result: SessionResult, note: str = "") -> None:
     print(result.text, end="")
-    print(f"traceml: {note}summary written to {Path(result.run_dir) / 'final_summary.json'}", file=sys.stderr)
+    print(f"traceml: {note}{result.where_line()}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -146,11 +146,13 @@ def run_dir(logs_dir: Path, run_name: str | None, cmd: tuple[str, ...], pid: int
     run_name = re.sub(r"[^\w.-]+", "_", run_name)
     path = logs_dir / run_name
     n = 1
-    while path.exists():
-        n += 1
-        path = logs_dir / f"{run_name}-{n}"
-    path.mkdir(parents=True)
-    return path
+    while True:
+        try:   # created, not looked for first: two attachers started at once never share a folder
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            n += 1
+            path = logs_dir / f"{run_name}-{n}"
 
 
 DEFAULT_TOKEN_FILE = "~/.traceml/token"

@@ -12,6 +12,7 @@ EXIT_BAD_FILE = 7          # a missing or corrupt summary/frames file
 EXIT_TARGET_EXITED = 8     # the target exited before the requested duration; summary written
 EXIT_NETWORK = 9           # multi-node: cannot listen or connect, or a bad token file
 EXIT_REGRESSION = 9        # compare --fail-on-regression: the step rose beyond the noise and PCT
+EXIT_NOT_WRITTEN = 10      # the run folder cannot be written (full disk, read-only): summary elsewhere or printed
 EXIT_INTERNAL = 70         # a bug in traceml-attach
 
 KIND_TO_EXIT = {

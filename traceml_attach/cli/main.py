@@ -27,7 +27,8 @@ exit codes: 0 ok; 2 usage; 3 no such process; 4 not Python / unsupported Python;
 5 not permitted (ptrace); 6 py-spy missing or failing; 7 missing or corrupt file;
 8 target exited before the requested duration (summary still written); 9 multi-node: cannot
 listen or connect, or a bad token file; --prometheus: the port is taken; compare
---fail-on-regression: the step rose beyond the noise; 70 internal error.
+--fail-on-regression: the step rose beyond the noise; 10 the run folder could not be written
+(a full disk, a read-only folder): the summary went elsewhere or was only printed; 70 internal error.
 """
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from traceml_attach.cli.common import (
     add_listen_options,
@@ -19,6 +18,7 @@ from traceml_attach.cli.common import (
     positive_float,
     rules_from,
 )
+from traceml_attach.cli.errors import EXIT_TARGET_EXITED
 from traceml_attach.cli.live import print_progress
 from traceml_attach.runtime.session import run_session
 
@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     tick = None if args.quiet else print_progress(args.seconds)
     result = run_session(args, rules, args.seconds, tick, 2.0)  # type: ignore[arg-type]
     print(result.text, end="")
-    print(f"traceml: summary written to {Path(result.run_dir) / 'final_summary.json'}", file=sys.stderr)
-    if result.code:
+    print(f"traceml: {result.where_line()}", file=sys.stderr)
+    if result.code == EXIT_TARGET_EXITED:
         print("traceml: the target exited before the snapshot ended; the summary covers what was seen",
               file=sys.stderr)
     return result.code

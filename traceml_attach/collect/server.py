@@ -34,6 +34,9 @@ LOST_S = 10.0          # an agent silent this long (it sends every second) is "l
 NET_EVERY_S = 5.0      # the counters are written this often, when they changed
 ASK_AGAIN_S = 2.0      # an unknown agent is asked for its context at most this often
 END_LINGER_S = 0.5     # the session's end is given this long to reach the agents
+HANDSHAKE_MS = 5000    # a connection that has not completed its CURVE handshake by then is dropped
+# descriptors the collector may hold: a flood of idle connections must not leave none for the agents
+MAX_DESCRIPTORS = 65536
 
 
 @dataclass
@@ -46,7 +49,9 @@ class NetStats:
     duplicates: int = 0        # messages received twice (resent by an agent) and dropped
     bad_messages: int = 0      # not one of ours: undecodable, wrong version, bad fields
     bad_frames: int = 0        # inside a good message, frames that could not be merged
-    refused_peers: int = 0     # handshakes refused: wrong key (authenticator) or not CURVE at all
+    refused_peers: int = 0     # handshakes refused: wrong key (authenticator), not CURVE at all, or none in time
+    disconnects: int = 0       # connections that ended after their handshake: an agent gone, or one dropped for a
+                               # message over the size limit (32 MiB, never read)
     agent_dropped: int = 0     # messages the agents' buffers dropped while the collector was away
 
 
@@ -82,6 +87,7 @@ class Collector:
         elif (warning := token_warning(token_file)) is not None:
             note(warning)
         keys = Keys.from_token(read_token(token_file))
+        _more_descriptors()
         self.lost_s = lost_s
         self.writer = FrameWriter(None)   # the session's, once it has one (``record_to``)
         self.merger = Merger(self.writer)
@@ -106,7 +112,9 @@ class Collector:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
         sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         self._handshaking: dict[int, None] = {}   # accepted connections (fds) in their handshake, oldest first
+        self._established: set[int] = set()       # ...and those past it
         self._monitor = sock.get_monitor_socket(
             zmq.EVENT_ACCEPTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | _failed_events())
         try:
@@ -196,7 +204,9 @@ class Collector:
                 self._handshaking[fd] = None
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 if self._handshaking:
-                    del self._handshaking[next(iter(self._handshaking))]
+                    done = next(iter(self._handshaking))
+                    del self._handshaking[done]
+                    self._established.add(done)
             elif kind & _failed_events():
                 self.stats.refused_peers += 1
                 if self._handshaking:
@@ -204,6 +214,9 @@ class Collector:
             elif kind == zmq.EVENT_DISCONNECTED and fd in self._handshaking:
                 del self._handshaking[fd]
                 self.stats.refused_peers += 1
+            elif kind == zmq.EVENT_DISCONNECTED and fd in self._established:
+                self._established.discard(fd)
+                self.stats.disconnects += 1
 
     def _drain(self) -> None:
         import zmq
@@ -317,6 +330,18 @@ class Collector:
         if force or self.stats != self._written:
             self._written = NetStats(**asdict(self.stats))
             self.writer.write({"k": "net", "t": time.time_ns(), **asdict(self.stats)})
+
+
+def _more_descriptors() -> None:
+    """Raise this process's descriptor limit to its hard limit (at most MAX_DESCRIPTORS): each
+    connection, a flood's included, holds one until its handshake times out."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = MAX_DESCRIPTORS if hard == resource.RLIM_INFINITY else min(hard, MAX_DESCRIPTORS)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 def _number(value: Any) -> int:

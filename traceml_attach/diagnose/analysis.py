@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
-from traceml_attach.diagnose.hang import detect_hang
+from traceml_attach.diagnose.hang import detect_hang, detect_stopped
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.rate import faster, stretch
 from traceml_attach.diagnose.report import Report
@@ -105,7 +105,12 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     gpu = rank_gpu(rec, pids, lo, hi)
     # a rank that holds no GPU waits for no device: its .item() and printing are other work
     stats = [s if gpu.memory.get(s.rank) else without_device(s, timelines[s.rank]) for s in stats]
-    findings = _step_findings(stats, timelines, gpu, policy)
+    resumed = {rank: rec.resumed[pid] for rank, pid in pids.items() if pid in rec.resumed}
+    findings = _step_findings(stats, timelines, gpu, policy, resumed)
+    stopped = detect_stopped({rank: (pid, *rec.stopped[pid], _newest(rec, pid, rec.stopped[pid][0]))
+                              for rank, pid in pids.items() if pid in rec.stopped}, timelines)
+    if stopped is not None:   # what a stopped process's stacks look like (a hang, no data) is the stop
+        findings = [stopped, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP", "HANG"))]
     step_s = {s.rank: s.step_ms / 1e3 if s.step_ms else None for s in stats}
     if history is not None:
         memory, series = memory_section(rec, lo, hi, gpu, history, timelines, step_s)
@@ -130,6 +135,12 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
 
 
+def _newest(rec: Recording, pid: int, since_ns: int) -> int:
+    """The newest reading of ``pid`` (its psutil samples go on while it is stopped)."""
+    procs = rec.procs.get(pid)
+    return max(since_ns, procs[-1].ts_ns) if procs else since_ns
+
+
 def _stretches(rec: Recording, pids: dict[str, int], lo: int, hi: int) -> dict[str, tuple[int | None, int]]:
     """Where each rank's steps were found (when later than ``lo``) and at what rate (rate.stretch)."""
     out: dict[str, tuple[int | None, int]] = {}
@@ -140,12 +151,12 @@ def _stretches(rec: Recording, pids: dict[str, int], lo: int, hi: int) -> dict[s
 
 
 def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], gpu: RankGpu,
-                   policy: StepTimePolicy) -> list[Finding]:
+                   policy: StepTimePolicy, resumed: dict[str, int]) -> list[Finding]:
     """Step time, refined with the GPU's utilization; a hang first."""
     findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
     findings = speak(refine_with_gpu(findings, stats, sm, policy), stats)
-    hang = detect_hang(timelines, policy)
+    hang = detect_hang(timelines, policy, resumed)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
     return findings

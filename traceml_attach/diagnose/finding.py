@@ -20,6 +20,7 @@ STATUS = {
     "COMPUTE_STRAGGLER": "COMPUTE STRAGGLER",
     "STRAGGLER": "STRAGGLER",
     "HANG": "HANG",
+    "STOPPED": "STOPPED",
     "MEMORY_CREEP_EARLY": "MEMORY CREEP (EARLY)",
 }
 SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}

@@ -1,7 +1,9 @@
-"""HANG: no rank completes a step and the stacks stop changing; name the odd rank out."""
+"""HANG: no rank completes a step and the stacks stop changing; name the odd rank out.
+STOPPED: a rank's process is stopped (SIGSTOP, a debugger), which the agent saw in /proc."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -34,16 +36,19 @@ class RankState:
         return self.phase if self.phase != "wait" else f"wait/{self.label or 'other'}"
 
 
-def rank_state(rank: str, tl: Timeline) -> RankState | None:
+def rank_state(rank: str, tl: Timeline, resumed_ns: int | None = None) -> RankState | None:
+    """Where the rank is at the end of its timeline; a process that ran again at ``resumed_ns``
+    (after a SIGSTOP or a debugger) has been idle and unchanged since then at most."""
     if not tl.segments or tl.end_ns is None:
         return None
     last = tl.segments[-1]
-    start = tl.bounds[-1] if tl.bounds else tl.segments[0].ts_ns
+    start = max(tl.bounds[-1] if tl.bounds else tl.segments[0].ts_ns, resumed_ns or 0)
+    stuck = max(tl.stuck_since_ns or tl.end_ns, resumed_ns or 0)
     user = user_frame(last.span.stack)
     return RankState(
         rank, last.phase, last.label, user.where if user else None, user.src if user else None,
-        tuple(f.where for f in last.span.stack), (tl.end_ns - start) / 1e9,
-        (tl.end_ns - (tl.stuck_since_ns or tl.end_ns)) / 1e9,
+        tuple(f.where for f in last.span.stack), max(0.0, (tl.end_ns - start) / 1e9),
+        max(0.0, (tl.end_ns - stuck) / 1e9),
     )
 
 
@@ -61,9 +66,11 @@ def _odd_ones(states: list[RankState]) -> list[RankState]:
     return [s for s in states if groups[(s.what, s.where)] == smallest]
 
 
-def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY
-                ) -> Finding | None:
-    states = [s for rank, tl in timelines.items() if (s := rank_state(rank, tl)) is not None]
+def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY,
+                resumed: dict[str, int] | None = None) -> Finding | None:
+    """``resumed``: rank -> when its process last ran again after being stopped (ns)."""
+    resumed = resumed or {}
+    states = [s for rank, tl in timelines.items() if (s := rank_state(rank, tl, resumed.get(rank))) is not None]
     if not states or len(states) < len(timelines):
         return None
     if not all(s.stalled(policy) for s in states):
@@ -92,3 +99,30 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
                    f"are in {s0.what} at {s0.where}", "look for a collective that one rank never reaches, "
                    "a dead DataLoader worker or an external dependency; `traceml stacks --pid PID`",
                    None, evidence)
+
+
+def detect_stopped(stopped: dict[str, tuple[int, int, str, int]], timelines: dict[str, Timeline]) -> Finding | None:
+    """STOPPED when a rank's process is stopped now. ``stopped``: rank -> (pid, since ns, why, the
+    newest reading of the process in ns, which goes on while it is stopped); each rank's timeline
+    ends where it stopped (its spans leave the stopped stretch out)."""
+    if not stopped:
+        return None
+    states = {rank: rank_state(rank, tl) for rank, tl in timelines.items()}
+    rank = min(stopped, key=lambda r: (len(r), r))
+    pid, since_ns, why, newest_ns = stopped[rank]
+    state = states.get(rank)
+    stopped_s = max(0.0, (newest_ns - since_ns) / 1e9)
+    clock = time.strftime("%H:%M:%S", time.localtime(since_ns / 1e9))
+    at = (f"; it stopped in {state.what} at {state.where}" + (f" `{state.src}`" if state.src else "")
+          if state is not None and state.where else "")
+    others = sorted(set(stopped) - {rank}, key=lambda r: (len(r), r))
+    also = f" (and rank{'s' if len(others) > 1 else ''} {', '.join(others)})" if others else ""
+    resume = ("it runs again when the debugger lets it go (continue or detach)" if "debugger" in why
+              else f"`kill -CONT {pid}` resumes it")
+    evidence = HangEvidence(stopped_s, {int(r): RankStack(s.what, s.where, s.src, s.stack)
+                                        for r, s in states.items() if s is not None},
+                            tuple(int(r) for r in sorted(stopped, key=lambda r: (len(r), r))), None)
+    return Finding("STOPPED", "critical", f"rank {rank}{also} is not running: {why}",
+                   f"process {pid} has been stopped for {stopped_s:.0f} s, since {clock}{at}; no sample counts "
+                   "that time as a phase",
+                   f"{resume}; traceml goes on when it does", int(rank), evidence)

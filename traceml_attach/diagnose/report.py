@@ -282,8 +282,9 @@ class NetReport:
     duplicates: int                      # resent by an agent and dropped (delivery is exactly once)
     bad_messages: int                    # not ours (undecodable, wrong version): dropped
     bad_frames: int                      # frames inside a message that could not be merged: dropped
-    refused_peers: int                   # handshakes refused: a wrong key, or not CURVE at all
+    refused_peers: int                   # handshakes refused: a wrong key, not CURVE at all, or none in 5 s
     agent_dropped: int                   # messages the agents' full buffers dropped
+    disconnects: int = 0                 # connections ended after their handshake (an agent gone, an oversized message)
 
 
 @dataclass(frozen=True)

@@ -228,6 +228,11 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
                        ("the numbers here may be stale or incomplete; " if now else "it ran again afterwards; ")
                        + "this is a bug in traceml-attach: report it with this summary", last.rank, evidence)
     plural = "s" if total != 1 else ""
+    lost = next((p for p in reversed(seen) if p.kind == "recording_failed"), None)
+    if lost is not None:   # the run folder's fault, not a rank's: the numbers here are whole
+        return Finding("SAMPLING_PROBLEMS", "warning", "the recording on disk stopped: the run folder could not be "
+                       "written", lost.message, "free space or make the logs folder writable (or give --logs-dir) "
+                       "for the next attach; this summary is built from memory and misses nothing", None, evidence)
     if not recent:
         return Finding("SAMPLING_PROBLEMS", "info", f"{total} sampling problem{plural} before this window, none in it",
                        f"the last: {seen[-1].line()}", "nothing in this window's numbers is missing", named, evidence)

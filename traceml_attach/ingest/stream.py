@@ -55,6 +55,9 @@ class Recording:
     gpus: list[GpuSample] = field(default_factory=list)
     rss: dict[int, list[tuple[int, int]]] = field(default_factory=dict)   # pid -> (ts_ns, RSS), ``mem`` frames
     sources: dict[str, str] = field(default_factory=dict)   # the job's own files' text (``source`` frames)
+    # the processes stopped now (SIGSTOP, a debugger; ``pstate`` frames): since when (ns) and why
+    stopped: dict[int, tuple[int, str]] = field(default_factory=dict)
+    resumed: dict[int, int] = field(default_factory=dict)   # when each process last ran again (ns)
     end_reason: str | None = None
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
     net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
@@ -100,12 +103,14 @@ class Recording:
     def _add(self, f: dict[str, Any]) -> None:
         kind = f["k"]
         if kind == "hello":
+            _opt(f.get("rate_hz"), int)
+            _opt(f.get("max_rate_hz"), int)
             self.hello = dict(f)
         elif kind == "target":
             pid = int(f["pid"])
             self.targets[pid] = TargetMeta(
-                pid=pid, exe=f.get("exe"), cmd=tuple(f.get("cmd") or ()),
-                rank=f.get("rank"), local_rank=f.get("local_rank"), world_size=f.get("world_size"),
+                pid=pid, exe=_opt(f.get("exe"), str), cmd=tuple(_is(c, str) for c in f.get("cmd") or ()),
+                rank=_int(f.get("rank")), local_rank=_int(f.get("local_rank")), world_size=_int(f.get("world_size")),
                 ts_ns=int(f["t"]), nspid=tuple(int(x) for x in f.get("nspid") or (pid,)),
                 node=int(f.get("n") or 0), started_ns=_count(f.get("started")),
                 memory_limit=_count(f.get("mem_limit")),
@@ -114,34 +119,35 @@ class Recording:
             self._add_spans(f)
         elif kind == "threads":
             self.threads.setdefault(int(f["pid"]), {}).update(
-                {int(r[0]): ThreadInfo(int(r[0]), r[1], r[2], r[3]) for r in f["threads"]}
+                {int(r[0]): ThreadInfo(int(r[0]), _int(r[1]), _opt(r[2], str), _opt(r[3], bool)) for r in f["threads"]}
             )
         elif kind == "proc":
-            children = tuple((int(c[0]), c[1], c[2]) for c in f.get("children") or ())
+            children = tuple((int(c[0]), _num(c[1]), _int(c[2])) for c in f.get("children") or ())
             self.procs.setdefault(int(f["pid"]), []).append(
-                ProcSample(int(f["pid"]), int(f["t"]), f.get("cpu"), f.get("rss"),
-                           f.get("nthreads"), children)
+                ProcSample(int(f["pid"]), int(f["t"]), _num(f.get("cpu")), _int(f.get("rss")),
+                           _int(f.get("nthreads")), children)
             )
         elif kind == "host":
-            self.hosts.append(HostSample(int(f["t"]), f.get("cpu"), f.get("mem_used"),
-                                         f.get("mem_total"), int(f.get("n") or 0), _count(f.get("cpus"))))
+            self.hosts.append(HostSample(int(f["t"]), _num(f.get("cpu")), _int(f.get("mem_used")),
+                                         _int(f.get("mem_total")), int(f.get("n") or 0), _count(f.get("cpus"))))
         elif kind == "window":
-            window = WindowInfo(int(f["pid"]), int(f["w"]), f.get("start"), f.get("end"),
-                                f.get("samples"), f.get("errors"))
+            window = WindowInfo(int(f["pid"]), int(f["w"]), _int(f.get("start")), _int(f.get("end")),
+                                _int(f.get("samples")), _int(f.get("errors")))
             self.windows.setdefault(window.pid, []).append(window)
             self.totals["windows"] += 1
             self.totals["samples"] += window.samples or 0
             self.totals["errors"] += window.errors or 0
         elif kind == "error":
-            self.errors.append(ErrorEvent(int(f["t"]), f.get("pid"), str(f["kind"]), str(f["msg"])))
+            self.errors.append(ErrorEvent(int(f["t"]), _int(f.get("pid")), str(f["kind"]), str(f["msg"])))
             self.totals["error_events"] += 1
         elif kind == "exit":
-            self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), f.get("status"))
+            self.exits[int(f["pid"])] = ExitEvent(int(f["t"]), int(f["pid"]), _int(f.get("status")))
         elif kind == "gpu":
             self.gpus.append(GpuSample(
                 int(f["t"]),
-                tuple(DeviceReading(int(d[0]), d[1], d[2], d[3], d[4], d[5], d[6], bool(d[7])) for d in f["devices"]),
-                tuple((int(p[0]), int(p[1]), p[2], p[3]) for p in f["procs"]),
+                tuple(DeviceReading(int(d[0]), _num(d[1]), _int(d[2]), _int(d[3]), _num(d[4]), _num(d[5]), _num(d[6]),
+                                    bool(d[7])) for d in f["devices"]),
+                tuple((int(p[0]), int(p[1]), _int(p[2]), _int(p[3])) for p in f["procs"]),
             ))
         elif kind == "tcpu":
             rows = self.cpu.setdefault(int(f["pid"]), [])
@@ -152,16 +158,24 @@ class Recording:
         elif kind == "source":
             self.sources.setdefault(str(f["file"]), str(f["text"]))
         elif kind == "rate":
-            self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), f.get("why")))
+            self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), _opt(f.get("why"), str)))
+        elif kind == "pstate":
+            pid = int(f["pid"])
+            if f["stopped"] is True:
+                self.stopped[pid] = (int(f["t"]), str(f.get("why") or "stopped"))
+            else:
+                self.stopped.pop(pid, None)
+                self.resumed[pid] = int(f["t"])
         elif kind == "restart":
             self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
         elif kind == "bye":
-            self.end_reason = f.get("reason")
+            self.end_reason = _opt(f.get("reason"), str)
         elif kind == "node":
             node = int(f["node"])
             self.nodes[node] = NodeInfo(
-                node, str(f["name"]), f.get("agent"), str(f["state"]), int(f["t"]), f.get("host"), f.get("rate_hz"),
-                f.get("offset_ns"), tuple(int(r) for r in f.get("ranks") or ()), f.get("reason"))
+                node, str(f["name"]), _opt(f.get("agent"), str), str(f["state"]), int(f["t"]), _opt(f.get("host"), str),
+                _int(f.get("rate_hz")), _int(f.get("offset_ns")), tuple(int(r) for r in f.get("ranks") or ()),
+                _opt(f.get("reason"), str))
         elif kind == "net":
             self.net = {k: int(v) for k, v in f.items() if k not in ("k", "t") and isinstance(v, int)}
         else:
@@ -178,7 +192,7 @@ class Recording:
 
     def _add_spans(self, f: dict[str, Any]) -> None:
         for fid, name, path, line, src, ctx in f.get("fdefs") or ():
-            self._frames[int(fid)] = CodeFrame(str(name), str(path), int(line), src, ctx)
+            self._frames[int(fid)] = CodeFrame(str(name), str(path), int(line), _opt(src, str), _opt(ctx, str))
         for sid, fids in f.get("sdefs") or ():
             self._stacks[int(sid)] = tuple(self._frames[int(i)] for i in fids)
         pid = int(f["pid"])
@@ -227,6 +241,33 @@ class Recording:
 
 
 MAX_ERROR_EVENTS = 100   # trim keeps the first and the newest this many error events
+
+
+def _is(value: Any, kind: type) -> Any:
+    """``value`` if it is a ``kind``, else TypeError (the frame is counted bad). A bool is no int."""
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise TypeError(f"{type(value).__name__} where {kind.__name__} was expected")
+    return value
+
+
+def _opt(value: Any, kind: type) -> Any:
+    """``value`` if it is None or a ``kind``, else TypeError."""
+    return None if value is None else _is(value, kind)
+
+
+def _int(value: Any) -> int | None:
+    return _opt(value, int)
+
+
+def _num(value: Any) -> float | int | None:
+    """A measurement: None, an int or a finite float; else TypeError or ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("not a finite number")
+        return value
+    return _is(value, int)
 
 
 def _count(value: object) -> int | None:

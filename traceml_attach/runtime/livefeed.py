@@ -12,7 +12,7 @@ from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import live_document
-from traceml_attach.runtime.session import Session, SessionResult
+from traceml_attach.runtime.session import Session, SessionResult, summary_line
 from traceml_attach.tui.feed import Finished, Notice, Poster, Update
 
 TICK_S = 1.0
@@ -39,8 +39,9 @@ class LiveFeed:
     def _tick(self, rec: Recording, an: Analysis, elapsed_s: float) -> None:
         if self._summary_wanted.is_set():
             self._summary_wanted.clear()
-            self.session.summarize()
-            self._post(Notice(f"summary written to {self.session.run_dir / 'final_summary.json'}"))
+            _, written = self.session.summarize()
+            loss = self.session.loss(written)
+            self._post(Notice((f"{loss}; " if loss else "") + summary_line(self.session.run_dir, written)))
         self._post(Update(live_document(rec, an, self.session.run_dir.name)))
 
     def _run(self) -> None:
@@ -57,7 +58,7 @@ class LiveFeed:
             return
         reason = self.session.end_reason
         what = {"target_exited": "the job exited", "duration": "the duration is over"}.get(reason, "detached")
-        self._post(Finished(reason, f"{what}; summary written to {self.session.run_dir / 'final_summary.json'}"))
+        self._post(Finished(reason, f"{what}; {self.result.where_line()}"))
 
     def write_summary(self) -> None:
         self._summary_wanted.set()

@@ -28,7 +28,15 @@ from agent.node import NodeAgent, Probed, hello_frame
 from agent.sampler import SamplerConfig
 from agent.wire import FrameWriter
 from traceml_attach.cli.common import probe_ranks, recording_bytes, run_dir
-from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_OK, EXIT_TARGET_EXITED, EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.cli.errors import (
+    EXIT_NETWORK,
+    EXIT_NOT_WRITTEN,
+    EXIT_OK,
+    EXIT_TARGET_EXITED,
+    EXIT_USAGE,
+    KIND_TO_EXIT,
+    CliError,
+)
 from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
@@ -36,7 +44,7 @@ from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.incremental import Tracked
 from traceml_attach.diagnose.rate import advise_rates
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.report import write_summary
+from traceml_attach.output.report import Written, write_summary_somewhere
 from traceml_attach.output.summary import Summary, build_summary
 from traceml_attach.runtime.heap import FrozenHeap, release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
@@ -55,6 +63,20 @@ class SessionResult:
     summary: Summary
     text: str
     code: int
+    where: str = ""                  # "summary written to ...", or where it went instead (summary_line)
+    loss: str | None = None          # what the run folder lost (a full disk, a read-only folder), one line
+
+    def where_line(self) -> str:
+        """One line for stderr: what the run folder lost, if anything, and where the summary is."""
+        return (f"{self.loss}; " if self.loss else "") + self.where
+
+
+def summary_line(run_dir: Path, written: Written) -> str:
+    """Where a session's summary is, said for stderr: its run folder, elsewhere, or nowhere."""
+    if written.folder is None:
+        return "the summary could be written nowhere: the text above is all there is"
+    return f"summary written to {written.folder / 'final_summary.json'}" + (
+        " instead" if written.folder != run_dir else "")
 
 
 class Session:
@@ -91,6 +113,10 @@ class Session:
                 self.metrics = open_metrics(*args.prometheus)
             self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
             self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+        except OSError as exc:
+            self._close_listeners()
+            raise CliError(f"cannot write a run folder under {args.logs_dir}: {exc.strerror or exc}; give --logs-dir "
+                           "DIR on a disk you can write to", EXIT_NOT_WRITTEN) from exc
         except BaseException:
             self._close_listeners()
             raise
@@ -243,22 +269,35 @@ class Session:
         (the summaries use the pipeline's batch analysis of the same window, which replays exactly)."""
         return self.pipeline.live_analysis()
 
-    def summarize(self, final: bool = False) -> tuple[Summary, str]:
+    def summarize(self, final: bool = False) -> tuple[Summary, Written]:
         """Write the summary of what was recorded so far (the newest LIVE_WINDOW_S in detail,
-        the session's history as rollups); the session goes on unless ``final``."""
+        the session's history as rollups); the session goes on unless ``final``. Where the run
+        folder cannot take it, it goes elsewhere (``Written`` says where)."""
         self.drain()
         if final:
             self.pipeline.finish()
         summary = build_summary(self.rec, self.pipeline.window_analysis(), self.run_dir.name)
-        return summary, write_summary(self.run_dir, summary)
+        return summary, write_summary_somewhere(self.run_dir, summary)
+
+    def loss(self, written: Written) -> str | None:
+        """One line on what the run folder lost (the recording from a fault on, the summary), or None."""
+        failure = self.writer.failure or written.problem
+        if failure is None:
+            return None
+        at = self.writer.failed_at_ns
+        stops = (f"frames.msgpack stops at {time.strftime('%H:%M:%S', time.localtime(at / 1e9))}" if at is not None
+                 else "frames.msgpack is whole")
+        return f"could not write into {self.run_dir} ({failure}): {stops}"
 
     def finish(self, duration_s: float | None) -> SessionResult:
         """Write the final summary; raise CliError when sampling itself failed."""
-        summary, text = self.summarize(final=True)
+        summary, written = self.summarize(final=True)
+        loss, where = self.loss(written), summary_line(self.run_dir, written)
         if self.node is not None and self.node.sampling_failed():
             last = next((e for e in reversed(self.rec.errors) if e.pid is not None), None)   # a sampler's
             message = last.message if last else "py-spy stopped working"
-            raise CliError(f"sampling stopped: {message}; summary of what was seen written to {self.run_dir}",
+            raise CliError(f"sampling stopped: {message}; " + (f"{loss}; " if loss else "")
+                           + where.replace("summary", "summary of what was seen", 1),
                            KIND_TO_EXIT.get(last.kind if last else "pyspy_failed", 6))
         if self.collector is not None:
             joined = len(self.collector.nodes())
@@ -267,12 +306,13 @@ class Session:
                 refused = self.collector.stats.refused_peers
                 raise CliError(f"no agent joined on {where}" + (f" ({refused} connections refused: a wrong token "
                                "file?)" if refused else "") + f"; run `traceml agent --connect {where}` on each "
-                               f"node; summary written to {self.run_dir}", EXIT_NETWORK)
+                               f"node; summary written to {written.folder or 'nowhere'}", EXIT_NETWORK)
             if self.expect_nodes and joined < self.expect_nodes:
                 print(f"traceml: only {joined} of the {self.expect_nodes} expected nodes joined on {where}",
                       file=sys.stderr)
         cut_short = self.ran_out and duration_s is not None
-        return SessionResult(self.run_dir, summary, text, EXIT_TARGET_EXITED if cut_short else EXIT_OK)
+        code = EXIT_NOT_WRITTEN if loss is not None else EXIT_TARGET_EXITED if cut_short else EXIT_OK
+        return SessionResult(self.run_dir, summary, written.text, code, where, loss)
 
 
 def open_collector(args: argparse.Namespace) -> Collector:
