@@ -438,7 +438,8 @@ class FrameWriter:
         self._flush_locked()
         if self._file is None:   # the flush failed: no more files
             return
-        self._file.close()
+        closing, self._file = self._file, None   # never left closed but set: a failure below must not write to it
+        closing.close()
         if self._n == 0:
             self._first_size = self._size
         else:
