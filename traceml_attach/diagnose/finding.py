@@ -22,6 +22,7 @@ STATUS = {
     "HANG": "HANG",
     "STOPPED": "STOPPED",
     "MEMORY_CREEP_EARLY": "MEMORY CREEP (EARLY)",
+    "CPU_BOUND_DISPATCH": "CPU-BOUND DISPATCH",
 }
 SEVERITY_ORDER = {"critical": 3, "warning": 2, "info": 1}
 

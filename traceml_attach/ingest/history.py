@@ -63,6 +63,8 @@ class Bucket:
     gpu_mem: Span3 | None = None    # device memory of the rank's processes, bytes
     cpu_percent: float | None = None   # the rank's main process, median
     sm_percent: float | None = None    # per-process SM utilization, median
+    judged_steps: int = 0           # the job's steps whose last rank at the collective was judged (diagnose/arrival.py)
+    last_steps: int = 0             # ...of them, those this rank arrived last in
 
     def merged(self, later: Bucket) -> Bucket:
         """This bucket and the next as one (medians become the mean of the two)."""
@@ -72,6 +74,7 @@ class Bucket:
             tuple(a + b for a, b in zip(self.phases_ns, later.phases_ns, strict=True)),
             self.covered_ns + later.covered_ns, _then(self.rss, later.rss), _then(self.gpu_mem, later.gpu_mem),
             _mean(self.cpu_percent, later.cpu_percent), _mean(self.sm_percent, later.sm_percent),
+            self.judged_steps + later.judged_steps, self.last_steps + later.last_steps,
         )
 
 
