@@ -1,0 +1,123 @@
+"""What-if projections against a second real run with the fix applied.
+
+    python bench/whatif_bench.py [--seconds 8] [--only NAME ...] [--logs-dir DIR]
+
+For each case: run the example as it is, snapshot it, and take the projection its report makes
+for one fix; then run it again with that fix (more DataLoader workers, the metrics logging or the
+checkpoints removed, the straggler's extra work removed), and measure its mean step by the job's
+own clock (its ground-truth file, over the snapshot's window). Prints one row per case: the
+projected mean step and its interval, the measured one, and the error. A projection is right
+within 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+
+from launch import start_example, start_torchrun, stop_example  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    example: str            # examples/<example>.py, or "ddp" under torchrun
+    ranks: int              # 1: a plain process; more: torchrun
+    args: tuple[str, ...]
+    fixed: tuple[str, ...]  # the second run's arguments
+    finding: str            # the finding kind whose projection is checked
+    fix: str                # ...the start of its ``fix`` text
+
+
+CASES = (
+    # workers: the projection's own suggestion is filled in from the first run
+    Case("input_workers", "input_bound", 1, (), ("--workers", "{workers}"), "INPUT_BOUND", "input fully overlapped"),
+    Case("metrics", "wait_heavy", 1, (), ("--no-metrics",), "WAIT_HEAVY", "without the other"),
+    Case("checkpoint", "wait_heavy", 1, (), ("--no-checkpoint",), "WAIT_HEAVY", "without the checkpoint"),
+    Case("input_straggler", "ddp", 2, ("--straggler", "input", "--extra-ms", "40"),
+         ("--straggler", "none"), "INPUT_STRAGGLER", "rank 1 at the median"),
+    Case("compute_straggler", "ddp", 2, ("--straggler", "compute", "--extra-ms", "40"),
+         ("--straggler", "none"), "COMPUTE_STRAGGLER", "rank 1 at the median"),
+)
+
+
+def snapshot(pid: int, logs: Path, name: str, seconds: float) -> dict:
+    subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid), "--seconds", str(seconds),
+                    "--quiet", "--logs-dir", str(logs), "--run-name", name], cwd=ROOT, check=True, capture_output=True)
+    return json.loads((logs / name / "final_summary.json").read_text())
+
+
+def truth_mean_ms(files: list[Path], start: float, end: float) -> tuple[float, int]:
+    """The job's own mean step over [start, end] (its slowest rank's: the job's pace), and its steps."""
+    means = []
+    for path in files:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+        durs = [r["end"] - r["start"] for r in rows if r["start"] >= start and r["end"] <= end]
+        if durs:
+            means.append((1000 * statistics.fmean(durs), len(durs)))
+    return max(means)
+
+
+def run(case: Case, args: tuple[str, ...], logs: Path, tag: str, seconds: float) -> tuple[dict, float, int]:
+    truth = logs / f"{case.name}_{tag}"
+    truth.mkdir(parents=True, exist_ok=True)
+    job = (start_example(case.example, *args, truth=truth / "gt_0.jsonl") if case.ranks == 1
+           else start_torchrun(case.ranks, *args, truth_dir=truth, script=case.example))
+    try:
+        time.sleep(3)
+        summary = snapshot(job.pid, logs, f"{case.name}_{tag}", seconds)
+    finally:
+        stop_example(job)
+    win = summary["sampling"]["window"]
+    mean, steps = truth_mean_ms(sorted(truth.glob("gt_*.jsonl")), win["start"], win["end"])
+    return summary, mean, steps
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--only", nargs="*", help="case names")
+    ap.add_argument("--logs-dir", type=Path)
+    opts = ap.parse_args()
+    logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="traceml-whatif-"))
+    rows = []
+    for case in CASES:
+        if opts.only and case.name not in opts.only:
+            continue
+        first, base_truth, _ = run(case, case.args, logs, "before", opts.seconds)
+        found = [p for p in first["step_time"]["whatif"]
+                 if p["finding"] == case.finding and p["fix"].startswith(case.fix)]
+        if not found:
+            print(f"{case.name}: no {case.finding} projection '{case.fix}' "
+                  f"(diagnosis {first['step_time']['findings'][0]['kind']})", flush=True)
+            continue
+        p = found[0]
+        fixed = tuple(a.replace("{workers}", str(p["workers"] or 1)) for a in case.fixed)
+        _, measured, steps = run(case, (*case.args, *fixed), logs, "after", opts.seconds)
+        err = 100 * (p["step_ms"] - measured) / measured
+        rows.append((case.name, " ".join(fixed), p["base_ms"], base_truth, p["step_ms"], p["low_ms"], p["high_ms"],
+                     measured, steps, err))
+        print(f"{case.name}: projected {p['step_ms']:.1f} ms, measured {measured:.1f} ms ({err:+.1f}%)", flush=True)
+    print()
+    print(f"{'case':18} {'fix':22} {'tool now':>9} {'job now':>8} {'projected':>10} {'interval':>15} "
+          f"{'measured':>9} {'steps':>6} {'error':>7}")
+    for name, fix, base, base_truth, proj, lo, hi, meas, steps, err in rows:
+        print(f"{name:18} {fix:22} {base:9.1f} {base_truth:8.1f} {proj:10.1f} {f'{lo:.0f}-{hi:.0f}':>15} "
+              f"{meas:9.1f} {steps:6d} {err:+6.1f}%")
+    print("\nms per step (means); 'job now'/'measured': the job's own clock over the snapshot's window; "
+          "error: projected over measured")
+    return 0 if all(abs(r[-1]) <= 10 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
