@@ -69,7 +69,7 @@ def truth_mean_ms(files: list[Path], start: float, end: float) -> tuple[float, i
 
 
 def run(case: Case, args: tuple[str, ...], logs: Path, tag: str, seconds: float) -> tuple[dict, float, int]:
-    truth = logs / f"{case.name}_{tag}"
+    truth = logs / "truth" / f"{case.name}_{tag}"
     truth.mkdir(parents=True, exist_ok=True)
     job = (start_example(case.example, *args, truth=truth / "gt_0.jsonl") if case.ranks == 1
            else start_torchrun(case.ranks, *args, truth_dir=truth, script=case.example))

@@ -58,19 +58,3 @@ def arrival(judged: int, last: Mapping[str, int], policy: WhatIfPolicy = DEFAULT
     share = counts[rank] / judged
     return Arrival(judged, counts, rank, round(share, 4),
                    judged >= policy.arrival_min_steps and share >= policy.persistent_share)
-
-
-def arrival_line(a: Arrival, over: str = "") -> str:
-    """"rank 3 was the slowest in 97% of 412 steps" or "the slowest rank rotates: ..."."""
-    where = f" {over}" if over else ""
-    if a.persistent and a.rank is not None and a.share is not None:
-        return f"rank {a.rank} was the slowest in {100 * a.share:.0f}% of {a.steps} steps{where}"
-    shares = sorted(100 * n / a.steps for n in a.last.values())
-    told = sum(a.last.values())
-    if a.steps < DEFAULT_WHATIF_POLICY.arrival_min_steps:
-        return f"too few steps to tell the slowest rank ({a.steps} judged{where})"
-    if told < a.steps / 2:
-        return f"no rank is clearly the slowest: in {100 * (1 - told / a.steps):.0f}% of {a.steps} steps{where} " \
-               "the last two arrived together"
-    return (f"the slowest rank rotates{where}: {len(shares)} ranks each {shares[0]:.0f}–{shares[-1]:.0f}% "
-            f"of {a.steps} steps")

@@ -87,8 +87,9 @@ def project(findings: Sequence[Finding], stats: Sequence[RankStepStats], mean_ms
             _stragglers(f, ranks, policy, add)
     if len(ranks) >= 2:
         late = _lateness(ranks)
-        if late is not None:
-            values = sorted(late[0].values(), reverse=True)
+        values = sorted(late[0].values(), reverse=True) if late is not None else []
+        # with two ranks the bound is the straggler's own projection: not said twice
+        if late is not None and not any(abs(p.gain_ms - (values[0] - values[-1]) * base) < 0.5 for p in out):
             add("RANKS", "every rank at the fastest rank's active time", values[0] - values[-1],
                 "every rank's work shrinks to the fastest rank's; the collective's own cost stays"
                 if late[1] else "every rank's input + compute shrinks to the lightest rank's", late[1])
