@@ -36,6 +36,9 @@ class DiagnosisRail(Panel):
         rows: list[list[str | tuple[str, str]]]
         if item.title == "also":
             rows = [[("  + also ", "dim"), (item.status, style), ("  ", ""), item.summary]]
+        elif item.title in ("what-if", "slowest"):   # beside the finding above: one line, its assumption dim
+            rows = [[(f"    {'⇢ if' if item.title == 'what-if' else '⇢'} ", "dim"), item.summary,
+                     (f"  ({item.why})" if item.why and wrap else "", "dim")]]
         else:
             rows = [[("● ", style), (f"{item.title}: ", "dim"), (item.status, style), ("  ", ""), item.summary]]
             if item.why:
