@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -37,6 +38,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-share", type=float, default=0.5,
                         help="input's share of the step (default 0.5; 0.9 with a small --width: a few ms of compute)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
+    parser.add_argument("--slow-input-after-s", type=float, default=None,
+                        help="from this many seconds after ready on, decoding takes --slow-input-factor times as "
+                             "long (a change point: tests/test_changes.py; --workers 0 only)")
+    parser.add_argument("--slow-input-factor", type=float, default=2.0)
 
 
 def main() -> None:
@@ -59,8 +64,12 @@ def main() -> None:
     announce_ready(compute=compute_s, input_work=input_s)
     gt.start()
     step = 0
+    slow_at = None if args.slow_input_after_s is None else time.monotonic() + args.slow_input_after_s
     while step < args.steps:
         for x, y in loader:
+            if slow_at is not None and time.monotonic() >= slow_at:
+                dataset.decode_cost_s *= args.slow_input_factor
+                slow_at = None
             gt.phase("input")
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)

@@ -106,7 +106,7 @@ def _input(f: Finding, r: RankStepStats, base: float, workers: dict[str, int | N
     # a batch takes this long to make: the main process's own fetch without workers; with W workers
     # keeping the loop waiting, they make W batches a step
     per_batch = fetch * base if not now else now * base
-    want = max(1, math.ceil(per_batch / rest)) if rest > 0 else None
+    want = max(1, math.ceil(per_batch / rest - 1e-9)) if rest > 0 else None
     free = None if host.cpus is None or host.cpu_percent is None else \
         max(0, math.floor(host.cpus * (1 - host.cpu_percent / 100) + 1e-9))
     add(f.kind, "input fully overlapped with compute", fetch,
