@@ -56,11 +56,12 @@ def test_two_changes_are_both_found():
     assert splits(steps) == [10, 20]
 
 
-def test_a_steady_ten_minute_stream_has_no_change():
-    # GIVEN the input_bound fixture (6 s) looped into 10 minutes of 10-s rollups
-    frames = read_frames(FIXTURES / "input_bound.msgpack")
+@pytest.mark.parametrize("name", ["input_bound", "wait_heavy", "ddp_input_straggler"])
+def test_a_steady_ten_minute_stream_has_no_change(name: str):
+    # GIVEN a recorded job (6-8 s) looped into 10 minutes of 10-s rollups
+    frames = read_frames(FIXTURES / f"{name}.msgpack")
     pipeline = Pipeline(load_rules())
-    for frame in looped(frames, 100):
+    for frame in looped(frames, 600 // 6):
         pipeline.add(frame)
     pipeline.finish()
     report = pipeline.window_analysis().report

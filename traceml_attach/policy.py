@@ -209,8 +209,9 @@ class WhatIfPolicy:
     # Persistence is said from this many judged steps on.
     arrival_min_steps: int = 10
     # A change point in the rollups: the means of the two sides differ by at least this many
-    # standard errors (robust: the rollups' median absolute deviation within each side)...
-    change_t: float = 8.0
+    # standard errors (the noise: neighbouring rollups' median difference, which the change's own
+    # rollups inflate: examples/input_bound.py slowing halfway through 70 s scores 5.4)...
+    change_t: float = 5.0
     # ...and by at least this share of the earlier level (a steady job's rollups of 10 s drift by a
     # few %: examples/input_bound.py over 10 minutes, tests/test_changes.py)...
     change_min_share: float = 0.15
