@@ -9,6 +9,7 @@ from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang, detect_stopped
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.rate import faster, stretch
 from traceml_attach.diagnose.report import Report
@@ -110,7 +111,7 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     stopped = detect_stopped({rank: (pid, *rec.stopped[pid], _newest(rec, pid, rec.stopped[pid][0]))
                               for rank, pid in pids.items() if pid in rec.stopped}, timelines)
     if stopped is not None:   # what a stopped process's stacks look like (a hang, no data) is the stop
-        findings = [stopped, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP", "HANG"))]
+        findings = [stopped, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP, Kind.HANG))]
     step_s = {s.rank: s.step_ms / 1e3 if s.step_ms else None for s in stats}
     if history is not None:
         memory, series = memory_section(rec, lo, hi, gpu, history, timelines, step_s)
@@ -158,5 +159,5 @@ def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], g
     findings = speak(refine_with_gpu(findings, stats, sm, policy), stats)
     hang = detect_hang(timelines, policy, resumed)
     if hang is not None:
-        findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
+        findings = [hang, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP))]
     return findings

@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from traceml_attach.diagnose.finding import Finding, SamplingEvidence
 from traceml_attach.diagnose.hang import rank_state
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import pid_ranks, rank_of
 from traceml_attach.diagnose.report import (
     Clock,
@@ -208,7 +209,7 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
     """SAMPLING FAILED when a thread of ours failed (critical when it failed in the window: its
     numbers may be stale), SAMPLING PROBLEMS when errors cost coverage (a warning when in the window)."""
     if not seen:
-        return Finding("NORMAL", "info", "every sampler ran without an error", "", "")
+        return Finding(Kind.NORMAL, "info", "every sampler ran without an error", "", "")
     concerned = recent or seen
     ranks = tuple(sorted({p.rank for p in concerned if p.rank is not None}))
     coverage = [c for r in ranks if r in steps.ranks and (c := steps.ranks[r].coverage) is not None]
@@ -223,23 +224,25 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
             f"the sampler of rank {last.rank}" if last.rank is not None else "a sampler")
         times = f" ({len(failed)} times)" if len(failed) > 1 else ""
         when = "" if now else " before this window"
-        return Finding("SAMPLING_FAILED", "critical" if now else "warning", f"{who} failed{times}{when}",
+        return Finding(Kind.SAMPLING_FAILED, "critical" if now else "warning", f"{who} failed{times}{when}",
                        f"the last {last.kind}: {last.message}",
                        ("the numbers here may be stale or incomplete; " if now else "it ran again afterwards; ")
                        + "this is a bug in traceml-attach: report it with this summary", last.rank, evidence)
     plural = "s" if total != 1 else ""
     lost = next((p for p in reversed(seen) if p.kind == "recording_failed"), None)
     if lost is not None:   # the run folder's fault, not a rank's: the numbers here are whole
-        return Finding("SAMPLING_PROBLEMS", "warning", "the recording on disk stopped: the run folder could not be "
+        return Finding(Kind.SAMPLING_PROBLEMS, "warning", "the recording on disk stopped: the run folder could not be "
                        "written", lost.message, "free space or make the logs folder writable (or give --logs-dir) "
                        "for the next attach; this summary is built from memory and misses nothing", None, evidence)
     if not recent:
-        return Finding("SAMPLING_PROBLEMS", "info", f"{total} sampling problem{plural} before this window, none in it",
+        return Finding(Kind.SAMPLING_PROBLEMS, "info",
+                       f"{total} sampling problem{plural} before this window, none in it",
                        f"the last: {seen[-1].line()}", "nothing in this window's numbers is missing", named, evidence)
     where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
     low = evidence.lowest_coverage
     lowest = f"; lowest coverage {100 * low:.1f}%" if low is not None else ""
-    return Finding("SAMPLING_PROBLEMS", "warning", f"{len(recent)} sampling problem{'s' if len(recent) != 1 else ''} "
+    return Finding(Kind.SAMPLING_PROBLEMS, "warning",
+                   f"{len(recent)} sampling problem{'s' if len(recent) != 1 else ''} "
                    f"in this window{where}{lowest}", f"the last: {recent[-1].line()}",
                    "the step numbers of those ranks cover less of the window: see each rank's note in the step table",
                    named, evidence)

@@ -23,6 +23,7 @@ from typing import Any
 
 from traceml_attach import __version__
 from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key
 from traceml_attach.ingest.history import History, RankHistory
 from traceml_attach.output.render import memory_leads
@@ -96,7 +97,7 @@ def _findings(summary: Summary) -> list[dict[str, Any]]:
     out = [_finding(f, "step time") for f in report.step_time.findings]
     for section, f in (("memory", report.step_memory.diagnosis), ("system", report.system.diagnosis),
                        ("process", report.process.diagnosis), ("sampling", report.sampling.diagnosis)):
-        if f.kind != "NORMAL":
+        if f.kind != Kind.NORMAL:
             out.append(_finding(f, section))
     return out
 

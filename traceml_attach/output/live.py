@@ -7,6 +7,7 @@ can be replayed from a recorded stream.
 from __future__ import annotations
 
 from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.kinds import not_judged
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.summary import LiveState, Summary
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
@@ -62,7 +63,7 @@ def live_document(rec: Recording, an: Analysis, run_name: str) -> Summary:
         clock,
         None if clock is None or first is None else round((clock - first) / 1e9, 1),
         max((r.steps for r in an.ranks), default=0),
-        primary.kind in ("WARMUP", "NO_DATA"),
+        not_judged(primary.kind),
         {int(rank): _tail(s, SPARK_POINTS) for rank, s in an.memory_series.items() if s},
     )
     return Summary(run_name, an.report, live=live)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable
 
 from traceml_attach.diagnose.finding import Finding, MemoryEvidence
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.report import (
     NetReport,
     NodeRow,
@@ -328,7 +329,7 @@ def _head(s: Summary) -> list[str]:
     out.append("")
     p = rep.primary_diagnosis
     out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")
-    if samp.diagnosis.kind == "SAMPLING_FAILED":   # a thread of ours failed: before anything it may have left stale
+    if samp.diagnosis.kind == Kind.SAMPLING_FAILED:   # a thread of ours failed: before anything it may have left stale
         out += _diag_block("FAILED ", samp.diagnosis)
     out.append("")
     return out
@@ -454,7 +455,7 @@ def _sampling(rep: Report) -> list[str]:
         problems.append(f"{samp.bad_frames} recorded frame(s) could not be decoded and were skipped")
     if not problems:
         return []
-    out = ["", *_diag_block("Sampling", samp.diagnosis)] if samp.diagnosis.kind != "NORMAL" else [""]
+    out = ["", *_diag_block("Sampling", samp.diagnosis)] if samp.diagnosis.kind != Kind.NORMAL else [""]
     out.append("Problems while sampling:")
     return out + [f"  {line}" for line in problems]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime
 from traceml_attach.output.render import (
     listed_ranks,
@@ -174,14 +175,14 @@ def present_rail(doc: Summary) -> RailVM:
         first = DiagnosisVM("Step time", "WARMING UP", "pending", f"warming up ({live.steps_seen} steps seen)",
                             first.why or first.summary, first.action)
     sampling = rep.sampling.diagnosis
-    failed = [_diagnosis("Sampling", sampling)] if sampling.kind == "SAMPLING_FAILED" else []
+    failed = [_diagnosis("Sampling", sampling)] if sampling.kind == Kind.SAMPLING_FAILED else []
     items = [*failed, first]   # a thread of ours that failed goes first: what follows may be stale
     items += [_diagnosis("also", f) for f in st.findings[1:3]]
     items.append(_diagnosis("Memory", rep.step_memory.diagnosis))
     for title, d in (("System", rep.system.diagnosis), ("Process", rep.process.diagnosis)):
-        if d.kind != "NORMAL":
+        if d.kind != Kind.NORMAL:
             items.append(_diagnosis(title, d))
-    if sampling.kind != "NORMAL" and not failed:
+    if sampling.kind != Kind.NORMAL and not failed:
         items.append(_diagnosis("Sampling", sampling))
     return RailVM(tuple(items))
 
