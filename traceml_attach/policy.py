@@ -56,6 +56,9 @@ class StepTimePolicy:
     gpu_saturated: float = 70.0
     # ...a GPU busy less than this: the GPU is starving and the host side is to blame.
     gpu_starving: float = 30.0
+    # No loop frame found, but at least this share of the training thread's time is in
+    # training phases: NO DATA says the loop lives in a library and how to name it.
+    loopless_work: float = 0.3
 
 
 DEFAULT_STEP_TIME_POLICY = StepTimePolicy()
@@ -189,6 +192,18 @@ class RatePolicy:
     # ...holding at least this many intervals between the loop's wraps.
     min_intervals: int = 5
 
+
+# Where rising memory goes (diagnose/leak.py, retention.py): RSS readings in the window before
+# the phases are fitted against it; a phase with less of the window's time is left out of the
+# fit; the phase named holds at least this share of the net growth a step; a DataLoader worker
+# that grew less than this is not listed.
+LEAK_MIN_READINGS = 20
+LEAK_MIN_PHASE_SHARE = 0.02
+LEAK_PHASE_HOLDS = 0.6
+LEAK_WORKER_GROWTH_BYTES = 8 * MIB
+# A line of the loop function is a forward line (its values carry a graph) where forward has
+# at least this share of its samples.
+RETENTION_FORWARD_SHARE = 0.5
 
 DEFAULT_RATE_POLICY = RatePolicy()
 DEFAULT_MEMORY_POLICY = MemoryPolicy()

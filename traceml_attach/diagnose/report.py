@@ -313,7 +313,7 @@ class RankSession:
 
 @dataclass(frozen=True)
 class SessionReport:
-    """The whole session, kept as rollups (ingest/history.py) however long it ran: the other
+    """The whole session, kept as rollups (diagnose/history.py) however long it ran: the other
     sections detail the newest LIVE_WINDOW_S only."""
 
     start: float | None                     # seconds since the epoch: the first span seen

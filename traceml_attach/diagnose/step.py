@@ -82,17 +82,14 @@ def _severity(score: float, steps: int, policy: StepTimePolicy, warn: float, cri
     return None
 
 
-LOOPLESS_WORK = 0.3   # no loop found, but this share of the training thread's time is training phases
-
-
-def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
+def _loopless(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
     """Stacks that train, in a loop no rule knows: say so, and how to name the loop."""
     for r in all_ranks:
         shares = r.unlooped_shares
         if r.loop is not None or not shares:
             continue
         work = sum(shares.get(p, 0.0) for p in (*COMPONENTS["input"], *COMPONENTS["compute"]))
-        if work < LOOPLESS_WORK:
+        if work < policy.loopless_work:
             continue
         seen = ", ".join(f"{p} {_pct(v)}" for p, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= 0.05)
         hint = r.loop_hint
@@ -113,9 +110,9 @@ def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
     return None
 
 
-def _no_data(all_ranks: list[RankStepStats]) -> Finding | None:
+def _no_data(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
     if not any(r.steps for r in all_ranks):
-        loopless = _loopless(all_ranks)
+        loopless = _loopless(all_ranks, policy)
         if loopless is not None:
             return loopless
         loops = [r for r in all_ranks if r.loop]
@@ -130,7 +127,7 @@ def diagnose_step_time(
     all_ranks: list[RankStepStats], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY
 ) -> list[Finding]:
     """Findings for one window, most severe first. Never empty."""
-    none = _no_data(all_ranks)
+    none = _no_data(all_ranks, policy)
     if none:
         return [none]
     ranks = [r for r in all_ranks if r.shares is not None]

@@ -21,6 +21,7 @@ from traceml_attach.diagnose.finding import (
     SystemEvidence,
 )
 from traceml_attach.diagnose.gpu import RankGpu
+from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.leak import leak_evidence
 from traceml_attach.diagnose.memory import Limits, MemoryReport, combine, diagnose_memory
@@ -35,7 +36,6 @@ from traceml_attach.diagnose.report import (
 )
 from traceml_attach.diagnose.session import with_history
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
-from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.timeline import Timeline
 
