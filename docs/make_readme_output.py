@@ -12,6 +12,7 @@ their first lines, with a ``...`` where lines were left out). tests/test_docs.py
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -70,8 +71,10 @@ def replace_block(readme: str, command: str, output: str) -> str:
         raise SystemExit(f"README.md has no {START} ... {END} block")
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
-    block = (f"{START}\n`{command}` on `python examples/input_bound.py` (written by "
-             f"`python docs/make_readme_output.py` from a real run's `final_summary.txt`):\n\n"
+    cores, load = os.cpu_count(), os.getloadavg()[0]
+    block = (f"{START}\n`{command}` on `python examples/input_bound.py`, on a {cores}-core machine "
+             f"with a load average of {load:.1f} (written by `python docs/make_readme_output.py` "
+             f"from a real run's `final_summary.txt`):\n\n"
              f"```\n{output}\n```\n{END}")
     return head + block + tail
 
