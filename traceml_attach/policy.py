@@ -17,7 +17,7 @@ RECORDING_MAX_MB = 200.0
 # standard errors of the difference (a difference this unlikely under noise alone, ~0.3%, is a change)...
 COMPARE_NOISE_Z = 3.0
 # ...and never by less than this share of the old step: windows of one unchanged job drift by what a
-# window cannot see, the data and the machine's other load (two windows of one job: README, "Comparing")
+# window cannot see, the data and the machine's other load (two windows of one job: docs/exports.md, "Comparing")
 COMPARE_DRIFT = 0.03
 # No % change is given for an old value under this many ms (a % of almost nothing says nothing).
 COMPARE_MIN_PCT_BASE_MS = 1.0
@@ -171,7 +171,7 @@ class RatePolicy:
     raise_below_samples: float = 10.0
     # ...the one that gives that bound this many: it is loose (the shortest tenth of the
     # intervals between the returns seen, each a step or more), and the 27 ms DDP job's step time
-    # came out within 2.5% at 10 samples a step, within 4-5% at 7 (README, "A rate that fits").
+    # came out within 2.5% at 10 samples a step, within 4-5% at 7 (docs/steps.md, "A rate that fits").
     raise_to_samples: float = 15.0
     # A rank sampled faster than --rate is advised a slower rate only where its steps (its
     # micro-batches, with gradient accumulation) still get this many samples at that rate:

@@ -33,7 +33,7 @@ def positive_float(text: str) -> float:
 
 
 # --max-rate's default: what py-spy's CPU per process costs at 100 Hz and at this rate, measured
-# with bench/rate_cost.py (README, "A rate that fits the step")
+# with bench/rate_cost.py (docs/steps.md, "A rate that fits the step")
 DEFAULT_MAX_RATE = 400
 PYSPY_CPU_PCT = {100: 3, DEFAULT_MAX_RATE: 6}
 
