@@ -108,8 +108,9 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
 def check_targets(args: argparse.Namespace, parser_prog: str) -> None:
     """Something to sample: --pid, or --listen for agents."""
     if not args.pid and not args.listen:
-        raise CliError(f"{parser_prog}: give --pid PID (the job or its launcher), or --listen HOST:PORT to collect "
-                       "the ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
+        command = parser_prog.split()[-1]   # printed after "traceml: ", which names the program already
+        raise CliError(f"{command} needs --pid PID (the job or its launcher), or --listen HOST:PORT to collect the "
+                       "ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
     if args.expect_nodes and not args.listen:
         raise CliError("--expect-nodes needs --listen", EXIT_USAGE)
     if args.launch and not args.listen:

@@ -83,7 +83,11 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
         return StepTimeReport(tuple(findings), ranks, known, note, None, None, None, None)
     med_step = statistics.median(r.step_ms or 0.0 for r in measured)
     med_phases = {p: round(statistics.median((r.phases_ms or {})[p] for r in measured), 3) for p in PHASES}
-    worst = max(measured, key=lambda r: r.step_ms or 0.0)
+    # the worst row is the rank a finding blames (a straggler waits less than the others: its
+    # step is no longer than theirs), else the slowest
+    blamed = {int(r.rank): r for r in measured}.get(next((f.worst_rank for f in findings
+                                                         if isinstance(f.worst_rank, int)), -1))
+    worst = blamed or max(measured, key=lambda r: r.step_ms or 0.0)
     return StepTimeReport(
         tuple(findings), ranks, known, note,
         PhaseRow(round(med_step, 3), med_phases),

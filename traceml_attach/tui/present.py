@@ -207,7 +207,8 @@ def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
         steps = str(r.steps) + ("+" if r.step_ms is None else "")
         rows.append(StepRow(f"r{rank}{node_tag(rep, rank)}", "rank", steps, ms(r.step_ms, unknown="?"),
                             _cells(r.phases_ms or {}, shares), tuple(shares[p] for p in PHASES) if shares else None,
-                            selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0))
+                            selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0,
+                            blocked_ms=None if r.sync_wait_ms is None or len(st.ranks) < 2 else ms(r.sync_wait_ms)))
     if many:   # each column ranked on its own: no bar, which would read as one rank's step
         rows += [StepRow(label, "spread", "", ms(row.step_ms), tuple(ms(row.phases_ms.get(p)) for p in PHASES), None)
                  for label, row in st.spread.items()]
