@@ -1,6 +1,6 @@
 """The node agent: one Sampler per rank, re-scanning the launcher for replaced workers.
 
-One py-spy per rank, not one per node with --subprocesses: measured in README.md
+One py-spy per rank, not one per node with --subprocesses: measured in docs/how-it-works.md
 (per-rank windows attach to exactly the ranks, and --subprocesses mixes up the events
 of forked DataLoader workers, which share their parent's thread idents).
 """

@@ -5,7 +5,7 @@ py-spy has no streaming output, so sampling is done in recording *windows*: each
 window is a ``py-spy record --format chrometrace --nonblocking --idle`` process whose
 file is read when it stops. Chrometrace has begin/end events at stack changes, with
 ``ts`` in microseconds since the recorder started; we anchor that to the wall clock
-at spawn time (measured error: within one sampling interval; see README).
+at spawn time (measured error: within one sampling interval; see docs/how-it-works.md).
 """
 
 from __future__ import annotations

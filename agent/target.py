@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -67,13 +68,19 @@ def rank_env(pid: int) -> dict[str, int]:
 
 
 def python_children(pid: int) -> list[int]:
-    """PIDs of Python processes below ``pid``: a hint when ``pid`` is a shell or launcher."""
+    """PIDs of Python processes below ``pid``, never this one or its own: a hint when ``pid`` is a shell
+    or launcher (the one traceml was started from, too)."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+    ours = {os.getpid()}   # traceml itself, run from that shell, and what it started (py-spy)
+    with contextlib.suppress(psutil.Error):
+        ours.update(p.pid for p in psutil.Process().children(recursive=True))
     found = []
     for child in children:
+        if child.pid in ours:
+            continue
         try:
             if os.path.basename(child.exe()).startswith("python"):
                 found.append(child.pid)

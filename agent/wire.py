@@ -256,6 +256,7 @@ class FrameWriter:
         self._n = 0                                   # the segment being written
         self._size = self._file.tell() if self._file is not None else 0   # its bytes, buffered included
         self._has_data = self._size > 0               # it holds more than its context
+        self._context_bytes = 0                       # the bytes of that context (a numbered segment's)
         self._first_size = 0                          # segment 0's bytes, once closed
         self._opened_ns = time.time_ns()              # when the segment being written was opened
         self._middle: deque[tuple[int, int, int]] = deque()   # closed segments >= 1: (n, bytes, opened ns)
@@ -394,7 +395,7 @@ class FrameWriter:
 
     def _must_rotate(self, incoming: int) -> bool:
         return (self._segment_bytes is not None and self._file is not None and self._has_data
-                and self._size + incoming > self._segment_bytes)
+                and self._size - self._context_bytes + incoming > self._segment_bytes)
 
     def _on_disk(self) -> int:
         """Bytes of every segment kept, the one being written included (buffered or not)."""
@@ -448,7 +449,9 @@ class FrameWriter:
         self._n += 1
         self._opened_ns = time.time_ns()
         self._size, self._has_data = 0, False
-        self._make_room(self._segment_bytes)
+        context = self._context()
+        self._context_bytes = sum(map(len, context))
+        self._make_room(self._segment_bytes + self._context_bytes)
         if self.failure is not None:
             return
         try:
@@ -460,9 +463,19 @@ class FrameWriter:
         self._good = 0
         self.interner.new_segment()
         self._append(self._note())
-        for frame in self.state.frames():
-            self._append(msgpack.packb({**frame, "ctx": 1}, use_bin_type=True))
+        for data in context:
+            self._append(data)
         self._flush_locked()
+
+    def _context(self) -> list[bytes]:
+        """The state frames a new segment repeats (``ctx``). The job's source files go too while the
+        context fits in half a segment; under a cap too small for them (their text can be tens of kB)
+        only the first segment that received them keeps them, and the cap holds."""
+        frames = [msgpack.packb({**frame, "ctx": 1}, use_bin_type=True) for frame in self.state.frames()]
+        assert self._segment_bytes is not None
+        if sum(map(len, frames)) + NOTE_BYTES <= self._segment_bytes // 2:
+            return frames
+        return [data for frame, data in zip(self.state.frames(), frames, strict=True) if frame.get("k") != "source"]
 
     def close(self) -> None:
         with self._lock:

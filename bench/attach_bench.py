@@ -6,7 +6,7 @@ For each example, in one run of the job, --cycles times:
      ground truth over the same window.
 Slowdown compares the median step of all unattached stretches with that of all attached ones
 (alternating cancels most of this machine's slow drift in speed).
-Prints a Markdown table (the one in README.md).
+Prints a Markdown table (the one in docs/accuracy.md).
 
     python bench/attach_bench.py [--seconds 10] [--baseline 8] [--cycles 3] [--rate 100] [examples...]
 """

@@ -12,7 +12,7 @@ straggler) alternates --baseline s unattached with a --seconds s `traceml snapsh
 against the job's own ground truth from where its steps were found (``since``), and the job's
 median step attached against unattached.
 
-Prints Markdown tables (the ones in README.md, "A rate that fits the step").
+Prints Markdown tables (the ones in docs/steps.md, "A rate that fits the step").
 
     python bench/rate_cost.py [--seconds 12] [--rates 100 200 300 400 500] [examples...]
     python bench/rate_cost.py --ddp [--max-rates 100 300 400] [--cycles 3] [--seconds 10] [--baseline 8]

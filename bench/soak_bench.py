@@ -1,5 +1,5 @@
 """Soak: a simulated 24-hour attach of 8 ranks, replayed at speed, with the attacher's own
-resources sampled throughout (docs/faults.md, README "Reliability").
+resources sampled throughout (docs/faults.md, "The soak").
 
 The recorded two-rank torchrun stream (tests/fixtures/ddp_input_straggler.msgpack, 8 s) is played
 again and again, shifted in time (tests/streams.py), and cloned under new PIDs to --ranks ranks,

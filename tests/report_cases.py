@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tests.tui_support import recorded_feed
 from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.tui.feed import RecordedFeed
 
 
 def hung_feed() -> RecordedFeed:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.streams import looped, read_frames
 from traceml_attach.diagnose.changes import changes, splits
-from traceml_attach.ingest.history import Bucket, History, Span3
+from traceml_attach.diagnose.history import Bucket, History, Span3
 from traceml_attach.runtime.pipeline import Pipeline, replay_file
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, traceml
-from traceml_attach.cli.errors import (
+from traceml_attach.errors import (
     EXIT_BAD_FILE,
     EXIT_NO_PROCESS,
     EXIT_NOT_PYTHON,

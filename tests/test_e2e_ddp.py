@@ -103,7 +103,7 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
     #   hang in init_process_group's gloo connect and never train, as their own ground truth
     #   shows (no step after the first 40);
     # - the exit status can only be read while the exited worker is a zombie, polled every
-    #   20 ms, and torchrun may reap it sooner on a loaded machine (README, limits).
+    #   20 ms, and torchrun may reap it sooner on a loaded machine (docs/limits.md).
     # A run whose workers died or whose status was missed is run again (up to 3 runs). Of the
     # others, one whose restarted workers train is preferred; if they hung in every run, what
     # traceml must say about that run is checked instead.

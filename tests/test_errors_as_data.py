@@ -21,8 +21,8 @@ from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
 from agent.sampler import Sampler, SamplerConfig
 from agent.wire import FrameWriter
 from tests.conftest import ROOT, traceml
-from traceml_attach.cli.errors import EXIT_INTERNAL, EXIT_PYSPY, EXIT_USAGE
 from traceml_attach.cli.main import main
+from traceml_attach.errors import EXIT_INTERNAL, EXIT_PYSPY, EXIT_USAGE
 from traceml_attach.ingest.stream import read_recording
 
 FIXTURE = ROOT / "tests" / "fixtures" / "balanced.msgpack"

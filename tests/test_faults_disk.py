@@ -17,7 +17,7 @@ import pytest
 from agent.wire import FrameWriter, unpacker
 from tests.conftest import ROOT
 from tests.faults import fill, read_only, tmpfs
-from traceml_attach.cli.errors import EXIT_NOT_WRITTEN
+from traceml_attach.errors import EXIT_NOT_WRITTEN
 from traceml_attach.ingest.stream import read_recording
 
 

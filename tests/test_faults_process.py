@@ -22,7 +22,7 @@ import pytest
 
 from launch import start_example, stop_example
 from tests.conftest import ROOT
-from traceml_attach.cli.errors import EXIT_OK, EXIT_TARGET_EXITED
+from traceml_attach.errors import EXIT_OK, EXIT_TARGET_EXITED
 from traceml_attach.ingest.stream import read_recording
 
 pytestmark = pytest.mark.e2e

@@ -15,16 +15,16 @@ from tests.test_tui_snapshots import loaded as settled
 from tests.tui_support import FIXTURES, loaded
 from traceml_attach.cli.live import live_line
 from traceml_attach.collect.merge import proc_key
+from traceml_attach.diagnose.analysis import analyze_live
 from traceml_attach.diagnose.report import NodeRow, PhaseRow, RankStatus
 from traceml_attach.diagnose.sections import step_spread
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.live import analyze_live
 from traceml_attach.output.render import listed_ranks, rank_ranges, render_text
 from traceml_attach.output.summary import Summary
+from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.app import make_app
-from traceml_attach.tui.feed import RecordedFeed
 from traceml_attach.tui.present import present
 from traceml_attach.tui.viewmodel import Selection
 from traceml_attach.tui.widgets import HeaderBar, RanksList, StepTable

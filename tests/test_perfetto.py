@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from traceml_attach.cli.main import main
-from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.diagnose.analysis import analyze, analyze_chunks
 from traceml_attach.ingest.model import PID_BITS, NodeInfo
 from traceml_attach.ingest.stream import read_recording
 from traceml_attach.output.perfetto import PHASES_TID, STEPS_TID, TraceBuilder, perfetto_trace
@@ -62,7 +62,7 @@ def test_each_ranks_phase_slices_add_up_to_its_phase_totals_in_the_summary():
     span_range = rec.time_range()
     assert span_range is not None
     lo, hi = span_range
-    trace = perfetto_trace(rec, load_rules(), lo, hi, chunk_s=(hi - lo) / 1e9 + 1)
+    trace = perfetto_trace(rec, analyze_chunks(rec, load_rules(), lo, hi, (hi - lo) / 1e9 + 1), lo, hi)
     summary = to_json(build_summary(rec, analyze(rec, load_rules(), start_ns=lo, end_ns=hi), "ddp"))
     by_rank: dict[int, dict[str, float]] = defaultdict(lambda: dict.fromkeys(PHASES, 0.0))
     for e in trace["traceEvents"]:

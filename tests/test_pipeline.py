@@ -12,7 +12,7 @@ import traceml_attach.runtime.pipeline as pipeline_module
 from tests.streams import looped, read_frames
 from tests.test_tracker import differences
 from traceml_attach.diagnose.analysis import analyze
-from traceml_attach.ingest.history import MAX_BUCKETS, Bucket, History, Span3
+from traceml_attach.diagnose.history import MAX_BUCKETS, Bucket, History, Span3
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.runtime.pipeline import TRACK_S, Pipeline, replay_file
 from traceml_attach.steps.classify import load_rules

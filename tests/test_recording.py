@@ -118,6 +118,31 @@ def test_rotation_keeps_the_files_under_the_cap(stream: list[Op], tmp_path: Path
     assert largest > 0.75 * CAP   # the cap is used, not left mostly empty
 
 
+def test_a_context_larger_than_a_segment_keeps_the_cap_and_its_segments(stream: list[Op], tmp_path: Path):
+    # GIVEN the job's source (a 12-kB file, as a real training script sends) arriving after the
+    # first segment, under a cap whose segments (15 kB) could not hold it once per segment
+    source = {"k": "source", "file": "/job/train.py", "t": 0, "text": "x = 1\n" * 2000}
+    ops = [*stream[:40], ("write", source), *stream[40:]]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    writer = FrameWriter(folder / "frames.msgpack", CAP, flush_s=0.0)
+    largest = 0
+    for _ in play(ops, writer):
+        largest = max(largest, recording_bytes(folder))
+    writer.close()
+    # THEN the files never passed the cap, and segments are still whole segments of data, not
+    # one per frame (the context is not counted against a segment's data)
+    assert largest <= CAP
+    numbers = [n for n, _ in segment_files(folder / "frames.msgpack")]
+    unrotated = tmp_path / "whole.msgpack"
+    write_all(ops, unrotated, None)
+    assert numbers[-1] <= 2 * unrotated.stat().st_size // (CAP // 8)
+    # AND the source is repeated in no segment where it would take more than half of it
+    kinds = [f.get("k") for n, path in segment_files(folder / "frames.msgpack") if n > 1
+             for f in msgpack.Unpacker(path.open("rb"), raw=False) if f.get("ctx")]
+    assert kinds and "source" not in kinds
+
+
 def test_every_segment_decodes_alone(stream: list[Op], rotated: Path, tmp_path: Path):
     write_all(stream, tmp_path / "whole.msgpack", None)
     whole, _ = read_recording(tmp_path / "whole.msgpack")

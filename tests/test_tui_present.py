@@ -15,8 +15,10 @@ from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.feed import Notice, Update
 from traceml_attach.tui.present import move_phase, move_rank, present
-from traceml_attach.tui.viewmodel import SPARK, Selection, sparkline
+from traceml_attach.tui.viewmodel import SPARK, RankRow, RanksVM, Selection, sparkline
 from traceml_attach.tui.widgets._panel import window
+from traceml_attach.tui.widgets.ranks import RanksList
+from traceml_attach.tui.widgets.steptable import StepTable
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +170,33 @@ def test_an_unknown_step_time_shows_shares_and_says_why():
     assert row.step_ms == "?" and row.steps.endswith("+")
     assert all(cell.endswith("%") for cell in row.phases_ms)
     assert vm.note.startswith("step time unknown") and "--rate" in vm.note
+
+
+def test_the_worst_row_is_the_rank_the_diagnosis_blames_and_blocked_time_has_its_column(ddp_doc):
+    # GIVEN an input straggler on rank 1: rank 0 waits for it in the all-reduce
+    vm = present(ddp_doc, Selection())
+    st = ddp_doc.report.step_time
+    # THEN "worst" is rank 1, the rank the diagnosis names, not the rank whose step reads longest
+    assert st.diagnosis.worst_rank == 1 and vm.steps.worst_rank == "1"
+    assert [r.label for r in vm.steps.rows if r.kind == "worst"] == ["worst r1"]
+    # AND each rank's time blocked in the collective is its own cell, from the report
+    blocked = {r.label: r.blocked_ms for r in vm.steps.rows if r.kind == "rank"}
+    assert st.ranks[0].sync_wait_ms is not None and blocked["r0"] == f"{st.ranks[0].sync_wait_ms:.1f}"
+    lines = [t.plain for t in StepTable().lines(vm.steps, 120, 12)]
+    assert "Blkd*" in lines[0]
+    assert blocked["r0"] in next(line for line in lines if line.lstrip("▶ ").startswith("r0"))
+
+
+def test_the_selected_ranks_detail_wraps_where_the_panel_has_room():
+    detail = "restarted 2x: " + " ".join(f"pid{n} exited with code {n}" for n in range(4))
+    model = RanksVM((RankRow("0", "123", "restarted", detail, selected=True), RankRow("1", "124", "alive", "ok")))
+    lines = [t.plain for t in RanksList().lines(model, 60, 8)]
+    # THEN the selected rank's detail is whole, cut between words, and the next rank follows it
+    assert len(lines) > 2 and all(len(line) <= 60 for line in lines)
+    assert " ".join(line.split("restarted", 1)[-1].strip() if i == 0 else line.strip()
+                    for i, line in enumerate(lines[:-1])).endswith("pid3 exited with code 3")
+    assert "…" not in "".join(lines)
+    assert lines[-1].lstrip().startswith("r1")
+    # AND without room it stays one line a rank, cut as before
+    tight = [t.plain for t in RanksList().lines(model, 60, 2)]
+    assert len(tight) == 2 and tight[0].endswith("…")

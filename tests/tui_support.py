@@ -12,9 +12,9 @@ from typing import Any
 from textual.pilot import Pilot
 
 from traceml_attach.ingest.stream import read_recording
+from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.tui.app import TraceApp, make_app
-from traceml_attach.tui.feed import RecordedFeed
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

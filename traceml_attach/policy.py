@@ -17,7 +17,7 @@ RECORDING_MAX_MB = 200.0
 # standard errors of the difference (a difference this unlikely under noise alone, ~0.3%, is a change)...
 COMPARE_NOISE_Z = 3.0
 # ...and never by less than this share of the old step: windows of one unchanged job drift by what a
-# window cannot see, the data and the machine's other load (two windows of one job: README, "Comparing")
+# window cannot see, the data and the machine's other load (two windows of one job: docs/exports.md, "Comparing")
 COMPARE_DRIFT = 0.03
 # No % change is given for an old value under this many ms (a % of almost nothing says nothing).
 COMPARE_MIN_PCT_BASE_MS = 1.0
@@ -56,6 +56,9 @@ class StepTimePolicy:
     gpu_saturated: float = 70.0
     # ...a GPU busy less than this: the GPU is starving and the host side is to blame.
     gpu_starving: float = 30.0
+    # No loop frame found, but at least this share of the training thread's time is in
+    # training phases: NO DATA says the loop lives in a library and how to name it.
+    loopless_work: float = 0.3
 
 
 DEFAULT_STEP_TIME_POLICY = StepTimePolicy()
@@ -168,7 +171,7 @@ class RatePolicy:
     raise_below_samples: float = 10.0
     # ...the one that gives that bound this many: it is loose (the shortest tenth of the
     # intervals between the returns seen, each a step or more), and the 27 ms DDP job's step time
-    # came out within 2.5% at 10 samples a step, within 4-5% at 7 (README, "A rate that fits").
+    # came out within 2.5% at 10 samples a step, within 4-5% at 7 (docs/steps.md, "A rate that fits").
     raise_to_samples: float = 15.0
     # A rank sampled faster than --rate is advised a slower rate only where its steps (its
     # micro-batches, with gradient accumulation) still get this many samples at that rate:
@@ -239,6 +242,18 @@ class DispatchPolicy:
     # ...while the rank's per-process SM utilization is under this (TraceML's MODERATE_GPU_UTILIZATION bound).
     gpu_idle_below: float = 70.0
 
+
+# Where rising memory goes (diagnose/leak.py, retention.py): RSS readings in the window before
+# the phases are fitted against it; a phase with less of the window's time is left out of the
+# fit; the phase named holds at least this share of the net growth a step; a DataLoader worker
+# that grew less than this is not listed.
+LEAK_MIN_READINGS = 20
+LEAK_MIN_PHASE_SHARE = 0.02
+LEAK_PHASE_HOLDS = 0.6
+LEAK_WORKER_GROWTH_BYTES = 8 * MIB
+# A line of the loop function is a forward line (its values carry a graph) where forward has
+# at least this share of its samples.
+RETENTION_FORWARD_SHARE = 0.5
 
 DEFAULT_RATE_POLICY = RatePolicy()
 DEFAULT_WHATIF_POLICY = WhatIfPolicy()

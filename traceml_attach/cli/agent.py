@@ -23,9 +23,10 @@ import psutil
 from agent.discovery import find_launchers
 from agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
 from agent.node import NodeAgent, Probed
-from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, positive_float, probe_ranks, rate
-from traceml_attach.cli.errors import EXIT_NETWORK, EXIT_NO_PROCESS, EXIT_OK, EXIT_USAGE, CliError
+from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, positive_float, rate
+from traceml_attach.errors import EXIT_NETWORK, EXIT_NO_PROCESS, EXIT_OK, EXIT_USAGE, CliError
 from traceml_attach.runtime.session import stop_on_signals
+from traceml_attach.runtime.targets import probe_ranks
 
 SILENT_WARN_S = 10.0    # no answer from the collector this long: say so (once)
 AUTO_NOTE_EVERY_S = 15.0

@@ -26,8 +26,8 @@ from traceml_attach.cli.common import (
     positive_float,
     rules_from,
 )
-from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 from traceml_attach.cli.live import print_live
+from traceml_attach.errors import EXIT_INTERNAL, CliError
 from traceml_attach.runtime.session import Session, SessionResult, run_session, stop_on_signals
 from traceml_attach.runtime.shutdown import Watchdog, release_terminal, terminal_gone
 

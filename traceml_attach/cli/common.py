@@ -1,65 +1,15 @@
-"""Options and helpers shared by the subcommands."""
+"""Options and argument types shared by the subcommands."""
 
 from __future__ import annotations
 
 import argparse
 import math
-import re
-import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-from agent import discovery
 from agent.link import LinkError, endpoint
-from agent.node import NodeAgent, Probed
-from agent.pyspy import PySpyError
-from agent.sampler import SamplerConfig
-from agent.target import TargetError, inspect_target, python_children
-from agent.wire import FrameWriter
-from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, KIND_TO_EXIT, CliError
+from traceml_attach.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.policy import RECORDING_MAX_MB
 from traceml_attach.steps.classify import Rules, RulesError, load_rules
-
-
-def target_failure(exc: TargetError | PySpyError, pid: int) -> CliError:
-    """The one-line error for a target that cannot be sampled (with its Python children when it
-    is not Python itself: the user probably gave a shell's or launcher's PID)."""
-    message = str(exc)
-    if exc.kind == "not_python":
-        children = python_children(pid)
-        if children:
-            message += f"; its Python child processes are {', '.join(map(str, children[:8]))}"
-    return CliError(message, KIND_TO_EXIT.get(exc.kind, 1))
-
-
-def plan_targets(pids: list[int]) -> discovery.Plan:
-    """Check every ``--pid`` (one clear CliError for the first that cannot be sampled), then
-    turn them into the ranks to sample."""
-    for pid in pids:
-        try:
-            inspect_target(pid)
-        except TargetError as exc:
-            raise target_failure(exc, pid) from exc
-    return discovery.plan(pids)
-
-
-def probe_ranks(pids: list[int], rate_hz: int, say: Callable[[str], None],
-                max_rate_hz: int | None = None) -> tuple[NodeAgent, list[Probed]]:
-    """A NodeAgent for the ranks of ``pids``, each probed: one clear CliError when none can be
-    sampled. ``say`` gets what the plan noted and each rank skipped. Each rank's rate starts at
-    ``rate_hz`` and goes up to ``max_rate_hz`` where its steps need it (None: fixed)."""
-    plan = plan_targets(pids)
-    if plan.note:
-        say(plan.note)
-    node = NodeAgent(plan, SamplerConfig(rate_hz=rate_hz, max_rate_hz=max_rate_hz), FrameWriter(None), sys.argv)
-    try:
-        probed = node.probe()
-    except (TargetError, PySpyError) as exc:
-        raise target_failure(exc, plan.ranks[0].pid) from exc
-    for line in node.failures:
-        say(f"skipping {line}")
-    return node, probed
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +33,7 @@ def positive_float(text: str) -> float:
 
 
 # --max-rate's default: what py-spy's CPU per process costs at 100 Hz and at this rate, measured
-# with bench/rate_cost.py (README, "A rate that fits the step")
+# with bench/rate_cost.py (docs/steps.md, "A rate that fits the step")
 DEFAULT_MAX_RATE = 400
 PYSPY_CPU_PCT = {100: 3, DEFAULT_MAX_RATE: 6}
 
@@ -133,28 +83,6 @@ def recording_mb(text: str) -> float:
     return value
 
 
-def recording_bytes(args: argparse.Namespace) -> int | None:
-    """The recording's cap in bytes for FrameWriter; None: no cap."""
-    return int(args.max_recording_mb * 1_000_000) or None
-
-
-def run_dir(logs_dir: Path, run_name: str | None, cmd: tuple[str, ...], pid: int) -> Path:
-    """logs/<run_name>: readable by default (script, pid, time) and never reused."""
-    if run_name is None:
-        script = next((Path(a).stem for a in cmd[1:] if a.endswith(".py")), Path(cmd[0]).name if cmd else "job")
-        run_name = f"{script}-{pid}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_name = re.sub(r"[^\w.-]+", "_", run_name)
-    path = logs_dir / run_name
-    n = 1
-    while True:
-        try:   # created, not looked for first: two attachers started at once never share a folder
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            n += 1
-            path = logs_dir / f"{run_name}-{n}"
-
-
 DEFAULT_TOKEN_FILE = "~/.traceml/token"
 
 
@@ -180,8 +108,9 @@ def add_listen_options(parser: argparse.ArgumentParser) -> None:
 def check_targets(args: argparse.Namespace, parser_prog: str) -> None:
     """Something to sample: --pid, or --listen for agents."""
     if not args.pid and not args.listen:
-        raise CliError(f"{parser_prog}: give --pid PID (the job or its launcher), or --listen HOST:PORT to collect "
-                       "the ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
+        command = parser_prog.split()[-1]   # printed after "traceml: ", which names the program already
+        raise CliError(f"{command} needs --pid PID (the job or its launcher), or --listen HOST:PORT to collect the "
+                       "ranks that `traceml agent` streams from other nodes", EXIT_USAGE)
     if args.expect_nodes and not args.listen:
         raise CliError("--expect-nodes needs --listen", EXIT_USAGE)
     if args.launch and not args.listen:

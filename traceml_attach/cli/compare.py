@@ -14,9 +14,9 @@ import json
 import sys
 from pathlib import Path
 
-from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_OK, EXIT_REGRESSION, CliError
 from traceml_attach.cli.view import read_summary_doc
 from traceml_attach.diagnose.compare import compare
+from traceml_attach.errors import EXIT_BAD_FILE, EXIT_OK, EXIT_REGRESSION, CliError
 from traceml_attach.output.compare import compare_json, render_compare
 from traceml_attach.output.summary import SCHEMA_VERSION, SchemaError, Summary, from_json
 

@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, frames_path, rules_from
-from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
+from traceml_attach.diagnose.analysis import analyze_chunks
+from traceml_attach.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.ingest.segments import describe as describe_dropped
 from traceml_attach.ingest.stream import RecordingError, read_recording
-from traceml_attach.output.perfetto import perfetto_trace
+from traceml_attach.output.perfetto import CHUNK_S, perfetto_trace
 
 _NS = 1_000_000_000
 
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if end <= start:
         raise CliError(f"--from {args.start_s:g} s is not before the end ({(end - span_range[0]) / _NS:.1f} s "
                        "into the recording)", EXIT_USAGE)
-    trace = perfetto_trace(rec, rules, start, end)
+    trace = perfetto_trace(rec, analyze_chunks(rec, rules, start, end, CHUNK_S), start, end)
     try:
         args.perfetto.parent.mkdir(parents=True, exist_ok=True)
         with args.perfetto.open("w", encoding="utf-8") as out:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from traceml_attach import __version__
 from traceml_attach.cli import agent, attach, compare, export, replay, snapshot, stacks, view
-from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
+from traceml_attach.errors import EXIT_INTERNAL, CliError
 
 COMMANDS = {
     "attach": (attach, "attach to a live job and diagnose it until you stop (Ctrl-C)"),

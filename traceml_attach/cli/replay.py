@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, frames_path, rules_from
-from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
+from traceml_attach.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.ingest.segments import describe as describe_dropped
 from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.output.render import render_text
@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tui(rec: Recording, rules: Rules, path: Path, args: argparse.Namespace) -> int:
+    from traceml_attach.runtime.recordedfeed import RecordedFeed
     from traceml_attach.tui.app import make_app, run_app  # Textual loads only when it is used
-    from traceml_attach.tui.feed import RecordedFeed
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("--tui needs a terminal; leave it out for the text summary", EXIT_USAGE)

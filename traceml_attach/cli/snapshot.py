@@ -18,8 +18,8 @@ from traceml_attach.cli.common import (
     positive_float,
     rules_from,
 )
-from traceml_attach.cli.errors import EXIT_TARGET_EXITED
 from traceml_attach.cli.live import print_progress
+from traceml_attach.errors import EXIT_TARGET_EXITED
 from traceml_attach.runtime.session import run_session
 
 

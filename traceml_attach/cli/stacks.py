@@ -11,9 +11,10 @@ from collections import defaultdict
 
 from agent import source
 from agent.pyspy import PySpyError, ThreadDump, ThreadNames, dump, find_pyspy, process_exe
-from traceml_attach.cli.common import add_rules_option, plan_targets, rules_from
-from traceml_attach.cli.errors import KIND_TO_EXIT, CliError
+from traceml_attach.cli.common import add_rules_option, rules_from
+from traceml_attach.errors import KIND_TO_EXIT, CliError
 from traceml_attach.ingest.model import CodeFrame
+from traceml_attach.runtime.targets import plan_targets
 from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.timeline import is_background
 

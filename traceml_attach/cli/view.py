@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from traceml_attach.cli.common import add_rules_option, rules_from
-from traceml_attach.cli.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.cli.replay import progress, run_name
+from traceml_attach.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.ingest.stream import RecordingError
 from traceml_attach.output.html import ROLLUP_S, html_report
 from traceml_attach.output.render import render_text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from traceml_attach.diagnose.arrival import arrival, last_arrivals
@@ -11,6 +12,8 @@ from traceml_attach.diagnose.dispatch import cpu_dispatch
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang, detect_stopped
+from traceml_attach.diagnose.history import History
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.rate import faster, stretch
 from traceml_attach.diagnose.report import ProcessReport, Projection, Report
@@ -27,9 +30,8 @@ from traceml_attach.diagnose.session import session_section
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
 from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
 from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
-from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import accumulated, plan_of
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
@@ -99,6 +101,39 @@ def analyze(
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)
 
 
+def live_window(rec: Recording) -> int | None:
+    """Start of the window a live view looks at (the last LIVE_WINDOW_S seconds of data)."""
+    end = rec.time_range()
+    return None if end is None else end[1] - int(LIVE_WINDOW_S * 1e9)
+
+
+def first_ns(rec: Recording) -> int | None:
+    """The recording's first moment: its first target frame or span."""
+    starts = [t.ts_ns for t in rec.targets.values() if t.ts_ns]
+    span_range = rec.time_range()
+    if span_range is not None:
+        starts.append(span_range[0])
+    return min(starts) if starts else None
+
+
+def analyze_live(rec: Recording, rules: Rules, policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY) -> Analysis:
+    """The analysis a live view shows: step times over the live window, memory trends over
+    everything the recording holds."""
+    return analyze(rec, rules, policy, start_ns=live_window(rec), memory_from_ns=first_ns(rec))
+
+
+def analyze_chunks(rec: Recording, rules: Rules, start_ns: int, end_ns: int, chunk_s: float
+                   ) -> Iterator[tuple[int, Analysis]]:
+    """[start_ns, end_ns) analysed in chunks of ``chunk_s`` as a live view would have seen it:
+    each chunk's end and its analysis."""
+    chunk_ns = int(chunk_s * 1e9)
+    lo = start_ns
+    while lo < end_ns:
+        hi = min(lo + chunk_ns, end_ns)
+        yield hi, analyze(rec, rules, start_ns=lo, end_ns=hi)
+        lo = hi
+
+
 def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int | None, pids: dict[str, int],
              timelines: dict[str, Timeline], stats: list[RankStepStats], hot: dict[str, dict[str, list[HotFrame]]],
              memory_from_ns: int | None = None, history: History | None = None) -> Analysis:
@@ -113,7 +148,7 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     stopped = detect_stopped({rank: (pid, *rec.stopped[pid], _newest(rec, pid, rec.stopped[pid][0]))
                               for rank, pid in pids.items() if pid in rec.stopped}, timelines)
     if stopped is not None:   # what a stopped process's stacks look like (a hang, no data) is the stop
-        findings = [stopped, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP", "HANG"))]
+        findings = [stopped, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP, Kind.HANG))]
     step_s = {s.rank: s.step_ms / 1e3 if s.step_ms else None for s in stats}
     if history is not None:
         memory, series = memory_section(rec, lo, hi, gpu, history, timelines, step_s)
@@ -182,5 +217,5 @@ def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], g
     findings = speak(cpu_dispatch(refine_with_gpu(findings, stats, sm, policy), stats, sm), stats)
     hang = detect_hang(timelines, policy, resumed)
     if hang is not None:
-        findings = [hang, *(f for f in findings if f.kind not in ("NO_DATA", "WARMUP"))]
+        findings = [hang, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP))]
     return findings

@@ -1,6 +1,6 @@
 """The moment it changed: lasting shifts in the step time, found in the session's rollups.
 
-Each rollup (ingest/history.py, 10 s and longer) gives one point per series: the job's mean step
+Each rollup (diagnose/history.py, 10 s and longer) gives one point per series: the job's mean step
 (the median rank's), each phase's ms per step, and memory. A change point splits a series where
 the two sides' means differ the most in standard errors (binary segmentation; the noise is the
 median of neighbouring rollups' differences, which a single shift or odd rollup barely moves). A split
@@ -15,8 +15,8 @@ import itertools
 import statistics
 from collections.abc import Sequence
 
+from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.report import Change
-from traceml_attach.ingest.history import History
 from traceml_attach.policy import DEFAULT_WHATIF_POLICY, WhatIfPolicy
 from traceml_attach.steps.phases import PHASES
 

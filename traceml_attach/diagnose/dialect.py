@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from traceml_attach.diagnose.finding import Finding, StepEvidence
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.steps.steptime import RankStepStats
 
 
@@ -84,9 +85,9 @@ def speak(findings: list[Finding], ranks: list[RankStepStats]) -> list[Finding]:
     d = dialect_of(framework)
     out = []
     for f in findings:
-        if f.kind == "INPUT_BOUND":
+        if f.kind == Kind.INPUT_BOUND:
             f = replace(f, action=_input_action(d, traits))
-        elif f.kind == "COMPUTE_BOUND":
+        elif f.kind == Kind.COMPUTE_BOUND:
             gpu = isinstance(f.evidence, StepEvidence) and f.evidence.gpu_sm_util is not None   # refine_with_gpu's
             f = replace(f, action=_compute_action(d, traits, gpu))
         out.append(f)

@@ -13,12 +13,13 @@ import statistics
 from collections.abc import Sequence
 
 from traceml_attach.diagnose.finding import Finding, StepEvidence, finding_order
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.policy import DEFAULT_DISPATCH_POLICY, DispatchPolicy
 from traceml_attach.steps.steptime import RankStepStats
 
 # what the dispatch finding takes the place of: with an idle GPU, "compute-bound" and "balanced"
 # say the wrong thing about where the time goes
-REPLACES = frozenset({"COMPUTE_BOUND", "BALANCED"})
+REPLACES = frozenset({Kind.COMPUTE_BOUND, Kind.BALANCED})
 
 
 def dispatching(r: RankStepStats, sm: float | None, policy: DispatchPolicy) -> bool:
@@ -34,7 +35,7 @@ def dispatching(r: RankStepStats, sm: float | None, policy: DispatchPolicy) -> b
 def cpu_dispatch(findings: list[Finding], ranks: Sequence[RankStepStats], sm_util: dict[str, float],
                  policy: DispatchPolicy = DEFAULT_DISPATCH_POLICY) -> list[Finding]:
     """``findings`` with CPU-BOUND DISPATCH added where most ranks with GPU readings dispatch."""
-    if not sm_util or any(f.kind in ("HANG", "STOPPED", "NO_DATA", "WARMUP") for f in findings):
+    if not sm_util or any(f.kind in (Kind.HANG, Kind.STOPPED, Kind.NO_DATA, Kind.WARMUP) for f in findings):
         return findings
     read = [r for r in ranks if r.rank in sm_util and r.shares is not None]
     hit = [r for r in read if dispatching(r, sm_util[r.rank], policy)]
@@ -50,7 +51,7 @@ def cpu_dispatch(findings: list[Finding], ranks: Sequence[RankStepStats], sm_uti
     evidence = StepEvidence(steps, step_ms, comp.get("input", 0.0), comp.get("wait", 0.0), comp.get("compute", 0.0),
                             score=comp.get("compute", 0.0), gpu_sm_util=util)
     finding = Finding(
-        "CPU_BOUND_DISPATCH", "warning" if util < policy.gpu_idle_below / 2 else "info",
+        Kind.CPU_BOUND_DISPATCH, "warning" if util < policy.gpu_idle_below / 2 else "info",
         f"the host thread dispatches slower than the GPU runs: GPU {util:.0f}% busy while "
         f"forward/backward keep the thread busy",
         f"rank {r.rank}'s Python thread is in forward/backward/optimizer {100 * comp.get('compute', 0.0):.0f}% "

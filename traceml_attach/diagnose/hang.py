@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from traceml_attach.diagnose.finding import Finding, HangEvidence, RankStack
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.timeline import SYNC_PHASES, Timeline, user_frame
 
@@ -90,11 +91,11 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
         if common:
             why += (f", while rank{'s' if len(rest) > 1 else ''} {others} wait{'' if len(rest) > 1 else 's'} "
                     f"in {common.what} at {common.where}" + (f" `{common.src}`" if common.src else ""))
-        return Finding("HANG", "critical", f"the job is stuck: rank {names} is not where the others are",
+        return Finding(Kind.HANG, "critical", f"the job is stuck: rank {names} is not where the others are",
                        why, f"look at rank {o.rank}'s {o.where}; run `traceml stacks --pid PID` for every "
                        "rank's current stack", o.rank, evidence)
     s0 = states[0]
-    return Finding("HANG", "critical", "the job is stuck: every rank is at the same place",
+    return Finding(Kind.HANG, "critical", "the job is stuck: every rank is at the same place",
                    f"no rank completed a step for {idle:.0f} s and the stacks stopped changing; all ranks "
                    f"are in {s0.what} at {s0.where}", "look for a collective that one rank never reaches, "
                    "a dead DataLoader worker or an external dependency; `traceml stacks --pid PID`",
@@ -122,7 +123,7 @@ def detect_stopped(stopped: dict[str, tuple[int, int, str, int]], timelines: dic
     evidence = HangEvidence(stopped_s, {int(r): RankStack(s.what, s.where, s.src, s.stack)
                                         for r, s in states.items() if s is not None},
                             tuple(int(r) for r in sorted(stopped, key=lambda r: (len(r), r))), None)
-    return Finding("STOPPED", "critical", f"rank {rank}{also} is not running: {why}",
+    return Finding(Kind.STOPPED, "critical", f"rank {rank}{also} is not running: {why}",
                    f"process {pid} has been stopped for {stopped_s:.0f} s, since {clock}{at}; no sample counts "
                    "that time as a phase",
                    f"{resume}; traceml goes on when it does", int(rank), evidence)

@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
+from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.diagnose.rate import stretch
-from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import Plan, accumulated, plan_of

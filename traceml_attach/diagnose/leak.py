@@ -24,14 +24,11 @@ from traceml_attach.diagnose.finding import KeptLine, LeakEvidence, WorkerGrowth
 from traceml_attach.diagnose.retention import KINDS, kept_across_steps
 from traceml_attach.ingest.model import ProcSample
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import LEAK_MIN_PHASE_SHARE, LEAK_MIN_READINGS, LEAK_PHASE_HOLDS, LEAK_WORKER_GROWTH_BYTES
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.timeline import Timeline
 
 MAX_LINES = 5            # lines shown, in source order
-MIN_READINGS = 20        # RSS readings in the window before a phase is fitted
-MIN_PHASE_SHARE = 0.02   # a phase with less of the window's time is left out of the fit
-PHASE_HOLDS = 0.6        # the growth phase holds at least this share of the net growth a step
-WORKER_GROWTH = 8 * 1024 * 1024   # a worker that grew less than this is not listed
 
 
 def leak_evidence(rec: Recording, pid: int, tl: Timeline | None, lo: int, hi: int,
@@ -79,12 +76,12 @@ def _phase_growth(rss: Sequence[tuple[int, int]], tl: Timeline, lo: int, hi: int
     first = bisect.bisect_left(rss, lo, key=_ts)
     last = bisect.bisect_right(rss, hi, key=_ts)
     readings = rss[first:last]
-    if len(readings) < MIN_READINGS:
+    if len(readings) < LEAK_MIN_READINGS:
         return None
     rows, deltas = _compositions(readings, tl), [b - a for (_, a), (_, b) in itertools.pairwise(readings)]
     totals = [sum(r[i] for r in rows) for i in range(len(PHASES))]
     whole = sum(totals)
-    used = [i for i, t in enumerate(totals) if whole and t >= MIN_PHASE_SHARE * whole]
+    used = [i for i, t in enumerate(totals) if whole and t >= LEAK_MIN_PHASE_SHARE * whole]
     if not used:
         return None
     pace = _least_squares([[r[i] for i in used] for r in rows], deltas)
@@ -143,7 +140,7 @@ def _growth_phase(per_step: dict[str, float] | None) -> str | None:
         return None
     net = sum(per_step.values())
     phase, grows = max(per_step.items(), key=lambda kv: kv[1])
-    return phase if net > 0 and grows >= PHASE_HOLDS * sum(v for v in per_step.values() if v > 0) else None
+    return phase if net > 0 and grows >= LEAK_PHASE_HOLDS * sum(v for v in per_step.values() if v > 0) else None
 
 
 def _pace(points: Sequence[tuple[int, int]]) -> float | None:
@@ -169,6 +166,6 @@ def _workers(procs: Sequence[ProcSample]) -> tuple[WorkerGrowth, ...]:
             continue
         third = len(points) // 3
         growth = int(statistics.median(v for _, v in points[-third:]) - statistics.median(v for _, v in points[:third]))
-        if growth >= WORKER_GROWTH:
+        if growth >= LEAK_WORKER_GROWTH_BYTES:
             out.append(WorkerGrowth(pid, growth, round(pace, 1)))
     return tuple(sorted(out, key=lambda w: -w.growth_bytes))

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
 from traceml_attach.policy import DEFAULT_MEMORY_POLICY, MIB, MemoryPolicy
 
@@ -360,7 +361,7 @@ def diagnose_memory(source: str, series: Mapping[str, Series], limits: Mapping[s
     if not ranks or all(r.bands_bytes is None for r in ranks):
         wait = max((r.wait_s or 0.0 for r in ranks), default=policy.min_judged_s)
         return MemoryReport(source, Finding(
-            "NO_DATA", "info", f"not enough {what} readings yet: a verdict in about {wait:.0f} s",
+            Kind.NO_DATA, "info", f"not enough {what} readings yet: a verdict in about {wait:.0f} s",
             f"a verdict needs {policy.min_samples} readings over {policy.min_judged_s:.0f} s per rank",
             f"keep sampling: a verdict in about {wait:.0f} s"), ranks)
     present = [r for r in ranks if r.bands_bytes is not None]
@@ -384,7 +385,7 @@ def _pressure(what: str, worst: RankMemory, policy: MemoryPolicy, evidence: dict
         return None
     sev = "critical" if pressure >= policy.pressure_crit else "warning"
     return Finding(
-        "HIGH_PRESSURE", sev, f"rank {worst.rank}'s {what} is at {100 * pressure:.0f}% of capacity",
+        Kind.HIGH_PRESSURE, sev, f"rank {worst.rank}'s {what} is at {100 * pressure:.0f}% of capacity",
         f"peak {_mib(worst.peak_bytes)} of {_mib(worst.capacity_bytes)} (threshold "
         f"{100 * policy.pressure_warn:.0f}%){note}",
         "reduce memory load: smaller batch, activation checkpointing, lower precision",
@@ -406,11 +407,11 @@ def _trend_finding(source: str, what: str, ranks: list[RankMemory], policy: Memo
     rate = median_tr.bytes_per_s
     confirmed = policy.creep_confirmed_gpu_bytes if source == "gpu" else policy.creep_confirmed_host_bytes
     if tr.short:
-        kind, sev = "MEMORY_RISING", "warning"
+        kind, sev = Kind.MEMORY_RISING, "warning"
     elif median_tr.growth_bytes >= confirmed or median_tr.span_s >= policy.creep_confirm_s:
-        kind, sev = "MEMORY_CREEP", "critical"
+        kind, sev = Kind.MEMORY_CREEP, "critical"
     else:
-        kind, sev = "MEMORY_CREEP_EARLY", "warning"
+        kind, sev = Kind.MEMORY_CREEP_EARLY, "warning"
     left = top.headroom_bytes / rate if top.headroom_bytes is not None and rate > 0 else None
     if left is not None and left < policy.critical_left_s:
         sev = "critical"
@@ -419,7 +420,7 @@ def _trend_finding(source: str, what: str, ranks: list[RankMemory], policy: Memo
     seen = (f"rank {top.rank}: {_mib(h)} → {_mib(m)} → {_mib(t)} (thirds of {tr.span_s:.0f} s), "
             f"{_pace(tr.bytes_per_s, tr.noise_bytes / tr.span_s)}{also}")
     why = seen + (f"; {_limit_text(top, left)}" if left is not None else "")
-    if kind == "MEMORY_CREEP_EARLY":
+    if kind == Kind.MEMORY_CREEP_EARLY:
         why += (f"; MEMORY CREEP once the rise reaches +{_mib(confirmed)} or goes on for "
                 f"{policy.creep_confirm_s:.0f} s")
     where = " on the rank that rose most and the median rank" if median is not top else ""
@@ -442,7 +443,7 @@ def _imbalance(what: str, ranks: list[RankMemory], worst: RankMemory, median_pea
     if skew < policy.imbalance_skew or worst.peak_bytes / worst.capacity_bytes < policy.imbalance_min_pressure:
         return None
     return Finding(
-        "IMBALANCE", "warning", f"rank {worst.rank} uses {100 * skew:.0f}% more {what} than the median rank",
+        Kind.IMBALANCE, "warning", f"rank {worst.rank} uses {100 * skew:.0f}% more {what} than the median rank",
         f"worst peak {_mib(worst.peak_bytes)} vs median {_mib(median_peak)}{note}",
         "inspect per-rank workload: uneven shapes, rank-local state", worst.rank, evidence)
 
@@ -456,7 +457,7 @@ def _calm(what: str, ranks: list[RankMemory], policy: MemoryPolicy, evidence: di
         r = max(warming, key=lambda r: r.wait_s or 0.0)
         clock = ("" if r.age_known else "; this recording does not say when the job started, so the first "
                  f"{policy.creep_warmup_s:.0f} s of sampling are taken for it")
-        return Finding("WARMUP", "info", f"{what} not judged yet: the job is warming up, a verdict in about "
+        return Finding(Kind.WARMUP, "info", f"{what} not judged yet: the job is warming up, a verdict in about "
                        f"{r.wait_s or 0:.0f} s",
                        f"the first {policy.creep_warmup_s:.0f} s of a job's life are warm-up (workers forking, "
                        f"caches filling); rank {r.rank} is judged from then on{clock}{note}",
@@ -465,7 +466,7 @@ def _calm(what: str, ranks: list[RankMemory], policy: MemoryPolicy, evidence: di
     if waiting:
         r = max(waiting, key=lambda r: abs(r.trend.rise_bytes) if r.trend else 0.0)
         wait = max(r.wait_s or 0.0, 1.0)
-        return Finding("NO_DATA", "info", f"{what} not judged yet: a verdict in about {wait:.0f} s",
+        return Finding(Kind.NO_DATA, "info", f"{what} not judged yet: a verdict in about {wait:.0f} s",
                        _unsettled(r, policy) + note, f"keep sampling: a memory verdict in about {wait:.0f} s",
                        r.rank, evidence)
     judged = [r for r in ranks if r.trend is not None]
@@ -480,7 +481,7 @@ def _calm(what: str, ranks: list[RankMemory], policy: MemoryPolicy, evidence: di
     top = max(judged, key=lambda r: r.trend.noise_bytes if r.trend else 0.0)
     tr = top.trend
     assert tr is not None
-    return Finding("BALANCED", "info", f"{what} is steady: no rise beyond ±{_mib(tr.noise_bytes)} over {span:.0f} s",
+    return Finding(Kind.BALANCED, "info", f"{what} is steady: no rise beyond ±{_mib(tr.noise_bytes)} over {span:.0f} s",
                    f"rank {top.rank}: {_bands_text(top)}; a rise slower than {_pace(slowest)} would not show in "
                    f"{span:.0f} s{note}", "none for memory: it held level over the window", top.rank,
                    {**ev, "noise_bytes": round(tr.noise_bytes), "detectable_bytes_per_s": round(slowest, 1)})
@@ -494,7 +495,7 @@ def _moved(what: str, r: RankMemory, n: int, policy: MemoryPolicy, ev: dict[str,
     seen = f"rank {r.rank}: {_bands_text(r)}"
     ev = {**ev, "noise_bytes": round(tr.noise_bytes)}
     if r.state in ("rising", "creep"):
-        return Finding("BALANCED", "info", f"{what} rising on rank {r.rank} only: +{_mib(tr.growth_bytes)} in "
+        return Finding(Kind.BALANCED, "info", f"{what} rising on rank {r.rank} only: +{_mib(tr.growth_bytes)} in "
                        f"{tr.span_s:.0f} s, {_pace(tr.bytes_per_s)}",
                        f"{seen}; the median of the {n} ranks does not rise, so this is no creep of the job{note}",
                        f"look at what rank {r.rank} keeps that the others do not: tensors, logs, caches",
@@ -502,22 +503,22 @@ def _moved(what: str, r: RankMemory, n: int, policy: MemoryPolicy, ev: dict[str,
     if r.state == "slight":
         share = tr.rise_bytes / max(tr.bands_bytes[0], 1)
         share_floor = policy.creep_early_share_gpu if tr.gpu else policy.creep_early_share
-        return Finding("BALANCED", "info", f"{what} rose slightly: +{_mib(tr.rise_bytes)} ({100 * share:.0f}%) "
+        return Finding(Kind.BALANCED, "info", f"{what} rose slightly: +{_mib(tr.rise_bytes)} ({100 * share:.0f}%) "
                        f"over {tr.span_s:.0f} s", f"{seen}, a steady rise under the {100 * share_floor:.0f}% of its "
                        "level that is read as creep in one window (an allocator grows its heap for a minute or two "
                        f"after start-up); if it goes on, MEMORY CREEP (EARLY) follows{note}",
                        "watch the next windows", r.rank, ev)
     if r.state == "jump" and tr.jump is not None:
         at = time.strftime("%H:%M:%S", time.localtime(tr.jump.at_ns / 1e9))
-        return Finding("BALANCED", "info", f"{what}: one rise of +{_mib(tr.jump.bytes)} at {at}, flat before and "
+        return Finding(Kind.BALANCED, "info", f"{what}: one rise of +{_mib(tr.jump.bytes)} at {at}, flat before and "
                        "after it",
                        f"{seen}: a one-off step (an eval, a checkpoint, a cache filled once), not a trend, over "
                        f"{tr.span_s:.0f} s{note}", "nothing points to a leak: watch for another step", r.rank,
                        {**ev, "jump_at_ns": tr.jump.at_ns, "jump_bytes": tr.jump.bytes})
     if r.state == "falling":
-        return Finding("BALANCED", "info", f"{what} fell by {_mib(-tr.rise_bytes)} over {tr.span_s:.0f} s",
+        return Finding(Kind.BALANCED, "info", f"{what} fell by {_mib(-tr.rise_bytes)} over {tr.span_s:.0f} s",
                        seen + note, "nothing points to a leak", r.rank, ev)
-    return Finding("BALANCED", "info", f"{what}: no trend over {tr.span_s:.0f} s, it moves up and down",
+    return Finding(Kind.BALANCED, "info", f"{what}: no trend over {tr.span_s:.0f} s, it moves up and down",
                    f"{seen}: beyond ±{_mib(tr.noise_bytes)} but not a rise that keeps on (an allocator growing and "
                    f"trimming its heap); a rise slower than {_pace(detectable_per_s(tr, policy))} would not show in "
                    f"{tr.span_s:.0f} s{note}", "nothing points to a leak: the verdict is renewed as sampling goes on",

@@ -359,13 +359,13 @@ class RankSession:
 
 @dataclass(frozen=True)
 class SessionReport:
-    """The whole session, kept as rollups (ingest/history.py) however long it ran: the other
+    """The whole session, kept as rollups (diagnose/history.py) however long it ran: the other
     sections detail the newest LIVE_WINDOW_S only."""
 
     start: float | None                     # seconds since the epoch: the first span seen
     duration_s: float                       # data folded into rollups so far
     rollup_s: float                         # the newest rollup's length (rollups merge in pairs as they age)
-    rollups: int                            # per rank, at most ingest.history.MAX_BUCKETS
+    rollups: int                            # per rank, at most diagnose.history.MAX_BUCKETS
     ranks: dict[int, RankSession]
     host_cpu_percent_median: float | None
     host_mem_peak_bytes: int | None

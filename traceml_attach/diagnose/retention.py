@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from traceml_attach.policy import RETENTION_FORWARD_SHARE
 from traceml_attach.steps.dataflow import backward_of
 
 # Calls that give a value without the graph (on a tensor: a Python number, a detached tensor)
@@ -33,7 +34,6 @@ KINDS = ("graph", "tensor", "value")   # the evidence, strongest first
 # Backward on a tensor, by what the user writes: ``loss.backward()``, ``scaler.scale(loss).backward()``,
 # ``accelerator.backward(loss)`` / ``engine.backward(loss)`` / ``torch.autograd.backward(loss)``
 NO_GRAD = ("no_grad", "inference_mode")
-FORWARD_SHARE = 0.5   # a line of the loop function is a forward line where forward has this share of its time
 FORWARD_HERE = "<the forward pass on this line>"   # what a forward line's own call keeps
 
 
@@ -72,7 +72,7 @@ def kept_across_steps(text: str, file: str, loop_lines: Mapping[int, Mapping[str
     of each, as sampled) that keep a graph-carrying tensor across steps. ``loop_lines``: the loop
     function's sampled lines with the time per phase at each."""
     forward = frozenset(line for line, phases in loop_lines.items()
-                        if phases.get("forward", 0) >= FORWARD_SHARE * sum(phases.values()))
+                        if phases.get("forward", 0) >= RETENTION_FORWARD_SHARE * sum(phases.values()))
     return list(_kept(text, file, frozenset(loop_lines), forward, tuple(sorted(set(called)))))
 
 

@@ -11,6 +11,7 @@ from dataclasses import fields
 
 from traceml_attach.diagnose.finding import Finding, SamplingEvidence
 from traceml_attach.diagnose.hang import rank_state
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import pid_ranks, rank_of
 from traceml_attach.diagnose.report import (
     Clock,
@@ -82,7 +83,11 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
         return StepTimeReport(tuple(findings), ranks, known, note, None, None, None, None)
     med_step = statistics.median(r.step_ms or 0.0 for r in measured)
     med_phases = {p: round(statistics.median((r.phases_ms or {})[p] for r in measured), 3) for p in PHASES}
-    worst = max(measured, key=lambda r: r.step_ms or 0.0)
+    # the worst row is the rank a finding blames (a straggler waits less than the others: its
+    # step is no longer than theirs), else the slowest
+    blamed = {int(r.rank): r for r in measured}.get(next((f.worst_rank for f in findings
+                                                         if isinstance(f.worst_rank, int)), -1))
+    worst = blamed or max(measured, key=lambda r: r.step_ms or 0.0)
     return StepTimeReport(
         tuple(findings), ranks, known, note,
         PhaseRow(round(med_step, 3), med_phases),
@@ -208,7 +213,7 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
     """SAMPLING FAILED when a thread of ours failed (critical when it failed in the window: its
     numbers may be stale), SAMPLING PROBLEMS when errors cost coverage (a warning when in the window)."""
     if not seen:
-        return Finding("NORMAL", "info", "every sampler ran without an error", "", "")
+        return Finding(Kind.NORMAL, "info", "every sampler ran without an error", "", "")
     concerned = recent or seen
     ranks = tuple(sorted({p.rank for p in concerned if p.rank is not None}))
     coverage = [c for r in ranks if r in steps.ranks and (c := steps.ranks[r].coverage) is not None]
@@ -223,23 +228,25 @@ def _sampling_finding(seen: list[Problem], recent: list[Problem], total: int, st
             f"the sampler of rank {last.rank}" if last.rank is not None else "a sampler")
         times = f" ({len(failed)} times)" if len(failed) > 1 else ""
         when = "" if now else " before this window"
-        return Finding("SAMPLING_FAILED", "critical" if now else "warning", f"{who} failed{times}{when}",
+        return Finding(Kind.SAMPLING_FAILED, "critical" if now else "warning", f"{who} failed{times}{when}",
                        f"the last {last.kind}: {last.message}",
                        ("the numbers here may be stale or incomplete; " if now else "it ran again afterwards; ")
                        + "this is a bug in traceml-attach: report it with this summary", last.rank, evidence)
     plural = "s" if total != 1 else ""
     lost = next((p for p in reversed(seen) if p.kind == "recording_failed"), None)
     if lost is not None:   # the run folder's fault, not a rank's: the numbers here are whole
-        return Finding("SAMPLING_PROBLEMS", "warning", "the recording on disk stopped: the run folder could not be "
+        return Finding(Kind.SAMPLING_PROBLEMS, "warning", "the recording on disk stopped: the run folder could not be "
                        "written", lost.message, "free space or make the logs folder writable (or give --logs-dir) "
                        "for the next attach; this summary is built from memory and misses nothing", None, evidence)
     if not recent:
-        return Finding("SAMPLING_PROBLEMS", "info", f"{total} sampling problem{plural} before this window, none in it",
+        return Finding(Kind.SAMPLING_PROBLEMS, "info",
+                       f"{total} sampling problem{plural} before this window, none in it",
                        f"the last: {seen[-1].line()}", "nothing in this window's numbers is missing", named, evidence)
     where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
     low = evidence.lowest_coverage
     lowest = f"; lowest coverage {100 * low:.1f}%" if low is not None else ""
-    return Finding("SAMPLING_PROBLEMS", "warning", f"{len(recent)} sampling problem{'s' if len(recent) != 1 else ''} "
+    return Finding(Kind.SAMPLING_PROBLEMS, "warning",
+                   f"{len(recent)} sampling problem{'s' if len(recent) != 1 else ''} "
                    f"in this window{where}{lowest}", f"the last: {recent[-1].line()}",
                    "the step numbers of those ranks cover less of the window: see each rank's note in the step table",
                    named, evidence)

@@ -1,5 +1,5 @@
 """The whole-session section of the report, and the memory series that reach back before the
-live window: both from the rollup history (ingest/history.py), which is all that is left of
+live window: both from the rollup history (diagnose/history.py), which is all that is left of
 the session's older data."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import statistics
 
 from traceml_attach.diagnose.arrival import arrival
 from traceml_attach.diagnose.changes import changes
+from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.report import Arrival, RankSession, SessionReport
-from traceml_attach.ingest.history import History
 
 MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
 

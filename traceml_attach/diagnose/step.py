@@ -9,18 +9,18 @@ from dataclasses import replace
 
 from traceml_attach.diagnose.finding import (
     SEVERITY_ORDER,
-    STATUS,
     Finding,
     RankBurden,
     StepEvidence,
     StragglerEvidence,
     finding_order,
 )
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.phases import COMPONENTS
 from traceml_attach.steps.steptime import RankStepStats
 
-__all__ = ["SEVERITY_ORDER", "STATUS", "Finding", "diagnose_step_time", "finding_order", "refine_with_gpu",
+__all__ = ["SEVERITY_ORDER", "Finding", "diagnose_step_time", "finding_order", "refine_with_gpu",
            "straggler_scores", "unknown_step_note"]
 
 
@@ -82,17 +82,14 @@ def _severity(score: float, steps: int, policy: StepTimePolicy, warn: float, cri
     return None
 
 
-LOOPLESS_WORK = 0.3   # no loop found, but this share of the training thread's time is training phases
-
-
-def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
+def _loopless(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
     """Stacks that train, in a loop no rule knows: say so, and how to name the loop."""
     for r in all_ranks:
         shares = r.unlooped_shares
         if r.loop is not None or not shares:
             continue
         work = sum(shares.get(p, 0.0) for p in (*COMPONENTS["input"], *COMPONENTS["compute"]))
-        if work < LOOPLESS_WORK:
+        if work < policy.loopless_work:
             continue
         seen = ", ".join(f"{p} {_pct(v)}" for p, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v >= 0.05)
         hint = r.loop_hint
@@ -105,7 +102,7 @@ def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
         # TOML literal strings ('...'): the regular expressions' backslashes stay as they are
         example = f"[[loop]] framework = '...' func = '^{re.escape(name)}$' file = '{re.escape(file)}$'"
         return Finding(
-            "NO_DATA", "info", "training phases seen, but no training loop found",
+            Kind.NO_DATA, "info", "training phases seen, but no training loop found",
             f"rank {r.rank}'s training thread spends {_pct(work)} of its time in training phases ({seen}), "
             f"but no frame on its call path is a loop that traceml knows: the loop lives in a library{where}",
             f"name the loop in a rules file and pass it with --rules FILE: {example} "
@@ -113,15 +110,15 @@ def _loopless(all_ranks: list[RankStepStats]) -> Finding | None:
     return None
 
 
-def _no_data(all_ranks: list[RankStepStats]) -> Finding | None:
+def _no_data(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
     if not any(r.steps for r in all_ranks):
-        loopless = _loopless(all_ranks)
+        loopless = _loopless(all_ranks, policy)
         if loopless is not None:
             return loopless
         loops = [r for r in all_ranks if r.loop]
         why = ("no training loop was found in the sampled threads"
                if not loops else f"the loop in {loops[0].loop} completed no full step in the window")
-        return Finding("NO_DATA", "info", "no complete training step seen yet", why,
+        return Finding(Kind.NO_DATA, "info", "no complete training step seen yet", why,
                        "wait for more steps; make sure the training loop is running")
     return None
 
@@ -130,14 +127,14 @@ def diagnose_step_time(
     all_ranks: list[RankStepStats], policy: StepTimePolicy = DEFAULT_STEP_TIME_POLICY
 ) -> list[Finding]:
     """Findings for one window, most severe first. Never empty."""
-    none = _no_data(all_ranks)
+    none = _no_data(all_ranks, policy)
     if none:
         return [none]
     ranks = [r for r in all_ranks if r.shares is not None]
     steps = min(r.steps for r in ranks)
     worst = _worst(ranks)
     if steps < policy.min_steps_warn:
-        return [Finding("WARMUP", "info", f"warming up ({steps} complete step seen)",
+        return [Finding(Kind.WARMUP, "info", f"warming up ({steps} complete step seen)",
                         f"a diagnosis needs {policy.min_steps_warn} complete steps",
                         "keep sampling", worst.rank)]
     inp = _median_component(ranks, "input")
@@ -152,7 +149,7 @@ def diagnose_step_time(
         h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
         detail = f" (host-to-device copies {_pct(h2d)})" if h2d >= 0.02 else ""
         findings.append(Finding(
-            "INPUT_BOUND", sev,
+            Kind.INPUT_BOUND, sev,
             f"input takes {_pct(inp)} of the typical step",
             f"DataLoader fetch and input copies are {_pct(inp)} of the typical step "
             f"({over}){detail}; threshold {_pct(policy.share_warn)}",
@@ -164,7 +161,7 @@ def diagnose_step_time(
         labels = worst.wait_labels
         top = ", ".join(f"{k} {_pct(v)}" for k, v in list(labels.items())[:3])
         findings.append(Finding(
-            "WAIT_HEAVY", sev,
+            Kind.WAIT_HEAVY, sev,
             f"{_pct(wait)} of the typical step is outside input and compute",
             f"wait is {_pct(wait)} of the typical step ({over})"
             + (f"; of it: {top}" if top else ""),
@@ -175,7 +172,7 @@ def diagnose_step_time(
         return sorted(findings, key=finding_order)
     if compute >= policy.compute_bound:
         return [Finding(
-            "COMPUTE_BOUND", "info",
+            Kind.COMPUTE_BOUND, "info",
             f"model compute is {_pct(compute)} of the typical step",
             f"forward+backward+optimizer are {_pct(compute)} of the typical step "
             f"({over}); input {_pct(inp)}, wait {_pct(wait)}",
@@ -183,7 +180,7 @@ def diagnose_step_time(
             "then an operator profiler on the hot frames",
             worst.rank, base)]
     return [Finding(
-        "BALANCED", "info",
+        Kind.BALANCED, "info",
         "no single bottleneck dominates the typical step",
         f"input {_pct(inp)}, wait {_pct(wait)}, compute {_pct(compute)} of the typical step "
         f"({over}); none crosses its threshold",
@@ -233,16 +230,16 @@ def _stragglers(ranks: list[RankStepStats], steps: int, policy: StepTimePolicy) 
     severity = _severity(excess, steps, policy, policy.straggler_warn, policy.straggler_crit) or "warning"
     ex_input, ex_compute = c_input - v_input, c_compute - v_compute
     if ex_input >= policy.straggler_cause * excess:
-        kind, what = "INPUT_STRAGGLER", f"its input takes {amount(ex_input)} more per step"
+        kind, what = Kind.INPUT_STRAGGLER, f"its input takes {amount(ex_input)} more per step"
         action = f"inspect the input path on rank {culprit.rank}: its DataLoader, preprocessing, storage"
     elif ex_compute >= policy.straggler_cause * excess:
         def extra(phase: str) -> float:
             return work[culprit.rank].get(phase, 0.0) - statistics.median(work[r.rank].get(phase, 0.0) for r in others)
         phase = max(COMPONENTS["compute"], key=extra)
-        kind, what = "COMPUTE_STRAGGLER", f"its compute takes {amount(ex_compute)} more per step (mostly {phase})"
+        kind, what = Kind.COMPUTE_STRAGGLER, f"its compute takes {amount(ex_compute)} more per step (mostly {phase})"
         action = f"inspect {phase} on rank {culprit.rank}: rank-local extra work, uneven shapes or data"
     else:
-        kind, what = "STRAGGLER", (f"its extra time is spread over input ({amount(ex_input, True)}) "
+        kind, what = Kind.STRAGGLER, (f"its extra time is spread over input ({amount(ex_input, True)}) "
                                    f"and compute ({amount(ex_compute, True)})")
         action = f"inspect both input and compute on rank {culprit.rank}; isolate one issue at a time"
     how = (f"the other ranks wait {amount(excess)} per step for it in the synchronizing phase"
@@ -316,7 +313,7 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
     """CUDA kernels run asynchronously, so the Python thread waits at sync points (.item(),
     .cpu(), synchronize) rather than in the phase whose kernels run. Per-process GPU
     utilization tells a saturated GPU (compute-bound) from a starving one."""
-    head = next((f for f in findings if f.kind == "WAIT_HEAVY"), None)
+    head = next((f for f in findings if f.kind == Kind.WAIT_HEAVY), None)
     if head is None or not sm_util:
         return findings
     sync_share = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks)
@@ -325,7 +322,7 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
         return findings
     if util >= policy.gpu_saturated:
         compute = Finding(
-            "COMPUTE_BOUND", "info", f"the GPU is saturated ({util:.0f}% busy); the Python thread waits for it",
+            Kind.COMPUTE_BOUND, "info", f"the GPU is saturated ({util:.0f}% busy); the Python thread waits for it",
             f"{head.why}; {100 * sync_share:.0f}% of that wait is device sync while the rank's GPU is {util:.0f}% "
             "busy: the time belongs to GPU kernels queued by forward/backward/optimizer",
             "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",

@@ -6,6 +6,7 @@ import statistics
 from typing import Any
 
 from traceml_attach.diagnose.gpu import RankGpu
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
 from traceml_attach.ingest.model import HostSample, os_pid
 from traceml_attach.ingest.stream import Recording
@@ -19,7 +20,7 @@ def _med(xs: list[float]) -> float | None:
 def _pick(findings: list[Finding], evidence: dict[str, Any], normal: str) -> tuple[Finding, dict[str, Any]]:
     """The most severe finding (NORMAL when there is none), and the evidence with every kind found."""
     if not findings:
-        return Finding("NORMAL", "info", normal, "", "", None, evidence), {"findings": [], **evidence}
+        return Finding(Kind.NORMAL, "info", normal, "", "", None, evidence), {"findings": [], **evidence}
     return max(findings, key=lambda f: SEVERITY_ORDER[f.severity]), {"findings": [f.kind for f in findings], **evidence}
 
 
@@ -39,16 +40,16 @@ def _busy_host(rec: Recording, ranks: dict[str, int], hosts: list[HostSample], c
         share = min(job / busy, 1.0) if busy else 0.0
         evidence = {**evidence, "job_cpu_share": round(share, 3), "host_cpus": max(counts)}
         if share >= policy.job_cpu_share:
-            return Finding("HOST_BUSY_WITH_JOB", "info",
+            return Finding(Kind.HOST_BUSY_WITH_JOB, "info",
                            f"host CPU is {cpu:.0f}% busy (median), {100 * share:.0f}% of it this job's own processes",
                            "the job itself keeps the CPUs busy (training or loading data on the CPU)",
                            "nothing competes with it; to go faster, see the step-time diagnosis", None, evidence)
-        return Finding("HIGH_CPU", "warning",
+        return Finding(Kind.HIGH_CPU, "warning",
                        f"host CPU is {cpu:.0f}% busy (median), only {100 * share:.0f}% of it this job's processes",
                        "other processes compete with the job for the CPUs",
                        "find them (top, nvitop) and move them off this host, or pin the job to its own cores", None,
                        evidence)
-    return Finding("HIGH_CPU", "warning", f"host CPU is {cpu:.0f}% busy (median)", "the host is saturated",
+    return Finding(Kind.HIGH_CPU, "warning", f"host CPU is {cpu:.0f}% busy (median)", "the host is saturated",
                    "check DataLoader workers and other processes", None, evidence)
 
 
@@ -82,17 +83,17 @@ def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
         util = r["util_percent_median"]
         if r["mem_used_peak"] is not None and r["mem_used_peak"] >= policy.high_gpu_memory:
             peak = 100 * r["mem_used_peak"]
-            findings.append(Finding("HIGH_GPU_MEMORY", "warning", f"GPU {i} memory peaks at {peak:.0f}%",
+            findings.append(Finding(Kind.HIGH_GPU_MEMORY, "warning", f"GPU {i} memory peaks at {peak:.0f}%",
                                     "near capacity", "see Step Memory", None, evidence))
         if r["temp_c_peak"] is not None and r["temp_c_peak"] >= policy.high_gpu_temp_c:
-            findings.append(Finding("HIGH_GPU_TEMPERATURE", "warning", f"GPU {i} reaches {r['temp_c_peak']:.0f} °C",
+            findings.append(Finding(Kind.HIGH_GPU_TEMPERATURE, "warning", f"GPU {i} reaches {r['temp_c_peak']:.0f} °C",
                                     "it may throttle", "check cooling and clocks", None, evidence))
         if r["power_share_median"] is not None and r["power_share_median"] >= policy.high_gpu_power:
-            findings.append(Finding("HIGH_GPU_POWER", "info", f"GPU {i} runs at its power limit",
+            findings.append(Finding(Kind.HIGH_GPU_POWER, "info", f"GPU {i} runs at its power limit",
                                     "clocks may be capped by power", "expected for a saturated GPU", None, evidence))
         if util is not None and util < policy.moderate_gpu_util:
-            kind = "LOW_GPU_UTILIZATION" if util < policy.low_gpu_util else "MODERATE_GPU_UTILIZATION"
-            cause = ("cause unexplained: step time looks balanced" if step_kind in ("BALANCED", "COMPUTE_BOUND")
+            kind = Kind.LOW_GPU_UTILIZATION if util < policy.low_gpu_util else Kind.MODERATE_GPU_UTILIZATION
+            cause = ("cause unexplained: step time looks balanced" if step_kind in (Kind.BALANCED, Kind.COMPUTE_BOUND)
                      else f"see Step Time ({step_kind})")
             findings.append(Finding(kind, "warning" if kind.startswith("LOW") else "info",
                                     f"GPU {i} is busy {util:.0f}% of the time ({cause})",
@@ -101,7 +102,7 @@ def diagnose_system(rec: Recording, start_ns: int, end_ns: int, step_kind: str,
     if cpu is not None and cpu >= policy.high_cpu:
         findings.append(_busy_host(rec, ranks or {}, hosts, cpu, start_ns, end_ns, evidence, policy))
     if mem and max(mem) >= policy.high_host_memory:
-        findings.append(Finding("HIGH_HOST_MEMORY", "warning", f"host RAM peaks at {100 * max(mem):.0f}%",
+        findings.append(Finding(Kind.HIGH_HOST_MEMORY, "warning", f"host RAM peaks at {100 * max(mem):.0f}%",
                                 "near capacity: risk of swapping or the OOM killer", "see Step Memory", None, evidence))
     return _pick(findings, evidence, "no system-level pressure")
 
@@ -127,14 +128,14 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
     for rank, r in rows.items():
         if r["gpu_mem_peak_bytes"] and r["gpu_capacity_bytes"] and \
                 r["gpu_mem_peak_bytes"] / r["gpu_capacity_bytes"] >= policy.high_process_gpu_memory:
-            findings.append(Finding("HIGH_PROCESS_GPU_MEMORY", "warning", f"rank {rank} holds most of its GPU",
+            findings.append(Finding(Kind.HIGH_PROCESS_GPU_MEMORY, "warning", f"rank {rank} holds most of its GPU",
                                     "near the device's capacity", "see Step Memory", rank, evidence))
         if r["rss_peak_bytes"] and total and r["rss_peak_bytes"] / total >= policy.high_process_rss:
-            findings.append(Finding("HIGH_PROCESS_RSS", "warning", f"rank {rank} with its workers holds "
+            findings.append(Finding(Kind.HIGH_PROCESS_RSS, "warning", f"rank {rank} with its workers holds "
                                     f"{100 * r['rss_peak_bytes'] / total:.0f}% of host RAM", "", "see Step Memory",
                                     rank, evidence))
         if r["cpu_percent_median"] is not None and r["cpu_percent_median"] >= policy.high_process_cpu:
-            findings.append(Finding("HIGH_PROCESS_CPU", "info", f"rank {rank} keeps a core busy "
+            findings.append(Finding(Kind.HIGH_PROCESS_CPU, "info", f"rank {rank} keeps a core busy "
                                     f"({r['cpu_percent_median']:.0f}%)", "its Python thread is CPU-bound",
                                     "expected on CPU training; on GPU jobs look at the hot frames", rank, evidence))
     peaks = {k: r["gpu_mem_peak_bytes"] for k, r in rows.items() if r["gpu_mem_peak_bytes"]}
@@ -142,7 +143,7 @@ def diagnose_process(rec: Recording, ranks: dict[str, int], gpu: RankGpu, start_
         med = statistics.median(peaks.values())
         worst = max(peaks, key=lambda k: peaks[k])
         if med and (peaks[worst] - med) / med >= policy.rank_gpu_memory_skew:
-            findings.append(Finding("RANK_GPU_MEMORY_IMBALANCE", "warning",
+            findings.append(Finding(Kind.RANK_GPU_MEMORY_IMBALANCE, "warning",
                                     f"rank {worst} uses {100 * (peaks[worst] - med) / med:.0f}% more GPU memory",
                                     "than the median rank", "see Step Memory", worst, evidence))
     return _pick(findings, evidence, "no process-level pressure")

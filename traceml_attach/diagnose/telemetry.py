@@ -21,6 +21,8 @@ from traceml_attach.diagnose.finding import (
     SystemEvidence,
 )
 from traceml_attach.diagnose.gpu import RankGpu
+from traceml_attach.diagnose.history import History
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.leak import leak_evidence
 from traceml_attach.diagnose.memory import Limits, MemoryReport, combine, diagnose_memory
 from traceml_attach.diagnose.ranks import rank_pids
@@ -34,7 +36,6 @@ from traceml_attach.diagnose.report import (
 )
 from traceml_attach.diagnose.session import with_history
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
-from traceml_attach.ingest.history import History
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.timeline import Timeline
 
@@ -81,7 +82,7 @@ def memory_section(rec: Recording, lo: int, hi: int, gpu: RankGpu, history: Hist
     return section, (gpu_series if gpu_series else host_series)
 
 
-RISING_KINDS = ("MEMORY_RISING", "MEMORY_CREEP_EARLY", "MEMORY_CREEP")
+RISING_KINDS = (Kind.MEMORY_RISING, Kind.MEMORY_CREEP_EARLY, Kind.MEMORY_CREEP)
 
 
 def _host_limits(rec: Recording, pids: Mapping[str, int]) -> dict[str, Limits]:

@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from traceml_attach.diagnose.finding import Finding, StragglerEvidence
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.report import Projection
 from traceml_attach.policy import DEFAULT_WHATIF_POLICY, WhatIfPolicy
 from traceml_attach.steps.phases import COMPONENTS
 from traceml_attach.steps.steptime import RankStepStats
+
+RANKS = "RANKS"   # the rank-level bound's ``finding``: no finding's, every rank's
 
 # What removing each wait label assumes, and whether a CPU-only window can check it.
 WAIT_FIXES: dict[str, tuple[str, str, bool]] = {
@@ -76,9 +79,9 @@ def project(findings: Sequence[Finding], stats: Sequence[RankStepStats], mean_ms
                               round(step + spread, 3), assumption, checked, workers_n, who))
 
     for f in findings:
-        if f.kind == "INPUT_BOUND":
+        if f.kind == Kind.INPUT_BOUND:
             _input(f, median_rank, base, workers, host, add)
-        elif f.kind == "WAIT_HEAVY":
+        elif f.kind == Kind.WAIT_HEAVY:
             for label, share in median_rank.wait_labels.items():
                 if label in WAIT_FIXES and label != "collective":
                     fix, assumption, checked = WAIT_FIXES[label]
@@ -90,7 +93,7 @@ def project(findings: Sequence[Finding], stats: Sequence[RankStepStats], mean_ms
         values = sorted(late[0].values(), reverse=True) if late is not None else []
         # with two ranks the bound is the straggler's own projection: not said twice
         if late is not None and not any(abs(p.gain_ms - (values[0] - values[-1]) * base) < 0.5 for p in out):
-            add("RANKS", "every rank at the fastest rank's active time", values[0] - values[-1],
+            add(RANKS, "every rank at the fastest rank's active time", values[0] - values[-1],
                 "every rank's work shrinks to the fastest rank's; the collective's own cost stays"
                 if late[1] else "every rank's input + compute shrinks to the lightest rank's", late[1])
     return tuple(out)

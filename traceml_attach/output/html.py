@@ -7,7 +7,7 @@ breakdown per rank as stacked bars, memory per rank over time, and the hot frame
 for a chosen rank. Past ``MANY_RANKS`` ranks the series over time are drawn as heatmaps (a row
 per rank), which stay readable at 64 ranks and beyond where 64 lines would not.
 
-The series over time come from the session's rollups (ingest/history.py), replayed from the
+The series over time come from the session's rollups (diagnose/history.py), replayed from the
 recording: one point per rank per 2 s (older points cover longer spans once a long session's
 rollups merge in pairs), at most 360 per rank however long the session.
 Everything else is the summary's: the newest 30 s in detail.
@@ -23,8 +23,9 @@ from typing import Any
 
 from traceml_attach import __version__
 from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.history import History, RankHistory
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key
-from traceml_attach.ingest.history import History, RankHistory
 from traceml_attach.output.render import memory_leads
 from traceml_attach.output.summary import Summary
 from traceml_attach.output.whatif_text import arrival_line, assumption_line, change_line, projection_line
@@ -100,7 +101,7 @@ def _findings(summary: Summary) -> list[dict[str, Any]]:
     out = [_finding(f, "step time") for f in report.step_time.findings]
     for section, f in (("memory", report.step_memory.diagnosis), ("system", report.system.diagnosis),
                        ("process", report.process.diagnosis), ("sampling", report.sampling.diagnosis)):
-        if f.kind != "NORMAL":
+        if f.kind != Kind.NORMAL:
             out.append(_finding(f, section))
     return out
 

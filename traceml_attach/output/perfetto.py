@@ -18,13 +18,13 @@ collector's clock: a remote node's timestamps are moved by its measured clock of
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.gpu import rank_gpu
 from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import via
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.timeline import Timeline
@@ -34,20 +34,16 @@ STEPS_TID, PHASES_TID = 1, 2
 _NS = 1_000_000_000
 
 
-def perfetto_trace(rec: Recording, rules: Rules, start_ns: int, end_ns: int, chunk_s: float = CHUNK_S
+def perfetto_trace(rec: Recording, chunks: Iterable[tuple[int, Analysis]], start_ns: int, end_ns: int
                    ) -> dict[str, Any]:
-    """The trace of [start_ns, end_ns) of ``rec``."""
+    """The trace of [start_ns, end_ns) of ``rec``, from its analysis in chunks (each chunk's end
+    and its analysis: diagnose/analysis.py analyze_chunks)."""
     trace = TraceBuilder(rec)
-    chunk_ns = int(chunk_s * _NS)
-    lo = start_ns
-    while lo < end_ns:
-        hi = min(lo + chunk_ns, end_ns)
-        an = analyze(rec, rules, start_ns=lo, end_ns=hi)
+    for hi, an in chunks:
         for rank, tl in an.timelines.items():
             trace.rank(int(rank), tl.pid)
             trace.steps(int(rank), tl)
         trace.diagnosis(an, hi)
-        lo = hi
     trace.counters(start_ns, end_ns)
     return {"traceEvents": trace.events(), "displayTimeUnit": "ms",
             "otherData": {"tool": "traceml-attach", "rate_hz": rec.rate_hz}}

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable
 
 from traceml_attach.diagnose.finding import Finding, MemoryEvidence
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.report import (
     NetReport,
     NodeRow,
@@ -97,6 +98,18 @@ def _pace(bytes_per_s: float) -> str:
 
 
 # --- the rates in use: shared with the TUI (tui/present.py) --------------------------------
+
+def _missed(samples: int | None, errors: int | None) -> str:
+    """What py-spy's failed samples were and whether they matter (they cost coverage, not accuracy:
+    a stack read without pausing the job that met it mid-change is dropped, never guessed)."""
+    if not errors:
+        return ""
+    share = errors / (samples + errors) if samples else 1.0
+    matters = ("too few to matter" if share < 0.01 else
+               "the numbers cover the rest" if share < 0.05 else "coverage is low: see Sampling below")
+    return (f" ({errors} more could not be read, {100 * share:.1f}%: the job's stack changed during a read that "
+            f"does not pause it; {matters})")
+
 
 def rates_text(samp: SamplingReport, ranks: Iterable[int]) -> str:
     """The rates in use over ``ranks``: "100 Hz", "100 Hz (up to 300)", "100/300 Hz (up to 300)"."""
@@ -219,14 +232,18 @@ def _table(rep: Report) -> list[str]:
     listed = listed_ranks(st) if many else tuple(st.ranks)
     labels = {rank: f"{rank}{node_tag(rep, rank)}" for rank in listed}
     width = max([12, *(len(label) + 2 for label in labels.values())])
-    head = f"  {'Rank':<{width}}{'Steps':>6}{'Step ms':>9}" + "".join(f"{_HEAD[p]:>10}" for p in PHASES)
+    # synchronized ranks: the time one blocks in the collective waiting for the others
+    blocked = len(st.ranks) > 1 and any(st.ranks[rank].sync_wait_ms is not None for rank in listed)
+    head = (f"  {'Rank':<{width}}{'Steps':>6}{'Step ms':>9}" + "".join(f"{_HEAD[p]:>10}" for p in PHASES)
+            + (f"{'Blocked*':>10}" if blocked else ""))
     rows = [head]
     for rank in listed:
         r = st.ranks[rank]
         phases = r.phases_ms or {}
         steps = f"{r.steps}+" if r.step_ms is None else str(r.steps)
         rows.append(f"  {labels[rank]:<{width}}{steps:>6}{_ms(r.step_ms):>9}"
-                    + "".join(f"{_ms(phases.get(p)):>10}" for p in PHASES))
+                    + "".join(f"{_ms(phases.get(p)):>10}" for p in PHASES)
+                    + (f"{_ms(r.sync_wait_ms):>10}" if blocked else ""))
         note = rank_note(r)
         if note:
             rows.append(f"    ! {note}")
@@ -242,6 +259,9 @@ def _table(rep: Report) -> list[str]:
         rows.append(_phase_row("Median", st.median, width))
         rows.append(_phase_row(f"Worst (r{st.worst.rank})", st.worst, width))
         rows.append(f"  Skew {st.skew_pct or 0.0:.1f}%   WAIT share {100 * (st.wait_share or 0.0):.1f}%")
+    if blocked:
+        rows.append("  Blocked*: of the phases' time, ms per step blocked in the collective (DDP's all-reduce) "
+                    "waiting for the other ranks")
     if st.step_time_note:
         rows.append(f"  {st.step_time_note}")
     for rank in listed:
@@ -323,13 +343,13 @@ def _head(s: Summary) -> list[str]:
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")
     out += _rank_states(rep)
     backend = f"{samp.backend} {samp.version}" if samp.version else samp.backend
-    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at "
-               f"{rates_text(samp, rep.step_time.ranks)}, {samp.samples or 0} samples, {samp.errors or 0} errors")
+    out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {rates_text(samp, rep.step_time.ranks)}, "
+               f"{samp.samples or 0} samples{_missed(samp.samples, samp.errors)}")
     out += [f"Rate: {line}" for line in rate_lines(samp)]
     out.append("")
     p = rep.primary_diagnosis
     out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")
-    if samp.diagnosis.kind == "SAMPLING_FAILED":   # a thread of ours failed: before anything it may have left stale
+    if samp.diagnosis.kind == Kind.SAMPLING_FAILED:   # a thread of ours failed: before anything it may have left stale
         out += _diag_block("FAILED ", samp.diagnosis)
     out.append("")
     return out
@@ -458,7 +478,7 @@ def _sampling(rep: Report) -> list[str]:
         problems.append(f"{samp.bad_frames} recorded frame(s) could not be decoded and were skipped")
     if not problems:
         return []
-    out = ["", *_diag_block("Sampling", samp.diagnosis)] if samp.diagnosis.kind != "NORMAL" else [""]
+    out = ["", *_diag_block("Sampling", samp.diagnosis)] if samp.diagnosis.kind != Kind.NORMAL else [""]
     out.append("Problems while sampling:")
     return out + [f"  {line}" for line in problems]
 

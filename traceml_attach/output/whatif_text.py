@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import time
 
-from traceml_attach.diagnose.finding import STATUS
+from traceml_attach.diagnose.kinds import status
 from traceml_attach.diagnose.report import Arrival, Change, Projection
 from traceml_attach.policy import DEFAULT_WHATIF_POLICY
 
 
 def _status(kind: str) -> str:
-    return "RANKS" if kind == "RANKS" else STATUS.get(kind, kind.replace("_", " "))
+    return status(kind)   # the rank-level bound's "RANKS" reads as itself
 
 
 def projection_line(p: Projection) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 
-from traceml_attach.cli.errors import EXIT_INTERNAL, CliError
 from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.errors import EXIT_INTERNAL, CliError
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import live_document
 from traceml_attach.runtime.session import Session, SessionResult, summary_line

@@ -24,8 +24,8 @@ from typing import Any
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.arrival import last_arrivals
 from traceml_attach.diagnose.gpu import rank_gpu
+from traceml_attach.diagnose.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer, Tracked
-from traceml_attach.ingest.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.ingest.segments import read_segments
 from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.policy import LIVE_WINDOW_S

@@ -27,8 +27,13 @@ from agent.link import LinkError, endpoint
 from agent.node import NodeAgent, Probed, hello_frame
 from agent.sampler import SamplerConfig
 from agent.wire import FrameWriter
-from traceml_attach.cli.common import probe_ranks, recording_bytes, run_dir
-from traceml_attach.cli.errors import (
+from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
+from traceml_attach.collect.merge import node_frame
+from traceml_attach.collect.server import Collector
+from traceml_attach.diagnose.analysis import Analysis
+from traceml_attach.diagnose.incremental import Tracked
+from traceml_attach.diagnose.rate import advise_rates
+from traceml_attach.errors import (
     EXIT_NETWORK,
     EXIT_NOT_WRITTEN,
     EXIT_OK,
@@ -37,18 +42,13 @@ from traceml_attach.cli.errors import (
     KIND_TO_EXIT,
     CliError,
 )
-from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
-from traceml_attach.collect.merge import node_frame
-from traceml_attach.collect.server import Collector
-from traceml_attach.diagnose.analysis import Analysis
-from traceml_attach.diagnose.incremental import Tracked
-from traceml_attach.diagnose.rate import advise_rates
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.report import Written, write_summary_somewhere
 from traceml_attach.output.summary import Summary, build_summary
 from traceml_attach.runtime.heap import FrozenHeap, release_free_memory
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.runtime.shutdown import stop_handler
+from traceml_attach.runtime.targets import probe_ranks, run_dir
 from traceml_attach.steps.classify import Rules
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class Session:
             if getattr(args, "prometheus", None):   # before the run folder: a taken port leaves none behind
                 self.metrics = open_metrics(*args.prometheus)
             self.run_dir = run_dir(Path(args.logs_dir), name, cmd, pids[0] if pids else 0)
-            self.writer = FrameWriter(self.run_dir / "frames.msgpack", recording_bytes(args))
+            self.writer = FrameWriter(self.run_dir / "frames.msgpack", int(args.max_recording_mb * 1_000_000) or None)
         except OSError as exc:
             self._close_listeners()
             raise CliError(f"cannot write a run folder under {args.logs_dir}: {exc.strerror or exc}; give --logs-dir "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.kinds import Family, Kind, family
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime, StepTimeReport
 from traceml_attach.output.render import (
     listed_ranks,
@@ -192,18 +193,18 @@ def present_rail(doc: Summary) -> RailVM:
         first = DiagnosisVM("Step time", "WARMING UP", "pending", f"warming up ({live.steps_seen} steps seen)",
                             first.why or first.summary, first.action)
     sampling = rep.sampling.diagnosis
-    failed = [_diagnosis("Sampling", sampling)] if sampling.kind == "SAMPLING_FAILED" else []
+    failed = [_diagnosis("Sampling", sampling)] if sampling.kind == Kind.SAMPLING_FAILED else []
     items = [*failed, first]   # a thread of ours that failed goes first: what follows may be stale
     items += _whatif(st, st.diagnosis.kind)
-    if st.arrival is not None and (st.arrival.persistent or st.diagnosis.kind.endswith("STRAGGLER")):
+    if st.arrival is not None and (st.arrival.persistent or family(st.diagnosis.kind) is Family.STRAGGLER):
         items.append(DiagnosisVM("slowest", "", "info", arrival_line(st.arrival, "of the window"), "", ""))
     for f in st.findings[1:3]:
         items += [_diagnosis("also", f), *_whatif(st, f.kind)]
     items.append(_diagnosis("Memory", rep.step_memory.diagnosis))
     for title, d in (("System", rep.system.diagnosis), ("Process", rep.process.diagnosis)):
-        if d.kind != "NORMAL":
+        if d.kind != Kind.NORMAL:
             items.append(_diagnosis(title, d))
-    if sampling.kind != "NORMAL" and not failed:
+    if sampling.kind != Kind.NORMAL and not failed:
         items.append(_diagnosis("Sampling", sampling))
     return RailVM(tuple(items))
 
@@ -228,7 +229,8 @@ def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
         steps = str(r.steps) + ("+" if r.step_ms is None else "")
         rows.append(StepRow(f"r{rank}{node_tag(rep, rank)}", "rank", steps, ms(r.step_ms, unknown="?"),
                             _cells(r.phases_ms or {}, shares), tuple(shares[p] for p in PHASES) if shares else None,
-                            selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0))
+                            selected=rank == sel.rank, flagged=rank == flagged, alert=r.problem_count > 0,
+                            blocked_ms=None if r.sync_wait_ms is None or len(st.ranks) < 2 else ms(r.sync_wait_ms)))
     if many:   # each column ranked on its own: no bar, which would read as one rank's step
         rows += [StepRow(label, "spread", "", ms(row.step_ms), tuple(ms(row.phases_ms.get(p)) for p in PHASES), None)
                  for label, row in st.spread.items()]

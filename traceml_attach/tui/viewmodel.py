@@ -54,6 +54,7 @@ class StepRow:
     selected: bool = False
     flagged: bool = False                   # the worst rank, or one a finding names
     alert: bool = False                     # sampling problems cost this rank coverage (see the alerts)
+    blocked_ms: str | None = None           # of the phases' time, blocked in the collective (synchronized ranks)
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,16 @@ def bar(shares: tuple[float, ...] | None, width: int) -> Text:
 
 class StepTable(Panel):
     TITLE = "Step time (ms per typical step)"
+    _blocked = False
 
     def lines(self, model: StepTableVM, width: int, height: int) -> list[Text]:
         if not model.rows:
             return [line((model.note, "dim"), width=width)]
         # marker, label and, on a rank with problems, " !"; one space before the numbers
         rank_w = max([RANK_W, *(len(r.label) + (4 if r.alert else 2) for r in model.rows)])
-        bar_w = width - rank_w - NUMBERS_W - 1 if width - rank_w - NUMBERS_W >= 12 else 0
+        self._blocked = any(r.blocked_ms is not None for r in model.rows)   # synchronized ranks: its own column
+        numbers_w = NUMBERS_W + (PHASE_W + 1 if self._blocked else 0)
+        bar_w = width - rank_w - numbers_w - 1 if width - rank_w - numbers_w >= 12 else 0
         ranks = [r for r in model.rows if r.kind == "rank"]
         totals = [r for r in model.rows if r.kind != "rank"]
         if model.hidden:
@@ -106,6 +109,8 @@ class StepTable(Panel):
                              (f"{'Step':>{STEP_W}}", "bold"), no_wrap=True)
         for p, head in zip(PHASES, PHASE_HEADS, strict=True):
             text.append(f"{head:>{PHASE_W}}", f"bold {PHASE_COLOUR[p]}" + (" underline reverse" if p == phase else ""))
+        if self._blocked:
+            text.append(f"{'Blkd*':>{PHASE_W + 1}}", "bold")
         if bar_w:
             text.append(" " + "phases".center(bar_w), "dim")
         text.truncate(width, overflow="ellipsis")
@@ -124,6 +129,8 @@ class StepTable(Panel):
         text = Text.assemble(label, f"{row.steps:>{STEPS_W}}", (f"{row.step_ms:>{STEP_W}}", "bold"), no_wrap=True)
         for p, value in zip(PHASES, row.phases_ms, strict=True):
             text.append(f"{value:>{PHASE_W}}", "bold reverse" if row.selected and p == phase else "")
+        if self._blocked:
+            text.append(f"{row.blocked_ms or '':>{PHASE_W + 1}}", "dim")
         if bar_w:
             text.append(" ")
             text.append_text(bar(row.shares, bar_w))

@@ -1,4 +1,5 @@
-"""The CLI's error type and exit codes (documented in README.md)."""
+"""Errors a user can act on (one line, an exit code) and the exit codes, documented in README.md:
+raised anywhere below the CLI, caught once in it (cli/main.py)."""
 
 from __future__ import annotations
 
