@@ -211,6 +211,9 @@ class WhatIfPolicy:
     persistent_share: float = 0.6
     # Persistence is said from this many judged steps on.
     arrival_min_steps: int = 10
+    # A window's steps are judged up to this many ranks x steps, the newest first (64 ranks: 468 steps,
+    # a whole 30-s window of 64-ms steps; 1,024 ranks: the newest 29, 40 ms of CPU a window).
+    arrival_max_cells: int = 30_000
     # A change point in the rollups: the means of the two sides differ by at least this many
     # standard errors (the noise: neighbouring rollups' median difference, which the change's own
     # rollups inflate: examples/input_bound.py slowing halfway through 70 s scores 5.4)...

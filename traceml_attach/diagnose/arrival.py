@@ -10,7 +10,6 @@ tell them apart.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 
 from traceml_attach.diagnose.report import Arrival
@@ -20,33 +19,58 @@ from traceml_attach.steps.timeline import Step
 
 def last_arrivals(steps: Mapping[str, Sequence[Step]], lo: int, hi: int,
                   policy: WhatIfPolicy = DEFAULT_WHATIF_POLICY) -> tuple[int, dict[str, int]]:
-    """(steps judged, steps each rank arrived last in) over the steps that end in [lo, hi)."""
-    timed = {rank: [s for s in ss if s.covered and s.blocked_sync_ns is not None and lo <= s.end_ns < hi]
-             for rank, ss in steps.items()}
-    if len(timed) < 2 or not all(timed.values()):
+    """(steps judged, steps each rank arrived last in) over the steps that end in [lo, hi) (the
+    newest of them where there are many ranks). One walk along each rank's steps (their ends only grow)."""
+    if len(steps) < 2:
         return 0, {}
-    ends = {rank: [s.end_ns for s in ss] for rank, ss in timed.items()}
+    # bounded cost: the newest steps only, where ranks x steps would pass policy.arrival_max_cells
+    keep = max(1, policy.arrival_max_cells // len(steps))
+    since = lo
+    newest = _timed_tail(next(iter(steps.values())), lo, hi, lo)
+    if len(newest) > keep:
+        since = newest[-keep].start_ns
+    timed = {rank: _timed_tail(ss, lo, hi, since) for rank, ss in steps.items()}
+    if not all(timed.values()):
+        return 0, {}
     ref = min(timed, key=lambda rank: len(timed[rank]))
-    judged, last = 0, dict.fromkeys(timed, 0)
-    for step in timed[ref]:
-        blocked: dict[str, float] = {}
-        for rank, ss in timed.items():
-            match = _nearest(ss, ends[rank], step.end_ns)
-            if match is None or abs(match.end_ns - step.end_ns) > step.dur_ns / 2:
+    ref_steps = timed[ref]
+    rows = {rank: ([s.end_ns for s in ts], [sum((s.blocked_sync_ns or {}).values()) / max(s.dur_ns, 1) for s in ts])
+            for rank, ts in timed.items()}   # each rank's step ends and blocked shares
+    at = dict.fromkeys(rows, 0)
+    judged, last = 0, dict.fromkeys(rows, 0)
+    margin = policy.arrival_margin_share
+    for step in ref_steps:
+        end, half = step.end_ns, step.dur_ns / 2
+        least = second = float("inf")
+        who = None
+        for rank, (ends, shares) in rows.items():
+            i, n = at[rank], len(ends)
+            while i + 1 < n and abs(ends[i + 1] - end) <= abs(ends[i] - end):
+                i += 1
+            at[rank] = i
+            if abs(ends[i] - end) > half:
                 break
-            blocked[rank] = sum((match.blocked_sync_ns or {}).values()) / max(match.dur_ns, 1)
+            v = shares[i]
+            if v < least:
+                least, second, who = v, least, rank
+            elif v < second:
+                second = v
         else:
             judged += 1
-            least, second = sorted(blocked.values())[:2]
-            if second - least >= policy.arrival_margin_share:
-                last[min(blocked, key=lambda rank: blocked[rank])] += 1
+            if who is not None and second - least >= margin:
+                last[who] += 1
     return judged, last
 
 
-def _nearest(steps: Sequence[Step], ends: list[int], end_ns: int) -> Step | None:
-    at = bisect.bisect_left(ends, end_ns)
-    near = [i for i in (at - 1, at) if 0 <= i < len(steps)]
-    return steps[min(near, key=lambda i: abs(ends[i] - end_ns))] if near else None
+def _timed_tail(steps: Sequence[Step], lo: int, hi: int, since: int) -> list[Step]:
+    """The covered steps with blocked time that end in [max(lo, since), hi), walked from the newest back."""
+    out = []
+    for s in reversed(steps):
+        if s.end_ns < max(lo, since):
+            break
+        if s.end_ns < hi and s.covered and s.blocked_sync_ns is not None:
+            out.append(s)
+    return out[::-1]
 
 
 def arrival(judged: int, last: Mapping[str, int], policy: WhatIfPolicy = DEFAULT_WHATIF_POLICY) -> Arrival | None:
