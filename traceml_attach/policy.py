@@ -225,6 +225,8 @@ class WhatIfPolicy:
     change_min_rollups: int = 3
     # At most this many change points are named per series.
     max_changes: int = 3
+    # The job's series is the median of at most this many ranks (an even sample of them).
+    change_max_ranks: int = 64
     # A phase "grew" with a step change when its own change is at least this share of the step's.
     change_phase_share: float = 0.25
     # Memory "rose at the same time" when the rollups after the change hold at least this much more.

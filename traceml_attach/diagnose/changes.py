@@ -27,10 +27,11 @@ def series(history: History) -> tuple[list[int], dict[str, list[float | None]]]:
     """The rollups' end times and, per series, one value each (None where not known): "step" and
     each phase in ms per step, "rss" and "gpu_mem" in bytes (each the median over the ranks)."""
     rows: dict[int, dict[str, list[float]]] = {}
-    for rank, h in history.ranks.items():
-        if not rank.isdigit():
-            continue
-        for b in h.buckets:
+    ranks = sorted((r for r in history.ranks if r.isdigit()), key=int)
+    # the job's median from an even sample of its ranks: a 1,024-rank session costs as 64 do
+    every = max(1, -(-len(ranks) // DEFAULT_WHATIF_POLICY.change_max_ranks))
+    for rank in ranks[::every]:
+        for b in history.ranks[rank].buckets:
             row = rows.setdefault(b.end_ns, {})
             if b.timed_steps:
                 step = b.timed_ns / b.timed_steps / 1e6
@@ -81,12 +82,23 @@ def _best(x: Sequence[float], policy: WhatIfPolicy) -> int | None:
 
 
 def changes(history: History, policy: WhatIfPolicy = DEFAULT_WHATIF_POLICY) -> tuple[Change, ...]:
-    """The step time's change points, each with what its phases and memory did at the same time."""
+    """The step time's change points, each with what its phases and memory did at the same time
+    (kept on the history until its next rollup)."""
+    key = f"changes {policy!r}"
+    held = history.derived.get(key)
+    if held is not None and held[0] == history.closed_ns:
+        return held[1]   # type: ignore[return-value]
+    out = _changes(history, policy)
+    history.derived[key] = (history.closed_ns, out)
+    return out
+
+
+def _changes(history: History, policy: WhatIfPolicy) -> tuple[Change, ...]:
     ends, cols = series(history)
     step = cols["step"]
     idx = [i for i, v in enumerate(step) if v is not None]
     values = [v for v in step if v is not None]
-    out = []
+    found = []
     cuts = splits(values, policy)
     for j, cut in enumerate(cuts):
         lo = cuts[j - 1] if j else 0
@@ -108,9 +120,9 @@ def changes(history: History, policy: WhatIfPolicy = DEFAULT_WHATIF_POLICY) -> t
                 memory[which] = int(ma - mb)
         # the shift happened inside the rollup before the first one after it: its start
         at_ns = ends[before[-1]]
-        out.append(Change("step", round(at_ns / 1e9, 3), round(b, 3), round(a, 3), "ms",
+        found.append(Change("step", round(at_ns / 1e9, 3), round(b, 3), round(a, 3), "ms",
                           round(100 * (a - b) / b, 1) if b else None, phases, memory))
-    return tuple(out)
+    return tuple(found)
 
 
 def _mean(col: Sequence[float | None], at: Sequence[int]) -> float | None:

@@ -123,6 +123,9 @@ class History:
     ranks: dict[str, RankHistory] = field(default_factory=dict)
     host_cpu: list[float] = field(default_factory=list)   # per bucket, median (merged in pairs too)
     host_mem_peak: int | None = None
+    # what is derived from the buckets as they stand (diagnose/changes.py), by what and the newest
+    # bucket's end: recomputed once a rollup, not on every tick that reads the session
+    derived: dict[str, tuple[int | None, object]] = field(default_factory=dict, repr=False, compare=False)
 
     def next_end(self) -> int | None:
         if self.origin_ns is None:
