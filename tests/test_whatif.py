@@ -46,6 +46,7 @@ def test_input_bound_with_too_few_free_cores_projects_what_fits():
     full, fits = out
     # THEN full overlap wants 100 / 20 = 5 workers (not checkable: they do not fit); 2 workers give 50 ms
     assert (full.workers, full.checked, full.step_ms) == (5, False, 20.0)
+    assert full.assumption.endswith("the host has 1 free core for 4 more workers: they would take CPU from the compute")
     assert (fits.workers, fits.step_ms, fits.checked) == (2, 50.0, True)
 
 

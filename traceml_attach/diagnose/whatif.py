@@ -112,9 +112,13 @@ def _input(f: Finding, r: RankStepStats, base: float, workers: dict[str, int | N
     want = max(1, math.ceil(per_batch / rest - 1e-9)) if rest > 0 else None
     free = None if host.cpus is None or host.cpu_percent is None else \
         max(0, math.floor(host.cpus * (1 - host.cpu_percent / 100) + 1e-9))
+    fits_all = free is not None and want is not None and want - (now or 0) <= free
+    short = "" if fits_all or free is None or want is None else \
+        f"; the host has {free} free core{'s' if free != 1 else ''} for {want - (now or 0)} more workers: " \
+        "they would take CPU from the compute"
     add(f.kind, "input fully overlapped with compute", fetch,
         "enough DataLoader workers, each on a core of its own, that a batch is always ready; "
-        "host-to-device copies stay", free is not None and want is not None and want - (now or 0) <= free, want)
+        "host-to-device copies stay" + short, fits_all, want)
     if want is None or free is None:
         return
     fits = (now or 0) + free
