@@ -48,7 +48,7 @@ def test_a_slow_rank_drawn_each_step_rotates():
         assert all(n > 0 for n in a.last.values()) and len(a.last) == 4
         assert max(a.last.values()) < 0.5 * a.steps
     text = render_text(summary)
-    assert "the slowest rank rotates of the window: 4 ranks each" in text
+    assert "the slowest rank rotates: 4 ranks each" in text
 
 
 def step(end_ms: int, blocked_share: float, dur_ms: int = 100) -> Step:

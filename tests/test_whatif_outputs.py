@@ -46,7 +46,7 @@ def test_html_report_says_what_each_fix_is_worth_and_marks_the_change():
 
     _, summary = replayed("ddp4_random_slow")
     page = html_report(summary, None)
-    assert re.search(r"the slowest rank rotates of the window: 4 ranks each \d+–\d+% of \d+ steps", page)
+    assert re.search(r"the slowest rank rotates: 4 ranks each \d+–\d+% of \d+ steps of the window", page)
     json.dumps(report_data(summary, None))   # plain JSON
 
 

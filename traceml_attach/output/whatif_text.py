@@ -45,11 +45,11 @@ def arrival_line(a: Arrival, over: str = "") -> str:
         return f"too few steps to tell the slowest rank ({a.steps} judged{where})"
     told = sum(a.last.values())
     if told < a.steps / 2:
-        return (f"no rank is clearly the slowest{where}: in {100 * (1 - told / a.steps):.0f}% of {a.steps} steps "
+        return (f"no rank is clearly the slowest: in {100 * (1 - told / a.steps):.0f}% of {a.steps} steps{where} "
                 "the last two arrived together")
     shares = sorted(100 * n / a.steps for n in a.last.values())
-    return (f"the slowest rank rotates{where}: {len(shares)} ranks each {shares[0]:.0f}–{shares[-1]:.0f}% "
-            f"of {a.steps} steps")
+    return (f"the slowest rank rotates: {len(shares)} ranks each {shares[0]:.0f}–{shares[-1]:.0f}% "
+            f"of {a.steps} steps{where}")
 
 
 def _clock(epoch: float) -> str:
