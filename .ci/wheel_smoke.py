@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
 from launch import start_example, stop_example  # noqa: E402
-from tests.tui_tmux import Terminal, attach_command, wait_file  # noqa: E402
+from testkit.tui_tmux import Terminal, attach_command, wait_file  # noqa: E402
 
 STARTED = time.monotonic()
 

@@ -1,7 +1,7 @@
 """Benchmark: the attacher's memory over a long session at many ranks, replayed fast.
 
 The recorded two-rank torchrun stream (tests/fixtures/ddp_input_straggler.msgpack, 8 s) is
-played again and again, shifted in time (tests/streams.py), and cloned under new PIDs to
+played again and again, shifted in time (testkit/streams.py), and cloned under new PIDs to
 --ranks ranks, then fed through the Pipeline that a live session and `traceml replay` use
 (bounded recording + 10 s rollups). Every simulated --every-min minutes it prints the process's
 RSS, the spans held and the buckets kept; at the end, the RSS slope after the first simulated
@@ -24,7 +24,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.streams import looped, read_frames  # noqa: E402
+from testkit.streams import looped, read_frames  # noqa: E402
 from traceml_attach.runtime.pipeline import Pipeline  # noqa: E402
 from traceml_attach.steps.classify import load_rules  # noqa: E402
 

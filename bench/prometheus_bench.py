@@ -1,7 +1,7 @@
 """What `--prometheus` costs the analysis thread per tick, and what a scrape weighs, by rank count.
 
 The recorded two-rank torchrun stream (tests/fixtures) is cloned to N ranks and replayed for 40 s
-of data through a Pipeline (tests/live_streams.py), as a live session holds it; then the tick's
+of data through a Pipeline (testkit/live_streams.py), as a live session holds it; then the tick's
 metric families (output/prometheus.py ``families``: straggler scores included) are built from the
 live analysis, as the analysis thread does on every tick with --prometheus, and rendered as a
 scrape is. Reported per rank count: CPU ms to build the families (median of 20), ms to render a
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client import generate_latest  # noqa: E402
 from prometheus_client.registry import CollectorRegistry  # noqa: E402
 
-from tests.live_streams import repeated  # noqa: E402
+from testkit.live_streams import repeated  # noqa: E402
 from traceml_attach.output.prometheus import families  # noqa: E402
 from traceml_attach.runtime.pipeline import Pipeline  # noqa: E402
 from traceml_attach.steps.classify import load_rules  # noqa: E402

@@ -3,7 +3,7 @@
     python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick] [--shape FAMILY] [--worst 20]
     python bench/sim_grid.py --point SPEC      # one grid point again, rank by rank
 
-Each grid point is a job (tests/simulator.py) with a known schedule, sampled by a simulated py-spy
+Each grid point is a job (testkit/simulator.py) with a known schedule, sampled by a simulated py-spy
 (Poisson, random phase) at 50-500 Hz on 1-8 synchronized ranks for the summary's window, every
 phase's duration jittered by 2-20% each step. The full analysis runs on it. The families:
 
@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, shaped_job, simulate
+from testkit.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, shaped_job, simulate
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.steps.classify import load_rules
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.wire import unpacker
-from tests.live_streams import cpu_gain, loop_period, shifted
+from testkit.live_streams import cpu_gain, loop_period, shifted
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "ddp_input_straggler.msgpack"

@@ -2,7 +2,7 @@
 resources sampled throughout (docs/faults.md, "The soak").
 
 The recorded two-rank torchrun stream (tests/fixtures/ddp_input_straggler.msgpack, 8 s) is played
-again and again, shifted in time (tests/streams.py), and cloned under new PIDs to --ranks ranks,
+again and again, shifted in time (testkit/streams.py), and cloned under new PIDs to --ranks ranks,
 through what a live session holds for its whole life:
 
 - a FrameWriter writing the run folder's frames.msgpack under the default 200 MB cap (rotating:
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.wire import FrameWriter  # noqa: E402
-from tests.streams import looped, read_frames  # noqa: E402
+from testkit.streams import looped, read_frames  # noqa: E402
 from traceml_attach.output.report import write_summary_somewhere  # noqa: E402
 from traceml_attach.output.summary import build_summary  # noqa: E402
 from traceml_attach.policy import RECORDING_MAX_MB  # noqa: E402

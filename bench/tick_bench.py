@@ -2,7 +2,7 @@
 
 A recorded stream is replayed fast as a long session of many ranks: the two-rank torchrun
 stream of tests/fixtures (8 s) cloned under new PIDs and ranks (as bench/tui_bench.py does) and
-repeated back to back in time (tests/live_streams.py: timestamps and cumulative CPU counters
+repeated back to back in time (testkit/live_streams.py: timestamps and cumulative CPU counters
 shifted, each stack defined once as the agent's interner does). Frames are fed in order into a
 Recording; at every second of the data clock the live analysis runs on the newest
 LIVE_WINDOW_S of spans, then the Recording is trimmed to the last 40 s, as a live session does.
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import traceml_attach.diagnose.incremental as incremental  # noqa: E402
-from tests.live_streams import NS, repeated, ticks  # noqa: E402
+from testkit.live_streams import NS, repeated, ticks  # noqa: E402
 from traceml_attach.diagnose.analysis import analyze  # noqa: E402
 from traceml_attach.ingest.stream import Recording  # noqa: E402
 from traceml_attach.policy import LIVE_WINDOW_S  # noqa: E402

@@ -126,7 +126,7 @@ async def refreshes(docs: list[Summary], size: tuple[int, int], n: int) -> dict[
 
 def first_diagnosis(runs: int) -> list[float]:
     from launch import start_example, stop_example
-    from tests.tui_tmux import Terminal, attach_command, wait_file
+    from testkit.tui_tmux import Terminal, attach_command, wait_file
 
     times = []
     for i in range(runs):

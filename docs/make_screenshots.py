@@ -22,7 +22,7 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from tests.tui_support import recorded_app, until  # noqa: E402
+from testkit.tui_support import recorded_app, until  # noqa: E402
 
 
 async def svg(name: str, size: tuple[int, int], out: Path) -> None:
@@ -35,7 +35,7 @@ async def svg(name: str, size: tuple[int, int], out: Path) -> None:
 
 def live(captures: list[tuple[str, tuple[int, int], list[str]]]) -> None:
     from launch import start_example, start_torchrun, stop_example
-    from tests.tui_tmux import Terminal, attach_command, wait_file
+    from testkit.tui_tmux import Terminal, attach_command, wait_file
 
     for name, size, keys in captures:
         job = start_torchrun(2, "--straggler", "input") if name == "ddp" else start_example(name)
@@ -58,7 +58,7 @@ def live(captures: list[tuple[str, tuple[int, int], list[str]]]) -> None:
 
 
 def html_screenshot(run: Path, name: str) -> None:
-    from tests.browser import screenshot
+    from testkit.browser import screenshot
     from traceml_attach.cli.main import main as traceml
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,7 @@ thread of ours that failed."""
 
 from __future__ import annotations
 
-from tests.tui_support import recorded_feed
+from testkit.tui_support import recorded_feed
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules

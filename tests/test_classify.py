@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MODULE, OPTIM, f, loop, stack, torch_frame
+from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MODULE, OPTIM, f, loop, stack, torch_frame
 from traceml_attach.steps.classify import RulesError, classifier, classify, load_rules
 
 RULES = load_rules()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
+from testkit.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
 from traceml_attach.steps.classify import load_rules

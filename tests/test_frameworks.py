@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_streams import repeated, ticks
-from tests.stacks import BACKWARD, FETCH, FORWARD, MAIN, MODULE, OPTIM, SP, f, loop, torch_frame
+from testkit.live_streams import repeated, ticks
+from testkit.stacks import BACKWARD, FETCH, FORWARD, MAIN, MODULE, OPTIM, SP, f, loop, torch_frame
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.finding import Finding, StepEvidence

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.stacks import f, torch_frame
+from testkit.stacks import f, torch_frame
 from traceml_attach.steps.hotframes import hot_frames_of
 
 MS = 1_000_000

@@ -1,5 +1,5 @@
 """`traceml view RUN --html OUT`: the self-contained report, built from a recorded 2-rank torchrun
-run and from a 64-rank stream, and rendered by headless Chromium (tests/browser.py)."""
+run and from a 64-rank stream, and rendered by headless Chromium (testkit/browser.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from tests.browser import render_status, screenshot
-from tests.live_streams import repeated
+from testkit.browser import render_status, screenshot
+from testkit.live_streams import repeated
 from traceml_attach.cli.main import main
 from traceml_attach.cli.view import load_summary
 from traceml_attach.output.html import ROLLUP_S, html_report, report_data

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 import traceml_attach.runtime.pipeline as pipeline_module
-from tests.streams import looped, read_frames
+from testkit.streams import looped, read_frames
 from tests.test_tracker import differences
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.history import MAX_BUCKETS, Bucket, History, Span3

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from tests.streams import read_frames
+from testkit.streams import read_frames
 from traceml_attach.diagnose.finding import StragglerEvidence
 from traceml_attach.diagnose.step import straggler_scores
 from traceml_attach.output.prometheus import families

@@ -1,7 +1,7 @@
 """A rate that fits the step: the sampler's decision (agent/rate.py), the ``rate`` frames it
 records, and the analysis of a recording whose rate changed (diagnose/rate.py).
 
-The mixed-rate streams are a simulated 27 ms job (tests/simulator.py) sampled at 100 Hz, too
+The mixed-rate streams are a simulated 27 ms job (testkit/simulator.py) sampled at 100 Hz, too
 slow to tell its steps apart, then at 300 Hz from a change on: the same schedule sampled twice
 with one seed, spliced at the change, and written as the agent writes frames.
 """
@@ -21,7 +21,7 @@ from agent.pyspy import RawSpan, WindowResult
 from agent.rate import HOLD_S, RAISE_HOLD_S, Rate, RateGovernor
 from agent.sampler import Sampler, SamplerConfig
 from agent.wire import FrameWriter, StateFrames
-from tests.simulator import Truth, job, simulate
+from testkit.simulator import Truth, job, simulate
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from agent.wire import FrameWriter, segment_path
-from tests.simulator import job, simulate
+from testkit.simulator import job, simulate
 from traceml_attach.cli.common import recording_mb
 from traceml_attach.cli.main import main
 from traceml_attach.diagnose.analysis import analyze

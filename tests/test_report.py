@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.tui_support import recorded_feed
 from tests.report_cases import feed_with_errors, hung_feed
 from tests.test_golden import EXPECTED, replay
-from tests.tui_support import recorded_feed
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.finding import EVIDENCE_TYPES, Finding, HangEvidence, StragglerEvidence
 from traceml_attach.diagnose.report import Report

@@ -1,4 +1,4 @@
-"""The simulator's shapes nobody designed the estimator for (tests/simulator.py): the whole step
+"""The simulator's shapes nobody designed the estimator for (testkit/simulator.py): the whole step
 under one line of the loop frame (a wrapper, a framework's loop), gradient accumulation, bursty
 DataLoader delivery. First the simulator itself: its truth and its stacks are what they claim.
 Then the estimator on a few such jobs: a step time it gives is within 5% of the truth, or it
@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from tests.simulator import (
+from testkit.simulator import (
     ACC,
     ALL_SHAPES,
     LIBRARIES,

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tests.simulator import SHAPES, Job, RankWork, job, simulate
+from testkit.simulator import SHAPES, Job, RankWork, job, simulate
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.steps.classify import load_rules
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from testkit.tui_support import recorded_feed
 from tests.report_cases import feed_with_errors, hung_feed
-from tests.tui_support import recorded_feed
 from traceml_attach.diagnose.finding import EVIDENCE_TYPES, Finding
 from traceml_attach.diagnose.report import (
     Problem,

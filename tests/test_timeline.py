@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
+from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.ingest.model import Span, ThreadInfo
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.timeline import CpuCounter, _around, build_timeline, find_loop

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_streams import NS, arriving, repeated, ticks
-from tests.simulator import Job, RankWork, job, simulate
-from tests.streams import read_frames
+from testkit.live_streams import NS, arriving, repeated, ticks
+from testkit.simulator import Job, RankWork, job, simulate
+from testkit.streams import read_frames
 from tests.test_simulated_steps import issue_ddp
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textual.containers import VerticalScroll
 
-from tests.tui_support import loaded, recorded_app, until
+from testkit.tui_support import loaded, recorded_app, until
 from traceml_attach.output.summary import Summary
 from traceml_attach.tui.feed import Finished, Update
 from traceml_attach.tui.viewmodel import Selection

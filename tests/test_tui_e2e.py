@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tui_tmux import Terminal, attach_command, wait_file
+from testkit.tui_tmux import Terminal, attach_command, wait_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from launch import start_example, stop_example
-from tests.tui_tmux import Terminal, attach_command, gone_after, wait_file
+from testkit.tui_tmux import Terminal, attach_command, gone_after, wait_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
 

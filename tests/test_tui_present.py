@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.tui_support import recorded_feed
+from testkit.tui_support import recorded_feed
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.report import Stall
 from traceml_attach.output.live import live_document
@@ -157,7 +157,7 @@ def test_an_unknown_step_time_shows_shares_and_says_why():
     # GIVEN 20 ms steps sampled at 100 Hz: two samples a step, the step time cannot be known
     import random
 
-    from tests.simulator import job, simulate
+    from testkit.simulator import job, simulate
     from traceml_attach.output.summary import build_summary
 
     rec, _ = simulate(job(20, "input", 0.7, rng=random.Random(2)), 100, 10.0, seed=3)

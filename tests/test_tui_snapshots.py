@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from textual.pilot import Pilot
 
-from tests.tui_support import recorded_app, until
+from testkit.tui_support import recorded_app, until
 
 
 @pytest.fixture(autouse=True)

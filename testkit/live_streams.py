@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.streams import read_frames
+from testkit.streams import read_frames
 from traceml_attach.ingest.stream import Recording
 
 NS = 1_000_000_000

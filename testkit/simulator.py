@@ -43,7 +43,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from tests.stacks import BACKWARD, FETCH, FORWARD, H2D, MAIN, MODULE, OPTIM, SP, f, torch_frame
+from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, MAIN, MODULE, OPTIM, SP, f, torch_frame
 from traceml_attach.ingest.model import CodeFrame, Span, TargetMeta, ThreadInfo
 from traceml_attach.ingest.stream import Recording
 
