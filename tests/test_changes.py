@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.streams import looped, read_frames
+from testkit.streams import looped, read_frames
 from traceml_attach.diagnose.changes import changes, splits
 from traceml_attach.diagnose.history import Bucket, History, Span3
 from traceml_attach.runtime.pipeline import Pipeline, replay_file
