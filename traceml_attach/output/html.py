@@ -24,7 +24,7 @@ from typing import Any
 from traceml_attach import __version__
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.history import History, RankHistory
-from traceml_attach.diagnose.kinds import Kind
+from traceml_attach.diagnose.kinds import Kind, status
 from traceml_attach.diagnose.ranks import rank_key
 from traceml_attach.output.render import memory_leads
 from traceml_attach.output.summary import Summary
@@ -142,7 +142,7 @@ def _diagnosis_html(summary: Summary) -> str:
 def _whatif_html(summary: Summary) -> list[str]:
     """What each fix is worth, which rank the others wait for, and when the step time changed."""
     st, session = summary.report.step_time, summary.report.session
-    items = [f'<li><b>{_e(p.finding.replace("_", " "))}</b> {_e(projection_line(p))}'
+    items = [f'<li><b>{_e(status(p.finding))}</b> {_e(projection_line(p))}'
              f'<div class="assumption">{_e(assumption_line(p))}</div></li>' for p in st.whatif]
     facts = [arrival_line(a, over) for a, over in ((st.arrival, "of the window"),
                                                    (session.arrival if session else None, "of the session")) if a]
