@@ -8,6 +8,9 @@ checkpoints removed, the straggler's extra work removed), and measure its mean s
 own clock (its ground-truth file, over the snapshot's window). Prints one row per case: the
 projected mean step and its interval, the measured one, and the error. A projection is right
 within 10%.
+
+--paired runs the two side by side instead, over the same seconds (pace 1.00): on a machine shared
+with other work, two runs one after the other do not get the same machine.
 """
 
 from __future__ import annotations
@@ -101,16 +104,63 @@ def run(case: Case, args: tuple[str, ...], logs: Path, tag: str, seconds: float,
     return (summary, *truth_mean_ms(sorted(truth.glob("gt_*.jsonl")), win["start"], win["end"]))
 
 
+def start(case: Case, args: tuple[str, ...], truth: Path):
+    truth.mkdir(parents=True, exist_ok=True)
+    return (start_example(case.example, *args, truth=truth / "gt_0.jsonl") if case.ranks == 1
+            else start_torchrun(case.ranks, *args, truth_dir=truth, script=case.example))
+
+
+def paired(case: Case, logs: Path, seconds: float) -> tuple | None:
+    """Both runs at once: the job as it is and the job with the fix (input: 2 workers), side by
+    side on the shared machine; the projection from the first one's window, the measured step
+    from the second one's own clock over the same seconds. Whatever else loads the machine loads
+    both alike (and each loads the other)."""
+    before, after = logs / "truth" / f"{case.name}_paired_before", logs / "truth" / f"{case.name}_paired_after"
+    fixed = tuple(a.replace("{workers}", "2") for a in case.fixed)
+    job_a = start(case, case.args, before)
+    try:
+        job_b = start(case, (*case.args, *fixed), after)
+        try:
+            time.sleep(3)
+            for attempt in range(3):
+                summary = snapshot(job_a.pid, logs, f"{case.name}_paired{attempt or ''}", seconds)
+                p = projection(case, summary)
+                if p is not None:
+                    break
+        finally:
+            stop_example(job_b)
+    finally:
+        stop_example(job_a)
+    if p is None:
+        print(f"{case.name}: no {case.finding} projection '{case.fix}'", flush=True)
+        return None
+    win = summary["sampling"]["window"]
+    base_truth, _, _ = truth_mean_ms(sorted(before.glob("gt_*.jsonl")), win["start"], win["end"])
+    measured, steps, _ = truth_mean_ms(sorted(after.glob("gt_*.jsonl")), win["start"], win["end"])
+    err = 100 * (p["step_ms"] - measured) / measured
+    print(f"{case.name} (paired): projected {p['step_ms']:.1f} ms, measured {measured:.1f} ms ({err:+.1f}%)"
+          + (f"; the projection's workers: {p['workers']}" if p["workers"] is not None else ""), flush=True)
+    return (case.name, " ".join(fixed), p["base_ms"], base_truth, p["step_ms"], p["low_ms"], p["high_ms"],
+            measured, steps, err, 1.0, err)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--only", nargs="*", help="case names")
     ap.add_argument("--logs-dir", type=Path)
+    ap.add_argument("--paired", action="store_true",
+                    help="run the job and its fixed version side by side (the same seconds of the shared machine)")
     opts = ap.parse_args()
     logs = opts.logs_dir or Path(tempfile.mkdtemp(prefix="traceml-whatif-"))
     rows = []
     for case in CASES:
         if opts.only and case.name not in opts.only:
+            continue
+        if opts.paired:
+            row = paired(case, logs, opts.seconds)
+            if row is not None:
+                rows.append(row)
             continue
         first, base_truth, _, control_before = run(case, case.args, logs, "before", opts.seconds, tries=3)
         p = projection(case, first)
