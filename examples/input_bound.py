@@ -25,6 +25,7 @@ from _common import (
     device_sync,
     make_mlp,
     parse_args,
+    pinned,
     plan_work,
     setup,
 )
@@ -53,7 +54,8 @@ def main() -> None:
     dataset = EncodedSamples(BATCH_SIZE * 100)
 
     # Calibrate: batch decoding is sized so that input is --input-share of the step.
-    fetch_s, compute_s = calibrate(model, loss_fn, opt, device, dataset)
+    measured = calibrate(model, loss_fn, opt, device, dataset)
+    fetch_s, compute_s = (pinned(key, lambda v=v: v) for key, v in zip(("fetch_s", "compute_s"), measured, strict=True))
     input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
     dataset.decode_cost_s = input_s / BATCH_SIZE
 

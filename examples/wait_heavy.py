@@ -28,6 +28,7 @@ from _common import (
     make_mlp,
     median_time,
     parse_args,
+    pinned,
     plan_work,
     random_data,
     setup,
@@ -70,8 +71,9 @@ def main() -> None:
     ckpt_path = Path(ckpt_dir.name) / "last.pt"
 
     # Calibrate: metrics + amortised checkpoint cost = WAIT_SHARE of the step.
-    _, compute_s = calibrate(model, loss_fn, opt, device, dataset)
-    ckpt_s = median_time(lambda: save_checkpoint(model, opt, 0, ckpt_path), 3, device)
+    _, measured_s = calibrate(model, loss_fn, opt, device, dataset)
+    compute_s = pinned("compute_s", lambda: measured_s)
+    ckpt_s = pinned("ckpt_s", lambda: median_time(lambda: save_checkpoint(model, opt, 0, ckpt_path), 3, device))
     _, metrics_s = plan_work(compute_s, 0.0, WAIT_SHARE, wait_base_s=ckpt_s / CHECKPOINT_EVERY)
 
     gt = GroundTruth.from_env(sync=device_sync(device))
