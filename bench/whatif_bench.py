@@ -189,7 +189,8 @@ def main() -> int:
     print(f"{'case':18} {'fix':22} {'tool now':>9} {'job now':>8} {'projected':>10} {'interval':>11} "
           f"{'measured':>9} {'steps':>6} {'error':>7} {'pace':>6} {'paced err':>9}")
     for name, fix, base, base_truth, proj, lo, hi, meas, steps, err, pace, fair in rows:
-        print(f"{name:18} {fix:22} {base:9.1f} {base_truth:8.1f} {proj:10.1f} {f'{lo:.0f}-{hi:.0f}':>11} "
+        interval = "-" if lo is None else f"{lo:.0f}-{hi:.0f}"
+        print(f"{name:18} {fix:22} {base:9.1f} {base_truth:8.1f} {proj:10.1f} {interval:>11} "
               f"{meas:9.1f} {steps:6d} {err:+6.1f}% {pace:6.2f} {fair:+8.1f}%")
     print("\nms per step (means). tool now: the first run's mean step as the tool measured it; job now / measured: "
           "the job's own clock over each snapshot's window; error: projected over measured. pace: rank 0's "

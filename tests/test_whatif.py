@@ -8,6 +8,7 @@ import pytest
 from traceml_attach.diagnose.finding import Finding, StepEvidence
 from traceml_attach.diagnose.step import diagnose_step_time
 from traceml_attach.diagnose.whatif import Host, project
+from traceml_attach.output.whatif_text import projection_line
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import RankStepStats
 
@@ -83,3 +84,12 @@ def test_no_projection_is_made_of_nothing():
     # a gain under 2% of the step is noise: not projected
     r = rank("0", 100.0, {"input": 0.01, "forward": 0.49, "backward": 0.5})
     assert project([finding("INPUT_BOUND")], [r], {"0": 100.0}, {"0": 0}, Host(2, 50.0)) == ()
+
+
+def test_without_a_per_step_spread_there_is_no_interval():
+    # live views keep sums, not each step: no spread, so no interval (never a zero-width one)
+    r = rank("0", 100.0, {"input": 0.6, "forward": 0.15, "backward": 0.25}, sd=None)
+    (p,) = project([finding("INPUT_BOUND")], [r], {"0": 100.0}, {"0": 0}, Host(None, None))
+    assert (p.step_ms, p.low_ms, p.high_ms) == (40.0, None, None)
+    assert projection_line(p) == ("input fully overlapped with compute: 40 ms a step, −60 ms (−60%); "
+                                  "DataLoader num_workers=2")

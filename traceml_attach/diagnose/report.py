@@ -96,8 +96,8 @@ class Projection:
     step_ms: float                # ...projected
     gain_ms: float
     gain_pct: float
-    low_ms: float                 # the projection less and plus the per-step spread, scaled to it
-    high_ms: float
+    low_ms: float | None          # the projection less and plus the per-step spread, scaled to it
+    high_ms: float | None         # (None where the spread is unknown: live views)
     assumption: str               # what the projection rests on, in one line
     checked: bool                 # the window could check that assumption
     workers: int | None = None    # INPUT-BOUND: the DataLoader num_workers it stands for

@@ -73,10 +73,11 @@ def project(findings: Sequence[Finding], stats: Sequence[RankStepStats], mean_ms
         if gain < policy.min_gain_share * base:
             return
         step = base - gain
-        spread = 0.0 if sd is None else sd * step / base
+        spread = None if sd is None else sd * step / base   # unknown in live views (they keep sums only)
+        low = None if spread is None else round(max(0.0, step - spread), 3)
+        high = None if spread is None else round(step + spread, 3)
         out.append(Projection(kind, fix, round(base, 3), round(step, 3), round(gain, 3),
-                              round(100 * gain / base, 1), round(max(0.0, step - spread), 3),
-                              round(step + spread, 3), assumption, checked, workers_n, who))
+                              round(100 * gain / base, 1), low, high, assumption, checked, workers_n, who))
 
     for f in findings:
         if f.kind == Kind.INPUT_BOUND:

@@ -17,8 +17,8 @@ def _status(kind: str) -> str:
 def projection_line(p: Projection) -> str:
     """"input fully overlapped with compute: 73 ms a step (66–80), −81 ms (−53%)"."""
     workers = f"; DataLoader num_workers={p.workers}" if p.workers is not None else ""
-    return (f"{p.fix}: {p.step_ms:.0f} ms a step ({p.low_ms:.0f}–{p.high_ms:.0f}), "
-            f"−{p.gain_ms:.0f} ms (−{p.gain_pct:.0f}%){workers}")
+    spread = "" if p.low_ms is None or p.high_ms is None else f" ({p.low_ms:.0f}–{p.high_ms:.0f})"
+    return f"{p.fix}: {p.step_ms:.0f} ms a step{spread}, −{p.gain_ms:.0f} ms (−{p.gain_pct:.0f}%){workers}"
 
 
 def assumption_line(p: Projection) -> str:
