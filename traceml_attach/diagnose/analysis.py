@@ -35,7 +35,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepT
 from traceml_attach.steps.accumulation import accumulated, plan_of
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
-from traceml_attach.steps.steptime import RankStepStats, rank_stats, without_device
+from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import share_period
 from traceml_attach.steps.timeline import Timeline, build_timeline
 
@@ -190,6 +190,12 @@ def _whatif(rec: Recording, lo: int, hi: int, findings: tuple[Finding, ...], sta
     known = [s for s in stats if s.step_ms is not None]
     if len(known) != len([s for s in stats if s.shares is not None]):
         return ()   # no step time: no milliseconds to project
+    if known and all(s.step_sd_ms is None for s in known):
+        # a live view keeps sums, not the spread: the median rank's, from its steps in the window
+        mid = sorted(known, key=lambda s: s.step_ms or 0.0)[(len(known) - 1) // 2]
+        if mid.rank in timelines and mid.step_ms is not None:
+            sd = step_spread_ms(timelines[mid.rank].steps, mid.step_ms)
+            known = [replace(s, step_sd_ms=sd) if s is mid else s for s in known]
     return project(findings, known, mean_steps_ms(known, totals), workers,
                    Host(cpus, statistics.median(busy) if busy else None))
 
