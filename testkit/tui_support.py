@@ -16,7 +16,7 @@ from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.tui.app import TraceApp, make_app
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def recorded_feed(name: str, out_dir: Path | None = None) -> RecordedFeed:
