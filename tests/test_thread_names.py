@@ -12,6 +12,9 @@ from agent.pyspy import ThreadDump, ThreadNames, find_pyspy, process_exe, reads_
 from agent.sampler import Sampler
 from agent.wire import FrameWriter
 
+# real processes (busy loops) sampled by the real py-spy
+pytestmark = pytest.mark.e2e
+
 PID = 4242
 PY312 = "/opt/python/bin/python3.12"
 
