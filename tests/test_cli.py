@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testkit.streams import read_frames
 from tests.conftest import ROOT, traceml
 from traceml_attach.errors import (
     EXIT_BAD_FILE,
@@ -223,3 +224,9 @@ def test_attach_without_a_terminal_prints_the_text_view(example, tmp_path: Path)
     assert out.returncode == 0, out.stderr
     assert " | r0: " in out.stdout and "\x1b[" not in out.stdout
     assert (tmp_path / "t" / "final_summary.json").exists()
+    # the first line is a first look, from the short first py-spy window (then 2-s windows)
+    lines = [line for line in out.stdout.splitlines() if " | r0: " in line]
+    assert "(first look)" in lines[0], lines
+    windows = [f for f in read_frames(tmp_path / "t" / "frames.msgpack") if f.get("k") == "window"]
+    spans = [(f["end"] - f["start"]) / 1e9 for f in windows]
+    assert 0.7 <= spans[0] <= 1.4 and max(spans[1:-1]) >= 1.7, spans

@@ -155,9 +155,11 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     clock = NONE if epoch is None else time.strftime("%H:%M:%S", time.localtime(epoch))
     if live is not None and live.elapsed_s is not None:
         clock += f" · {duration(live.elapsed_s)}"
+    span = (win.end - win.start) if win.start is not None and win.end is not None else None
     if mode == "LIVE" and live is not None and live.warming_up:
         mode = f"WARMING UP ({live.steps_seen} steps seen)"
-    span = (win.end - win.start) if win.start is not None and win.end is not None else None
+    elif mode == "LIVE" and live is not None and live.first_look:
+        mode = "FIRST LOOK"
     sampling = f"{samp.backend} {samp.version or ''} · {rates_text(samp, ids)} · window {duration(span)}"
     nodes = doc.report.nodes
     far = worst_offset(nodes)
