@@ -9,7 +9,7 @@ from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.report import Report
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import first_look
-from traceml_attach.output.render import listed_ranks, node_states, node_tag
+from traceml_attach.output.words import listed_ranks, node_states, node_tag
 from traceml_attach.steps.phases import REGISTRY
 
 _SHORT = {p.name: p.tiny for p in REGISTRY}

@@ -8,7 +8,8 @@ import time
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime
-from traceml_attach.output.render import (
+from traceml_attach.output.summary import Summary
+from traceml_attach.output.words import (
     listed_ranks,
     memory_leads,
     node_states,
@@ -20,7 +21,6 @@ from traceml_attach.output.render import (
     summarised,
     worst_offset,
 )
-from traceml_attach.output.summary import Summary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import (
     DiagnosisVM,
@@ -190,7 +190,7 @@ def present_rail(doc: Summary) -> RailVM:
 
 
 def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
-    """Every rank's row; past render.MANY_RANKS ranks, the slowest (and those a finding names)
+    """Every rank's row; past words.MANY_RANKS ranks, the slowest (and those a finding names)
     worst first, the selected one, and the spread of the step and its phases instead of the
     median and worst rows."""
     rep = doc.report
