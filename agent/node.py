@@ -23,7 +23,8 @@ from agent.pyspy import PySpyError, ThreadDump, find_pyspy, pyspy_version
 from agent.rate import RateGovernor
 from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
-from agent.wire import WIRE_VERSION, FrameWriter
+from agent.wire import WIRE_VERSION
+from agent.writer import FrameWriter
 
 RESCAN_EVERY_S = 1.0
 PROBE_RETRY_S = 0.3    # a rank whose first dump failed for a reason that may pass is probed again after this

@@ -41,7 +41,7 @@ from agent.pyspy import (
 from agent.rate import Rate, RateGovernor
 from agent.target import TargetInfo, inspect_target
 from agent.watch import Change, TargetWatch
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}

@@ -10,7 +10,7 @@ import pytest
 
 from agent.pyspy import ThreadDump, ThreadNames, find_pyspy, process_exe, reads_thread_names
 from agent.sampler import Sampler
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 
 # real processes (busy loops) sampled by the real py-spy
 pytestmark = pytest.mark.e2e

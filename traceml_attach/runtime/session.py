@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agent.link import LinkError, endpoint
 from agent.node import NodeAgent, Probed, hello_frame
 from agent.sampler import SamplerConfig
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
