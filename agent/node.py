@@ -19,10 +19,11 @@ from agent import __version__
 from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
-from agent.pyspy import PySpyError, ThreadDump, find_pyspy, pyspy_version
+from agent.pyspy import PySpyError, find_pyspy, pyspy_version
 from agent.rate import RateGovernor
 from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
+from agent.threads import ThreadDump
 from agent.wire import WIRE_VERSION
 from agent.writer import FrameWriter
 

@@ -29,17 +29,10 @@ from typing import Any
 from agent import source
 from agent.discovery import exit_status
 from agent.procstats import ProcPoller
-from agent.pyspy import (
-    PySpyError,
-    RawSpan,
-    RecordWindow,
-    ThreadDump,
-    ThreadNames,
-    WindowResult,
-    dump,
-)
+from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
 from agent.rate import Rate, RateGovernor
 from agent.target import TargetInfo, inspect_target
+from agent.threads import ThreadDump, ThreadNames, dump
 from agent.watch import Change, TargetWatch
 from agent.writer import FrameWriter
 

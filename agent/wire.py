@@ -28,7 +28,7 @@ Frame kinds (key ``k``)::
     threads  {pid, t, threads: [[tid, os_tid, name, active]]}
              name: the Python name py-spy read, the last one read for that thread, or
              "MainThread" for the main thread of a CPython that never imported threading
-             (agent.pyspy.ThreadNames); None when it cannot be known
+             (agent.threads.ThreadNames); None when it cannot be known
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
     tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
     mem      {pid, samples: [[ts_ns, rss_bytes]]}   the process's RSS every ~50 ms (statm), batched
