@@ -71,6 +71,19 @@ def test_a_shell_running_python_names_its_python_child():
     assert str(child) in one_clean_line(out)
 
 
+def test_traceml_run_from_the_shell_it_is_given_is_not_its_python_child(tmp_path: Path):
+    # GIVEN `traceml snapshot --pid $$` typed in a shell: the shell's only Python child is traceml
+    out_file = tmp_path / "out.txt"
+    script = (f"cd {ROOT} && {sys.executable} -m traceml_attach snapshot --pid $$ --seconds 1 "
+              f"--logs-dir {tmp_path} > {out_file} 2>&1; echo $? >> {out_file}")
+    subprocess.run(["bash", "-c", script], timeout=60, check=False)
+    text = out_file.read_text()
+    # THEN it says the shell is not Python, and names no child (before: traceml's own PID)
+    assert text.splitlines()[-1] == str(EXIT_NOT_PYTHON), text
+    assert "is not a Python process" in text or "not Python" in text, text
+    assert "Python child processes" not in text, text
+
+
 def _fake_pyspy(tmp_path: Path, message: str) -> dict[str, str]:
     # This machine runs tests as root, where ptrace is always allowed; the permission path is
     # exercised with py-spy's own message from a non-root run (see tests/test_stream.py).
