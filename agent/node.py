@@ -19,11 +19,13 @@ from agent import __version__
 from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
-from agent.pyspy import PySpyError, ThreadDump, find_pyspy, pyspy_version
+from agent.pyspy import PySpyError, find_pyspy, pyspy_version
 from agent.rate import RateGovernor
 from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
 from agent.target import TargetError
-from agent.wire import WIRE_VERSION, FrameWriter
+from agent.threads import ThreadDump
+from agent.wire import WIRE_VERSION
+from agent.writer import FrameWriter
 
 RESCAN_EVERY_S = 1.0
 PROBE_RETRY_S = 0.3    # a rank whose first dump failed for a reason that may pass is probed again after this

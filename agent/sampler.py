@@ -2,7 +2,8 @@
 
 Recording windows overlap: window k+1 starts ``window_s - overlap_s`` after window k,
 and window k is stopped ``overlap_s`` after that, so one recorder is always sampling
-while the next one attaches. Spans are stitched at the end of what was already covered;
+while the next one attaches. The first window is ``first_window_s`` long, so a first look
+at the job is out within about 1.5 s of attaching. Spans are stitched at the end of what was already covered;
 any uncovered time between windows is visible in the ``window`` frames as data.
 
 Each window is sampled at the rate the node's RateGovernor gives (agent/rate.py; fixed without
@@ -28,19 +29,12 @@ from typing import Any
 from agent import source
 from agent.discovery import exit_status
 from agent.procstats import ProcPoller
-from agent.pyspy import (
-    PySpyError,
-    RawSpan,
-    RecordWindow,
-    ThreadDump,
-    ThreadNames,
-    WindowResult,
-    dump,
-)
+from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
 from agent.rate import Rate, RateGovernor
 from agent.target import TargetInfo, inspect_target
+from agent.threads import ThreadDump, ThreadNames, dump
 from agent.watch import Change, TargetWatch
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}
@@ -54,6 +48,7 @@ class SamplerConfig:
     rate_hz: int = 100           # py-spy samples per second per thread (the floor when adaptive)
     max_rate_hz: int | None = None   # the most the analysis's advice may raise it to; None: rate_hz (fixed)
     window_s: float = 2.0        # length of one py-spy record window (latency of live data)
+    first_window_s: float = 1.0  # the first one's: a first look within 1.5 s of attaching
     overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
@@ -131,6 +126,7 @@ class Sampler:
         # reused by a later window once this one is freed, which then stopped at once)
         stop_at: dict[RecordWindow, float] = {}
         next_start = started = time.monotonic()
+        opened = 0
         next_threads = next_start + cfg.threads_every_s
         next_proc = next_start
         poller = ProcPoller(self.pid)
@@ -158,7 +154,8 @@ class Sampler:
                     if windows:
                         stop_at[windows[-1]] = now + cfg.overlap_s
                     windows.append(self._start_window())
-                    next_start = now + cfg.window_s - cfg.overlap_s
+                    opened += 1   # the first window is short: a first look soon after attaching
+                    next_start = now + (cfg.first_window_s if opened == 1 else cfg.window_s) - cfg.overlap_s
                     started = now
                 for window in windows:
                     if now >= stop_at.get(window, math.inf):

@@ -39,7 +39,7 @@ import psutil  # noqa: E402
 from agent import discovery  # noqa: E402
 from agent.node import NodeAgent  # noqa: E402
 from agent.sampler import SamplerConfig  # noqa: E402
-from agent.wire import FrameWriter  # noqa: E402
+from agent.writer import FrameWriter  # noqa: E402
 from launch import rank_truth, start_example, start_torchrun, stop_example  # noqa: E402
 
 # name: (example, its arguments, what it is)

@@ -36,7 +36,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.wire import FrameWriter  # noqa: E402
+from agent.writer import FrameWriter  # noqa: E402
 from testkit.streams import looped, read_frames  # noqa: E402
 from traceml_attach.output.report import write_summary_somewhere  # noqa: E402
 from traceml_attach.output.summary import build_summary  # noqa: E402

@@ -6,7 +6,8 @@ Per step: ``batch = next(batches)`` from a generator that works ~30 ms (input), 
 ``forward(batch)`` ~40 ms and ``backward(loss)`` ~20 ms, so steps are ~90 ms. All of it is busy
 work on the CPU (never sleep), so a sampler sees these functions running. It lets the tests attach
 py-spy to interpreters that have no torch (frames and line numbers differ between versions), and
-it imports no ``threading`` itself: where nothing else does, py-spy reads no thread names (see agent.pyspy.ThreadNames).
+it imports no ``threading`` itself: where nothing else does, py-spy reads no thread names (see
+agent.threads.ThreadNames).
 
 ``--clock wall`` (default) spins until each phase's wall time has passed, so steps stay ~90 ms
 while other processes compete for the cores; ``--clock cpu`` spins until this thread has had the

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -61,3 +66,54 @@ def torchrun(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         for child in psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []:
             child.terminate()
         stop_example(proc)
+
+
+# --- running the suite in parallel (pytest-xdist: pyproject's addopts) --------------------------
+#
+# Every test that starts a real job takes a shared lock; a test marked ``timing`` (it measures a
+# job against the job's own clock, or the attacher's cost) takes it exclusive, so it runs with no
+# other job on the machine, as it would alone. A turnstile keeps a waiting timing test from being
+# starved by the shared holders that come after it. The locks are per user and machine, so two
+# runs of the suite at once also keep out of each other's timing tests. Tests that start no job
+# take no lock: they are short and run on the other workers meanwhile.
+
+LOCK_DIR = Path(tempfile.gettempdir())
+
+
+def _lock(name: str) -> IO[str]:
+    return open(LOCK_DIR / f"traceml-tests-{os.getuid()}.{name}.lock", "a+")
+
+
+@contextlib.contextmanager
+def machine(exclusive: bool) -> Iterator[None]:
+    """Hold the machine for a test that starts jobs: alone (``exclusive``) or beside others."""
+    with _lock("turnstile") as turnstile, _lock("machine") as held:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if exclusive:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+            fcntl.flock(held, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start real jobs (e2e) and timing tests are also ``slow``: ``-m "not slow"`` is
+    the inner loop."""
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _machine(request: pytest.FixtureRequest) -> Iterator[None]:
+    timing = request.node.get_closest_marker("timing") is not None
+    if not timing and request.node.get_closest_marker("e2e") is None:
+        yield
+        return
+    with machine(exclusive=timing):
+        yield

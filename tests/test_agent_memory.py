@@ -12,7 +12,7 @@ import pytest
 from agent import source
 from agent.sampler import RssTrace
 from agent.target import inspect_target, memory_limit, started_ns
-from agent.wire import StateFrames
+from agent.writer import StateFrames
 from traceml_attach.collect.merge import _PID_FRAMES
 from traceml_attach.ingest.stream import Recording
 

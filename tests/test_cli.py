@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testkit.streams import read_frames
 from tests.conftest import ROOT, traceml
 from traceml_attach.errors import (
     EXIT_BAD_FILE,
@@ -68,6 +69,19 @@ def test_a_shell_running_python_names_its_python_child():
             shell.kill()
     assert out.returncode == EXIT_NOT_PYTHON
     assert str(child) in one_clean_line(out)
+
+
+def test_traceml_run_from_the_shell_it_is_given_is_not_its_python_child(tmp_path: Path):
+    # GIVEN `traceml snapshot --pid $$` typed in a shell: the shell's only Python child is traceml
+    out_file = tmp_path / "out.txt"
+    script = (f"cd {ROOT} && {sys.executable} -m traceml_attach snapshot --pid $$ --seconds 1 "
+              f"--logs-dir {tmp_path} > {out_file} 2>&1; echo $? >> {out_file}")
+    subprocess.run(["bash", "-c", script], timeout=60, check=False)
+    text = out_file.read_text()
+    # THEN it says the shell is not Python, and names no child (before: traceml's own PID)
+    assert text.splitlines()[-1] == str(EXIT_NOT_PYTHON), text
+    assert "is not a Python process" in text or "not Python" in text, text
+    assert "Python child processes" not in text, text
 
 
 def _fake_pyspy(tmp_path: Path, message: str) -> dict[str, str]:
@@ -223,3 +237,9 @@ def test_attach_without_a_terminal_prints_the_text_view(example, tmp_path: Path)
     assert out.returncode == 0, out.stderr
     assert " | r0: " in out.stdout and "\x1b[" not in out.stdout
     assert (tmp_path / "t" / "final_summary.json").exists()
+    # the first line is a first look, from the short first py-spy window (then 2-s windows)
+    lines = [line for line in out.stdout.splitlines() if " | r0: " in line]
+    assert "(first look)" in lines[0], lines
+    windows = [f for f in read_frames(tmp_path / "t" / "frames.msgpack") if f.get("k") == "window"]
+    spans = [(f["end"] - f["start"]) / 1e9 for f in windows]
+    assert 0.7 <= spans[0] <= 1.4 and max(spans[1:-1]) >= 1.7, spans

@@ -17,7 +17,7 @@ from agent import discovery
 from agent.node import MAX_ATTACH_TRIES, NodeAgent
 from agent.pyspy import PySpyError
 from agent.sampler import Sampler, SamplerConfig
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 
 SLEEPER = f"{sys.executable} -c 'import time; time.sleep(60)'"
 

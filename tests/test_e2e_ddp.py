@@ -37,6 +37,7 @@ def assert_ranks_match_truth(summary: dict, tmp_path: Path, nproc: int) -> None:
             assert abs(shares[phase] - truth.shares[phase]) <= 0.05, (rank, phase, shares, truth.shares)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(
     ("straggler", "kind"),
     # the input straggler: test_e2e_prometheus.py attaches to that job (scraped, then its summary)
@@ -60,6 +61,7 @@ def test_straggler_names_rank_and_cause(torchrun, tmp_path: Path, straggler: str
     assert "Rank " in out.stdout and "Worst (r" in out.stdout
 
 
+@pytest.mark.timing
 def test_balanced_ranks_have_no_straggler(torchrun, tmp_path: Path):
     launcher = torchrun(2, "--straggler", "none")
     time.sleep(2)

@@ -11,7 +11,7 @@ import pytest
 from launch import PHASES, read_truth
 from tests.conftest import steps_from, traceml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 EXPECTED = {
     "input_bound": "INPUT_BOUND",

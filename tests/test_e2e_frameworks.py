@@ -17,7 +17,7 @@ import pytest
 from launch import PHASES, rank_truth, read_truth, start_example, stop_example
 from tests.conftest import steps_from, traceml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 SHARE_TOLERANCE = 0.05   # phase shares within 5 percentage points of the framework's own timing
 STEP_TOLERANCE = 0.10    # median (optimizer) step within 10%
 

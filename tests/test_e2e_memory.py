@@ -18,7 +18,7 @@ import pytest
 from launch import start_example, stop_example
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 MIB = 2**20
 SECONDS = 15

@@ -13,7 +13,7 @@ from launch import rank_truth
 from tests.conftest import traceml
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 
 def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, tmp_path: Path):

@@ -15,7 +15,7 @@ import pytest
 from launch import PHASES, read_truth
 from tests.conftest import steps_from, traceml
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 
 def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[dict, str]:

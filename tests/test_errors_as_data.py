@@ -19,7 +19,7 @@ from agent.node import NodeAgent
 from agent.procstats import ProcPoller
 from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
 from agent.sampler import Sampler, SamplerConfig
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from tests.conftest import ROOT, traceml
 from traceml_attach.cli.main import main
 from traceml_attach.errors import EXIT_INTERNAL, EXIT_PYSPY, EXIT_USAGE

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.wire import FrameWriter, unpacker
+from agent.wire import unpacker
+from agent.writer import FrameWriter
 from tests.conftest import ROOT
 from tests.faults import fill, read_only, tmpfs
 from traceml_attach.errors import EXIT_NOT_WRITTEN

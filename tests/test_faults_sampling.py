@@ -120,6 +120,7 @@ def test_an_interpreter_pyspy_cannot_read_is_named_in_one_line(tmp_path: Path):
     assert f"process {job.pid} runs PyPy 3." in line and "a build py-spy cannot read" in line
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("shape", ["threads", "workers"])
 def test_a_wide_job_is_sampled_at_a_bounded_cost(tmp_path: Path, shape: str):
     # a job with 1,000 threads (a big thread pool), or 32 DataLoader worker processes

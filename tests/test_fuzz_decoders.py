@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.link import pack
-from agent.wire import FrameWriter, unpacker
+from agent.wire import unpacker
+from agent.writer import FrameWriter
 from traceml_attach.collect.merge import Merger
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import analyze

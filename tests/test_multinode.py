@@ -20,7 +20,8 @@ import pytest
 import zmq
 
 from agent.link import AgentLink, Keys, LinkError, create_token, endpoint, read_token, token_warning
-from agent.wire import FrameWriter, unpacker
+from agent.wire import unpacker
+from agent.writer import FrameWriter
 from tests.conftest import traceml
 from traceml_attach.collect.merge import proc_key
 from traceml_attach.collect.server import Collector

@@ -20,7 +20,7 @@ import pytest
 
 from agent.discovery import find_launchers, rank_env
 from agent.link import create_token
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from traceml_attach.collect import launcher
 from traceml_attach.collect.launcher import AgentLaunch, LaunchError, launch_command, reachable
 from traceml_attach.collect.server import Collector

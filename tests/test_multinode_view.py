@@ -19,8 +19,9 @@ from traceml_attach.diagnose.analysis import analyze_live
 from traceml_attach.diagnose.report import NodeRow, PhaseRow, RankStatus
 from traceml_attach.diagnose.sections import step_spread
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.render import listed_ranks, rank_ranges, render_text
+from traceml_attach.output.render import render_text
 from traceml_attach.output.summary import Summary
+from traceml_attach.output.words import listed_ranks, rank_ranges
 from traceml_attach.runtime.recordedfeed import RecordedFeed
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.phases import PHASES

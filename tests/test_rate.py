@@ -20,7 +20,7 @@ import pytest
 from agent.pyspy import RawSpan, WindowResult
 from agent.rate import HOLD_S, RAISE_HOLD_S, Rate, RateGovernor
 from agent.sampler import Sampler, SamplerConfig
-from agent.wire import FrameWriter, StateFrames
+from agent.writer import FrameWriter, StateFrames
 from testkit.simulator import Truth, job, simulate
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare

@@ -11,7 +11,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from agent.wire import FrameWriter, segment_path
+from agent.wire import segment_path
+from agent.writer import FrameWriter
 from testkit.simulator import job, simulate
 from traceml_attach.cli.common import recording_mb
 from traceml_attach.cli.main import main

@@ -7,7 +7,7 @@ import msgpack
 import pytest
 
 from agent.pyspy import explain_failure, spans_from_chrometrace
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
 
 

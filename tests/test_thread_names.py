@@ -8,9 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.pyspy import ThreadDump, ThreadNames, find_pyspy, process_exe, reads_thread_names
+from agent.pyspy import find_pyspy, process_exe
 from agent.sampler import Sampler
-from agent.wire import FrameWriter
+from agent.threads import ThreadDump, ThreadNames, reads_thread_names
+from agent.writer import FrameWriter
+
+# real processes (busy loops) sampled by the real py-spy
+pytestmark = pytest.mark.e2e
 
 PID = 4242
 PY312 = "/opt/python/bin/python3.12"

@@ -6,9 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from testkit.tui_support import recorded_feed
+from testkit.streams import read_frames
+from testkit.tui_support import FIXTURES, recorded_feed
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.report import Stall
+from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.live import live_document
 from traceml_attach.output.summary import Summary
 from traceml_attach.steps.classify import load_rules
@@ -106,6 +108,22 @@ def test_a_fresh_attach_says_it_is_warming_up():
     assert vm.rail.items[0].status == "WARMING UP"
     # the mode names what the user did; warming up only replaces LIVE
     assert present(doc, Selection(), "PAUSED").header.mode == "PAUSED"
+
+
+def test_the_first_seconds_are_a_first_look_then_live(ddp_doc):
+    # GIVEN the recorded torchrun job as a live view saw it 3 s into the attach...
+    frames = read_frames(FIXTURES / "ddp_input_straggler.msgpack")
+    start = min(f["t"] for f in frames if f.get("k") == "target")
+    early = Recording()
+    for frame in frames:   # its spans' windows end within 3 s of the start
+        if frame.get("k") != "spans" or all(ts < start + 3_000_000_000 for _, ts, _, _ in frame["spans"]):
+            early.add(frame)
+    doc = live_document(early, analyze(early, load_rules()), "x")
+    assert doc.live is not None and doc.live.first_look
+    # THEN the header says the numbers are a first look, and LIVE past FIRST_LOOK_S of samples
+    assert not doc.live.warming_up and present(doc, Selection(), "LIVE").header.mode == "FIRST LOOK"
+    assert ddp_doc.live is not None and not ddp_doc.live.first_look
+    assert present(ddp_doc, Selection(), "LIVE").header.mode == "LIVE"
 
 
 def test_memory_panel_has_a_trend_per_rank(ddp_doc):

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 # Live views and the final diagnosis look at this much of the newest data: a longer stretch
 # reacts slowly to a change, a shorter one holds too few steps of a slow job.
 LIVE_WINDOW_S = 30.0
+# Fewer seconds of samples than this are a first look (the first py-spy window is 1 s long, then
+# 2-s windows): its numbers come from the first window or two and move as more arrive. The header
+# and the text view say so.
+FIRST_LOOK_S = 5.0
 # A step longer than this many typical steps is not typical (an eval or a checkpoint): typical
 # steps are what the component shares of a step are medians over.
 TYPICAL_MAX = 2.0

@@ -8,7 +8,8 @@ import time
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.report import Report
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.output.render import listed_ranks, node_states, node_tag
+from traceml_attach.output.live import first_look
+from traceml_attach.output.words import listed_ranks, node_states, node_tag
 from traceml_attach.steps.phases import REGISTRY
 
 _SHORT = {p.name: p.tiny for p in REGISTRY}
@@ -19,7 +20,8 @@ LIVE_SLOWEST = 3
 def live_line(rec: Recording, an: Analysis, elapsed_s: float) -> str:
     f = an.findings[0]
     rep = an.report
-    parts = [time.strftime("%H:%M:%S"), f"{elapsed_s:5.0f}s", f"[{f.status}] {f.summary}"]
+    look = " (first look)" if first_look(rec) else ""
+    parts = [time.strftime("%H:%M:%S"), f"{elapsed_s:5.0f}s", f"[{f.status}]{look} {f.summary}"]
     if rep.nodes:
         parts.append(node_states(rep.nodes))
     if len(an.ranks) > LIVE_RANKS:

@@ -10,7 +10,8 @@ import argparse
 from collections import defaultdict
 
 from agent import source
-from agent.pyspy import PySpyError, ThreadDump, ThreadNames, dump, find_pyspy, process_exe
+from agent.pyspy import PySpyError, find_pyspy, process_exe
+from agent.threads import ThreadDump, ThreadNames, dump
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.errors import KIND_TO_EXIT, CliError
 from traceml_attach.ingest.model import CodeFrame

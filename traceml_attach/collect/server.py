@@ -27,7 +27,8 @@ from agent.link import (
     token_warning,
     unpack,
 )
-from agent.wire import MAX_FRAME_BYTES, FrameWriter
+from agent.wire import MAX_FRAME_BYTES
+from agent.writer import FrameWriter
 from traceml_attach.collect.merge import Merger, Stream
 
 LOST_S = 10.0          # an agent silent this long (it sends every second) is "lost"

@@ -1,6 +1,6 @@
 """Read a recording that may have been rotated: frames.msgpack and the segments beside it.
 
-With a cap (``--max-recording-mb``) the writer (agent/wire.py, ``FrameWriter``) cuts the
+With a cap (``--max-recording-mb``) the writer (agent/writer.py, ``FrameWriter``) cuts the
 recording into segments: ``frames.msgpack`` (segment 0, kept for good: the attach-time context)
 and ``frames.000001.msgpack``, ``frames.000002.msgpack``, … of which it deletes the oldest when
 the files would pass the cap. So a rotated run folder holds segment 0 and the newest segments,

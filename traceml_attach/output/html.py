@@ -26,9 +26,9 @@ from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.history import History, RankHistory
 from traceml_attach.diagnose.kinds import Kind, status
 from traceml_attach.diagnose.ranks import rank_key
-from traceml_attach.output.render import memory_leads
 from traceml_attach.output.summary import Summary
 from traceml_attach.output.whatif_text import arrival_line, assumption_line, change_line, projection_line
+from traceml_attach.output.words import memory_leads
 from traceml_attach.steps.phases import PHASES
 
 MANY_RANKS = 12   # more ranks than this: heatmaps instead of a line per rank

@@ -10,6 +10,7 @@ from traceml_attach.diagnose.analysis import Analysis, first_ns
 from traceml_attach.diagnose.kinds import not_judged
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.summary import LiveState, Summary
+from traceml_attach.policy import FIRST_LOOK_S
 
 SPARK_POINTS = 60   # memory trend points kept per rank, spread over the session
 
@@ -31,6 +32,12 @@ def _clock_ns(rec: Recording, an: Analysis) -> int | None:
     return max(last) if last else None
 
 
+def first_look(rec: Recording) -> bool:
+    """Fewer than FIRST_LOOK_S seconds of samples so far: the numbers are still settling."""
+    span = rec.time_range()
+    return span is not None and span[1] - span[0] < FIRST_LOOK_S * 1e9
+
+
 def live_document(rec: Recording, an: Analysis, run_name: str) -> Summary:
     """The summary of the window ``an`` covers, with the live state: clock, steps seen and the
     memory trends (of the series the report judged)."""
@@ -42,6 +49,7 @@ def live_document(rec: Recording, an: Analysis, run_name: str) -> Summary:
         None if clock is None or first is None else round((clock - first) / 1e9, 1),
         max((r.steps for r in an.ranks), default=0),
         not_judged(primary.kind),
+        first_look(rec),
         {int(rank): _tail(s, SPARK_POINTS) for rank, s in an.memory_series.items() if s},
     )
     return Summary(run_name, an.report, live=live)

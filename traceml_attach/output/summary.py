@@ -34,6 +34,7 @@ class LiveState:
     elapsed_s: float | None                 # since the session began
     steps_seen: int
     warming_up: bool
+    first_look: bool                        # fewer than FIRST_LOOK_S seconds sampled: numbers still settling
     memory_series: dict[int, tuple[int, ...]]   # the step-memory trend per rank, bytes, oldest first
 
 

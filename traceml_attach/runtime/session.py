@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from agent.link import LinkError, endpoint
 from agent.node import NodeAgent, Probed, hello_frame
 from agent.sampler import SamplerConfig
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector
@@ -370,8 +370,12 @@ class Analyst(threading.Thread):
         next_trim = self.started + TRIM_EVERY_S
         metrics = self.session.metrics
         ticking = self.on_tick is not None or metrics is not None
+        first_look = False   # the first spans arrived: analysed at once, not at the next tick
         while not self.done.is_set():
             self.session.drain(wait_s=0.1, until=next_tick if ticking else None)
+            if not first_look and self.session.rec.time_range() is not None:
+                first_look = True
+                next_tick = min(next_tick, time.monotonic())
             try:
                 self.session.advise_rates()
             except Exception as exc:

@@ -14,7 +14,7 @@ from agent.node import NodeAgent, Probed
 from agent.pyspy import PySpyError
 from agent.sampler import SamplerConfig
 from agent.target import TargetError, inspect_target, python_children
-from agent.wire import FrameWriter
+from agent.writer import FrameWriter
 from traceml_attach.errors import KIND_TO_EXIT, CliError
 
 

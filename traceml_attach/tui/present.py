@@ -8,7 +8,9 @@ import time
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.kinds import Family, Kind, family
 from traceml_attach.diagnose.report import PhaseRow, RankStepTime, StepTimeReport
-from traceml_attach.output.render import (
+from traceml_attach.output.summary import Summary
+from traceml_attach.output.whatif_text import arrival_line, assumption_line, projection_line
+from traceml_attach.output.words import (
     listed_ranks,
     memory_leads,
     node_states,
@@ -20,8 +22,6 @@ from traceml_attach.output.render import (
     summarised,
     worst_offset,
 )
-from traceml_attach.output.summary import Summary
-from traceml_attach.output.whatif_text import arrival_line, assumption_line, projection_line
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.tui.viewmodel import (
     DiagnosisVM,
@@ -156,9 +156,11 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     clock = NONE if epoch is None else time.strftime("%H:%M:%S", time.localtime(epoch))
     if live is not None and live.elapsed_s is not None:
         clock += f" · {duration(live.elapsed_s)}"
+    span = (win.end - win.start) if win.start is not None and win.end is not None else None
     if mode == "LIVE" and live is not None and live.warming_up:
         mode = f"WARMING UP ({live.steps_seen} steps seen)"
-    span = (win.end - win.start) if win.start is not None and win.end is not None else None
+    elif mode == "LIVE" and live is not None and live.first_look:
+        mode = "FIRST LOOK"
     sampling = f"{samp.backend} {samp.version or ''} · {rates_text(samp, ids)} · window {duration(span)}"
     nodes = doc.report.nodes
     far = worst_offset(nodes)
@@ -210,7 +212,7 @@ def present_rail(doc: Summary) -> RailVM:
 
 
 def present_steps(doc: Summary, sel: Selection) -> StepTableVM:
-    """Every rank's row; past render.MANY_RANKS ranks, the slowest (and those a finding names)
+    """Every rank's row; past words.MANY_RANKS ranks, the slowest (and those a finding names)
     worst first, the selected one, and the spread of the step and its phases instead of the
     median and worst rows."""
     rep = doc.report

@@ -21,7 +21,7 @@ class HeaderVM:
     title: str          # "traceml attach · train-1234"
     target: str         # "input_bound.py · pid 1234 · 1 rank"
     clock: str          # "14:03:21 · 1m 05s"
-    mode: str           # LIVE | PAUSED | REPLAY | WARMING UP (3 steps seen)
+    mode: str           # LIVE | PAUSED | REPLAY | WARMING UP (3 steps seen) | FIRST LOOK (1.2 s sampled)
     sampling: str       # "py-spy 0.4.3 · 100 Hz · last 30 s"
     nodes: str = ""     # "16 nodes (15 joined, 1 lost) · clock -2.1 ms (n7)" (the furthest offset); "" on one machine
     nodes_lost: bool = False   # a node's agent went silent: the nodes show in red

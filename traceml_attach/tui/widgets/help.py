@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from traceml_attach.output.render import MANY_RANKS, WORST_RANKS
+from traceml_attach.output.words import MANY_RANKS, WORST_RANKS
 
 HELP = f"""\
 [b]Keys[/b]

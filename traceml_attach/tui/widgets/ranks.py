@@ -52,9 +52,9 @@ class RanksList(Panel):
     def _wrapped(detail: str, first_w: int, width: int, spare: int) -> list[str]:
         """``detail`` as its row's part (``first_w`` cells) and at most ``spare`` lines under it, cut
         between words; as it is (its row cuts it) when it fits or there is no room."""
-        if len(detail) <= first_w or spare <= 0 or first_w < 8:
+        if len(detail) <= first_w or spare <= 0:
             return [detail]
-        first = textwrap.wrap(detail, first_w)[0]
+        first = textwrap.wrap(detail, first_w)[0] if first_w >= 8 else ""   # too narrow: all of it below
         rest = textwrap.wrap(detail[len(first):].strip(), width - INDENT)
         if len(rest) > spare:
             rest = [*rest[:spare - 1], rest[spare - 1][: width - INDENT - 1] + "…"]

@@ -1,7 +1,7 @@
 """The step-time table: per-rank phase times (ms per typical step), the median and worst
 rows, skew and WAIT share, with a stacked phase bar when there is room; a rank whose sampling
 had problems is marked, with its coverage and the problem on a line below. Past
-render.MANY_RANKS ranks it summarises: the slowest ranks, the selected one and the spread."""
+words.MANY_RANKS ranks it summarises: the slowest ranks, the selected one and the spread."""
 
 from __future__ import annotations
 
