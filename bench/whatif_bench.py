@@ -1,6 +1,6 @@
 """What-if projections against a second real run with the fix applied.
 
-    python bench/whatif_bench.py [--seconds 8] [--only NAME ...] [--logs-dir DIR]
+    python bench/whatif_bench.py [--paired] [--seconds 12] [--only NAME ...] [--logs-dir DIR]
 
 For each case: run the example as it is, snapshot it, and take the projection its report makes
 for one fix; then run it again with that fix (more DataLoader workers, the metrics logging or the
