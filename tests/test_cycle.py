@@ -8,8 +8,8 @@ from dataclasses import replace
 from testkit.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
+from traceml_attach.steps.batch_timeline import CYCLE_RANK, build_timeline, returns
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import CYCLE_RANK, build_timeline, returns
 
 RULES = load_rules()
 MS = 1_000_000

@@ -4,8 +4,8 @@ import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.ingest.model import Span, ThreadInfo
+from traceml_attach.steps.batch_timeline import CpuCounter, _around, build_timeline, find_loop
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import CpuCounter, _around, build_timeline, find_loop
 
 RULES = load_rules()
 PATTERN = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 30), (OPTIM, 10)]  # 100 ms steps

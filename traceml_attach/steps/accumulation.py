@@ -40,9 +40,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from traceml_attach.steps.batch_timeline import Step, StepClock, Timeline, clock_of, expand
 from traceml_attach.steps.period import MAX_STEP_ERROR, visit_samples
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, expand
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k

@@ -18,9 +18,9 @@ import itertools
 import statistics
 from dataclasses import replace
 
+from traceml_attach.steps.batch_timeline import MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
+from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.period import MIN_INTERVALS, map_counts
-from traceml_attach.steps.timeline import MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
-from traceml_attach.steps.tracker import RankTracker
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
 

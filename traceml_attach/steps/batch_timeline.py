@@ -1,4 +1,6 @@
-"""From one process's sampled spans to classified steps: a pure function of a window.
+"""The step engine's batch form: from one process's sampled spans to classified steps, a pure
+function of a window (its live form, carried from tick to tick: live_tracker.py and
+live_intervals.py, which share this module's data types and rules).
 
 1. The training thread is the one that spends the most time in training phases;
    pin-memory, loader and other background threads never count as loop time.
@@ -187,7 +189,7 @@ class Timeline:
     tid: int | None
     thread_name: str | None
     loop: LoopFrame | None
-    # tuples from build_timeline; views of a live tracker's logs (steps/logs.py) from it
+    # tuples from build_timeline; views of a live tracker's logs (steps/movinglog.py) from it
     segments: Sequence[Segment]
     steps: Sequence[Step]               # intervals expanded by their step counts
     clock: StepClock
