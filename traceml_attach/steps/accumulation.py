@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 
 from traceml_attach.steps.period import MAX_STEP_ERROR, visit_samples
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, expand
+from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, edge_steps, expand
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
@@ -222,7 +222,17 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         return None
     steps = expand(groups, counts)
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
-    return replace(tl, steps=steps, clock=replace(clock, typical_ns=typical), micro_batches=None)
+    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
+    return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def _edges(tl: Timeline, steps: Sequence[Step], period_ns: float | None) -> int:
+    """Whole optimizer steps between the window's edges and the first and last optimizer step
+    found (``timeline.edge_steps``): the micro-batches before the first return that ends one, and
+    those that ``group`` leaves out at either end, still hold whole steps when long enough."""
+    if not steps:
+        return 0
+    return edge_steps((steps[0].start_ns, steps[-1].end_ns), tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
 
 
 @dataclass(frozen=True)
@@ -355,7 +365,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" else period
     clock = replace(clock, period_ns=period, typical_ns=typical,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
-                    edge_steps=clock.edge_steps // k)
+                    edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
 
 
