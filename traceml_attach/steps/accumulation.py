@@ -363,6 +363,13 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     # optimizer steps (k times the micro-batch period would leave the optimizer out)
     period = sum(s.dur_ns for s in steps) / len(steps)
     typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" else period
+    visits = by_optimizer(tl)
+    theirs = visits.clock.typical_ns if visits is not None else None
+    if visits is not None and theirs and abs(typical / theirs - 1) > MAX_STEP_ERROR:
+        # the optimizer's own visits, one per optimizer step, fit a step of their own that k
+        # micro-batches stray from: the returns are not all micro-batches (an outer loop's wraps
+        # among them), or were miscounted; the visits are the steps' own mark
+        return replace(visits, micro_batches=None)
     clock = replace(clock, period_ns=period, typical_ns=typical,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
