@@ -19,7 +19,7 @@ import statistics
 from dataclasses import replace
 
 from traceml_attach.steps.period import MIN_INTERVALS, map_counts
-from traceml_attach.steps.timeline import MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
+from traceml_attach.steps.timeline import IRREGULAR, MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
 from traceml_attach.steps.tracker import RankTracker
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
@@ -64,7 +64,7 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     varied = [r for r, tl in timelines.items() if _saw_them_vary(tl.clock, len(tl.intervals))]
     if varied:
         unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
-        return {r: without_period(t, unknown) for r, t in timelines.items()}
+        return {r: without_period(t, replace(unknown, unseen=t.clock.unseen)) for r, t in timelines.items()}
     for rank, tl in own.items():
         assert tl.clock.period_ns is not None
         # only two ranks that each saw every boundary can contradict each other
@@ -109,7 +109,7 @@ def _varied_reason(rank: str) -> str:
     for a typical step, no other rank's clock stands for them, not even one that saw every boundary
     too and found its own steady (steps of two lengths by turns put the median of a few more or
     fewer of them on either length)."""
-    return (f"rank {rank} saw every boundary and its steps vary too much for a typical step (irregular steps); the "
+    return (f"rank {rank} saw every boundary and its steps vary too much for a typical step ({IRREGULAR}); the "
             "ranks step together, so no other rank's clock stands for them (an input pipeline that delivers in "
             "bursts makes steps of two or more lengths)")
 
@@ -147,7 +147,7 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None) -> t
         unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
         for each in trackers.values():
             each.count_ones()
-        return {r: each.timeline(unknown) for r, each in trackers.items()}, ref
+        return {r: each.timeline(replace(unknown, unseen=each.clock.unseen)) for r, each in trackers.items()}, ref
     reference = own[ref]
     period = reference.clock.period_ns
     assert period is not None
