@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sim_grid import Point, build
 from testkit.live_streams import NS, arriving, repeated, ticks
 from testkit.simulator import Job, RankWork, job, simulate
 from testkit.streams import read_frames
@@ -117,6 +118,9 @@ JOBS = {
     # a sampler that stalls for 250 ms once a second: drop-outs, every boundary otherwise seen
     "drop_outs": (Job((RankWork(100.0, 0.0, 40.0, 50.0, 10.0),), jitter=0.03), 100,
                   {"stall_rate": 1.0, "stall_ms": 250}),
+    # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
+    # that finds them too uneven makes every rank's step unknown, live as in the batch
+    "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
 }

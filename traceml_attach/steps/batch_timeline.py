@@ -152,6 +152,11 @@ class Step:
         return self.end_ns - self.start_ns
 
 
+# the words of the reason that synchronized ranks' steps vary too much for a typical one, where a
+# rank saw every boundary (steps/sync.py; StepClock.irregular)
+IRREGULAR = "irregular steps"
+
+
 @dataclass(frozen=True)
 class StepClock:
     """How the steps were counted, and whether their length is known.
@@ -175,6 +180,12 @@ class StepClock:
     @property
     def known(self) -> bool:
         return self.period_ns is not None
+
+    @property
+    def irregular(self) -> bool:
+        """Unknown because a synchronized rank saw every boundary and its steps vary too much for a
+        typical one (IRREGULAR in the reason: ``sync.share_period``)."""
+        return self.period_ns is None and self.reason is not None and IRREGULAR in self.reason
 
     def shared(self, visible: float | None, unseen: float | None, edge_steps: int) -> StepClock:
         """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
