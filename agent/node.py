@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from agent import __version__
+from agent.cost import COST_EVERY_S, process_frame
 from agent.discovery import Plan, RankProc, ranks_below
 from agent.nvml import Nvml
 from agent.procstats import host_frame
@@ -173,6 +174,7 @@ class NodeAgent:
         for r in self.running.values():
             r.thread.join()
         self.nvml.close()
+        self.writer.write(process_frame())   # what the whole attach cost, py-spy included
 
     def tick(self, stop: threading.Event) -> None:
         """Periodic node work: host stats and launcher re-scans (call every ~0.1 s)."""
@@ -192,6 +194,10 @@ class NodeAgent:
         if now >= state.get("rescan", 0.0):
             state["rescan"] = now + RESCAN_EVERY_S
             self.rescan(stop)
+        state.setdefault("cost", now + COST_EVERY_S)
+        if now >= state["cost"]:
+            state["cost"] = now + COST_EVERY_S
+            self.writer.write(process_frame())
 
     def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None) -> None:
         """The analysis's advice on ``pid``'s rate, drawn from its data at ``seen_at_hz``: its

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import source
+from agent.cost import COST_EVERY_S, CpuParts
 from agent.discovery import exit_status
 from agent.procstats import ProcPoller
 from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
@@ -135,6 +136,8 @@ class Sampler:
         next_mem = next_start
         tmp = self._tmp = Path(tempfile.mkdtemp(prefix="traceml-"))
         next_cpu = next_start
+        costs = CpuParts()   # this thread's CPU by part (agent/cost.py)
+        next_cost = next_start + COST_EVERY_S
         reason = "stopped"
         watch = self._watch = self._watch or TargetWatch(self.pid)
         try:
@@ -142,8 +145,11 @@ class Sampler:
                 now = time.monotonic()
                 if now >= next_cpu:   # first: no window may start on a process that is no longer the job
                     next_cpu = now + cfg.cpu_every_s
-                    cpu.read()
-                    if self._changed(watch.look()) or self._gone():
+                    with costs.part("counters"):
+                        cpu.read()
+                    with costs.part("watch"):
+                        ended = self._changed(watch.look()) or self._gone()
+                    if ended:
                         reason = "target_exited"
                         return reason
                 # a new rate starts with a new window at once, once the one running is past its
@@ -153,7 +159,8 @@ class Sampler:
                 if (now >= next_start or early) and now >= self._resume_at:
                     if windows:
                         stop_at[windows[-1]] = now + cfg.overlap_s
-                    windows.append(self._start_window())
+                    with costs.part("spawn"):
+                        windows.append(self._start_window())
                     opened += 1   # the first window is short: a first look soon after attaching
                     next_start = now + (cfg.first_window_s if opened == 1 else cfg.window_s) - cfg.overlap_s
                     started = now
@@ -163,24 +170,32 @@ class Sampler:
                 while windows and not windows[0].running():
                     finished = windows.popleft()
                     stop_at.pop(finished, None)
-                    if not self._finish(finished):
+                    with costs.part("parse"):
+                        finished_ok = self._finish(finished)
+                    if not finished_ok:
                         reason = "pyspy_failed"
                         return reason
                 if now >= next_mem:
                     next_mem = now + cfg.mem_every_s
-                    mem.read()
+                    with costs.part("rss"):
+                        mem.read()
                 if now >= next_proc:   # the 20 ms branch above has just checked _gone()
                     next_proc = now + cfg.proc_every_s
-                    frame = poller.poll()
+                    with costs.part("proc"):
+                        frame = poller.poll()
                     if frame is None:
                         reason = "target_exited"
                         return reason
                     self.writer.write(frame)
                     self.writer.write(cpu.frame())
                     self.writer.write(mem.frame())
+                if now >= next_cost:
+                    next_cost = now + COST_EVERY_S
+                    self.writer.write(costs.frame(self.pid))
                 if now >= next_threads:
                     next_threads = now + cfg.threads_every_s
-                    self._poll_threads()
+                    with costs.part("dump"):
+                        self._poll_threads()
                 stop.wait(0.02)
             return reason
         finally:
@@ -193,6 +208,7 @@ class Sampler:
                 else:
                     self._finish(window, cut_short=True)
             self.writer.write(cpu.frame())   # the CPU counters up to the end, exit included
+            self.writer.write(costs.frame(self.pid))
             self.writer.write(mem.frame())
             if reason == "target_exited":
                 self.writer.write({"k": "exit", "t": time.time_ns(), "pid": self.pid,

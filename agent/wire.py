@@ -42,6 +42,9 @@ Frame kinds (key ``k``)::
     restart  {t, rank, old_pid, pid}              the launcher replaced a rank's process
     error    {t, pid, kind, msg}
     exit     {t, pid, status}
+    cost     {t, pid, parts}                      the attacher's own CPU seconds by part, cumulative: a
+             sampler's (pid: its target) every 10 s and at its end; the agent's process and its
+             reaped py-spy children (pid null) every 10 s and at the end (agent/cost.py)
     bye      {t, reason}                          written by the session when it ends
     segment  {n, t, max_bytes, dropped, dropped_bytes, dropped_from, dropped_to}
              the first frame of a numbered segment (see below), opened at wall-clock t;

@@ -243,3 +243,7 @@ def test_attach_without_a_terminal_prints_the_text_view(example, tmp_path: Path)
     windows = [f for f in read_frames(tmp_path / "t" / "frames.msgpack") if f.get("k") == "window"]
     spans = [(f["end"] - f["start"]) / 1e9 for f in windows]
     assert 0.7 <= spans[0] <= 1.4 and max(spans[1:-1]) >= 1.7, spans
+    # and the attacher's own cost is recorded: the sampler's parts for the job, the process's with py-spy's
+    costs = {f["pid"]: f["parts"] for f in read_frames(tmp_path / "t" / "frames.msgpack") if f.get("k") == "cost"}
+    assert costs[job.pid]["parse"] > 0 and costs[job.pid]["counters"] > 0, costs
+    assert costs[None]["children"] > 0 and costs[None]["process"] > 0, costs

@@ -8,8 +8,8 @@ from dataclasses import replace
 from testkit.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
+from traceml_attach.steps.batch_timeline import CYCLE_RANK, build_timeline, returns
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import CYCLE_RANK, build_timeline, returns
 
 RULES = load_rules()
 MS = 1_000_000
@@ -90,6 +90,39 @@ def test_accumulation_with_a_long_optimizer_counts_optimizer_steps():
     assert acc.clock.known and abs(acc.clock.typical_ns - 220 * MS) <= 0.01 * 220 * MS
     assert acc.micro_batches in (4, None)
     assert 18 <= acc.step_count <= 19
+
+
+def test_optimizer_steps_before_the_first_one_found_still_count():
+    # GIVEN a window that opens in one step's optimizer: the first return after optimizer time
+    # ends the first whole optimizer step, which no interval reaches back to
+    micro = [(on_step_line(FWD_BELOW), 15), (on_step_line(BWD_BELOW), 25)]
+    pattern = micro * 4 + [(OPT_STEP, 60)]
+    head = steps([(on_step_line(BWD_BELOW), 25), (OPT_STEP, 60)], 1, t0_ns=10**9)
+    body = steps(pattern, 20, t0_ns=10**9 + 85 * MS)
+    tail = steps(micro, 1, t0_ns=10**9 + 85 * MS + 20 * 220 * MS)
+    # WHEN it is counted in optimizer steps
+    acc = with_accumulation(timeline(head + body + tail))
+    # THEN the whole step before the first one found counts too (the window's edge)
+    assert acc.clock.known and abs(acc.clock.typical_ns - 220 * MS) <= 0.01 * 220 * MS
+    assert len(acc.steps) == 19 and acc.clock.edge_steps == 1
+    assert acc.step_count == 20
+
+
+def test_micro_batches_miscounted_give_way_to_the_optimizers_own_visits():
+    # GIVEN 3 micro-batches of 40 ms and a 4 ms optimizer a step (124 ms), counted as 4 micro-batches
+    # a step (returns that are not all micro-batches: an outer loop's wraps among them)
+    micro = [(on_step_line(FWD_BELOW), 15), (on_step_line(BWD_BELOW), 25)]
+    tl = timeline(steps(micro * 3 + [(OPT_STEP, 4)], 30), rate=500)
+    # WHEN it is grouped in fours
+    acc = with_accumulation(tl, Plan(k=4))
+    # THEN the optimizer's visits, one per optimizer step, give the step, not 4 micro-batches
+    assert tl.clock.known and abs(tl.clock.typical_ns - 40 * MS) <= 0.01 * 40 * MS
+    assert acc.clock.known and abs(acc.clock.typical_ns - 124 * MS) <= 0.01 * 124 * MS
+    assert acc.micro_batches is None
+    assert 29 <= acc.step_count <= 30
+    # and where k is right, the micro-batches stand
+    right = with_accumulation(tl, Plan(k=3))
+    assert right.micro_batches == 3 and abs(right.clock.typical_ns - 124 * MS) <= 0.01 * 124 * MS
 
 
 def test_without_accumulation_the_optimizer_marks_nothing():

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu, unknown_step_note
+from traceml_attach.steps.batch_timeline import StepClock
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import COMPONENTS, RankStepStats
-from traceml_attach.steps.timeline import StepClock
 
 
 def stats(steps: int = 50, step_ms: float = 100.0, **shares: float) -> RankStepStats:

@@ -31,8 +31,8 @@ from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.render import render_text
 from traceml_attach.output.summary import build_summary, from_json, to_json
 from traceml_attach.runtime.pipeline import Pipeline, replay_file
+from traceml_attach.steps.batch_timeline import StepClock
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import StepClock
 from traceml_attach.tui.present import Selection, present
 
 RULES = load_rules()

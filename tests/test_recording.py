@@ -288,3 +288,17 @@ def test_the_cap_option():
     for bad in ("-1", "0.001", "inf", "nan"):
         with pytest.raises(argparse.ArgumentTypeError):
             recording_mb(bad)
+
+
+def test_cost_frames_are_read_and_a_malformed_one_is_refused(tmp_path: Path):
+    from agent.cost import CpuParts, process_frame
+
+    parts = CpuParts()
+    with parts.part("parse"):
+        sum(i * i for i in range(200_000))   # some CPU in the part
+    frames = [parts.frame(7), process_frame(), {"k": "cost", "t": 1, "pid": 7, "parts": ["not", "seconds"]}]
+    rec = Recording()
+    for frame in frames:
+        rec.add(frame)
+    assert rec.costs[7]["parse"] > 0 and rec.bad_frames == 1
+    assert rec.costs[None]["process"] > 0 and "children" in rec.costs[None]

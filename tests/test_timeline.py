@@ -4,8 +4,8 @@ import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.ingest.model import Span, ThreadInfo
+from traceml_attach.steps.batch_timeline import CpuCounter, _around, build_timeline, find_loop
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import CpuCounter, _around, build_timeline, find_loop
 
 RULES = load_rules()
 PATTERN = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 30), (OPTIM, 10)]  # 100 ms steps
@@ -174,3 +174,14 @@ def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
     assert tl.clock.known and tl.clock.typical_ns == pytest.approx(100_000_000, rel=0.01), tl.clock
     assert sorted(round(s.dur_ns / 1e6) for s in tl.steps)[-4:] == [800] * 4
     assert tl.wait_labels_ns["eval"] == 4 * 600_000_000 and tl.wait_labels_ns["checkpoint"] == 4 * 100_000_000
+
+
+def test_only_the_synchronized_ranks_irregular_steps_mark_a_clock_irregular():
+    from traceml_attach.steps.batch_timeline import StepClock
+    from traceml_attach.steps.sync import _varied_reason
+
+    # a rank that saw every boundary and found its steps too uneven speaks for every rank...
+    assert StepClock("unknown", None, reason=_varied_reason("3")).irregular
+    # ...one rank's own jittery steps, or any known clock, do not
+    assert not StepClock("unknown", None, reason="the steps vary too much for the 40 boundaries seen").irregular
+    assert not StepClock("comb", 100e6, reason=_varied_reason("3")).irregular

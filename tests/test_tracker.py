@@ -1,4 +1,4 @@
-"""The live analysis (diagnose/incremental.py, steps/tracker.py) against the batch analysis it
+"""The live analysis (diagnose/incremental.py, steps/live_tracker.py) against the batch analysis it
 stands for. Fed a recording as it arrives and asked at every second of data, it must give what
 ``analyze`` gives for the same 30 s window: the same thread and loop, the step count within one
 step or 2%, the step time within 2% and known where the batch's is, the same diagnosis. And the
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.sim_grid import Point, build
 from testkit.live_streams import NS, arriving, repeated, ticks
 from testkit.simulator import Job, RankWork, job, simulate
 from testkit.streams import read_frames
@@ -20,9 +21,9 @@ from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import LIVE_WINDOW_S
+from traceml_attach.steps.batch_timeline import OUTER_TIE, LoopFrame, Timeline, loop_candidates
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.timeline import OUTER_TIE, LoopFrame, Timeline, loop_candidates
-from traceml_attach.steps.tracker import LOOP_TIE_MARGIN, pick_loop
+from traceml_attach.steps.live_tracker import LOOP_TIE_MARGIN, pick_loop
 
 RULES = load_rules()
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -117,6 +118,9 @@ JOBS = {
     # a sampler that stalls for 250 ms once a second: drop-outs, every boundary otherwise seen
     "drop_outs": (Job((RankWork(100.0, 0.0, 40.0, 50.0, 10.0),), jitter=0.03), 100,
                   {"stall_rate": 1.0, "stall_ms": 250}),
+    # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
+    # that finds them too uneven makes every rank's step unknown, live as in the batch
+    "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
 }
@@ -200,7 +204,7 @@ def test_a_nested_loop_near_the_tie_keeps_its_frame():
 def test_a_shared_clock_is_the_reference_clock_as_sync_builds_it():
     from dataclasses import replace
 
-    from traceml_attach.steps.timeline import StepClock
+    from traceml_attach.steps.batch_timeline import StepClock
     clock = StepClock("wraps", 150e6, 0.9, 0.7, None, None, None, 140e6, 0.01, 3)
     assert clock.shared(0.5, 0.2, 1) == replace(clock, method="joint", visible=0.5, concentration=None,
                                                 unseen=0.2, edge_steps=1)

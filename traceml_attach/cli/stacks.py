@@ -16,8 +16,8 @@ from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.errors import KIND_TO_EXIT, CliError
 from traceml_attach.ingest.model import CodeFrame
 from traceml_attach.runtime.targets import plan_targets
+from traceml_attach.steps.batch_timeline import is_background
 from traceml_attach.steps.classify import Rules, classify
-from traceml_attach.steps.timeline import is_background
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

@@ -33,11 +33,11 @@ from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import accumulated, plan_of
+from traceml_attach.steps.batch_timeline import Timeline, build_timeline
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import share_period
-from traceml_attach.steps.timeline import Timeline, build_timeline
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 

@@ -2,7 +2,7 @@
 
 ``IncrementalAnalyzer.tick(rec)`` gives the Analysis that ``analyze(rec, rules,
 start_ns=end - LIVE_WINDOW_S)`` gives, at a cost that does not grow with the session: each
-rank's RankTracker (steps/tracker.py) reads only the spans that arrived since the last tick
+rank's RankTracker (steps/live_tracker.py) reads only the spans that arrived since the last tick
 and forgets those that left the window; synchronized ranks share one clock as in
 ``sync.share_period``; the statistics and hot frames come from running sums. What follows the
 per-rank timelines (findings, GPU, hang, the report) is ``analysis.conclude``, as for the batch.
@@ -38,12 +38,12 @@ from traceml_attach.diagnose.rate import stretch
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import Plan, accumulated, plan_of
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
+from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
 from traceml_attach.steps.sync import share_tracked
-from traceml_attach.steps.timeline import Timeline
-from traceml_attach.steps.tracker import RankTracker
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S

@@ -25,8 +25,8 @@ from traceml_attach.diagnose.retention import KINDS, kept_across_steps
 from traceml_attach.ingest.model import ProcSample
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import LEAK_MIN_PHASE_SHARE, LEAK_MIN_READINGS, LEAK_PHASE_HOLDS, LEAK_WORKER_GROWTH_BYTES
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Timeline
 
 MAX_LINES = 5            # lines shown, in source order
 

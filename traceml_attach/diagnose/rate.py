@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_RATE_POLICY, RatePolicy
-from traceml_attach.steps.timeline import Timeline
+from traceml_attach.steps.batch_timeline import Timeline
 
 _NS = 1_000_000_000
 

@@ -41,7 +41,7 @@ class Problem:
 
 @dataclass(frozen=True)
 class Clock:
-    """How a rank's steps were counted (steps/timeline.py StepClock)."""
+    """How a rank's steps were counted (steps/batch_timeline.py StepClock)."""
 
     method: str                       # "comb", "wraps", ...
     visible: float | None             # chance that a step boundary shows as a wrap

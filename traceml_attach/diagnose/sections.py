@@ -32,9 +32,9 @@ from traceml_attach.diagnose.step import unknown_step_note
 from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import StepTimePolicy
+from traceml_attach.steps.batch_timeline import StepClock, Timeline
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import RankStepStats
-from traceml_attach.steps.timeline import StepClock, Timeline
 
 MAX_PROBLEMS = 20        # error events listed in the sampling section (all are counted)
 MAX_RANK_PROBLEMS = 3    # ...and the newest, on each rank's row

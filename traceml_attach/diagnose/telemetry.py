@@ -37,7 +37,7 @@ from traceml_attach.diagnose.report import (
 from traceml_attach.diagnose.session import with_history
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.steps.timeline import Timeline
+from traceml_attach.steps.batch_timeline import Timeline
 
 MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
 

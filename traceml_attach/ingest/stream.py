@@ -61,6 +61,9 @@ class Recording:
     end_reason: str | None = None
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
     net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
+    # the attacher's own CPU seconds by part, newest (``cost`` frames): per sampled pid, and None
+    # for the agent's process with its py-spy children (agent/cost.py)
+    costs: dict[int | None, dict[str, float]] = field(default_factory=dict)
     bad_frames: int = 0
     dropped: Dropped | None = None   # what rotation deleted from the recording read (segments.py)
     # Retention (``trim``): how many of each pid's spans were dropped from the front, so that
@@ -176,6 +179,11 @@ class Recording:
                 node, str(f["name"]), _opt(f.get("agent"), str), str(f["state"]), int(f["t"]), _opt(f.get("host"), str),
                 _int(f.get("rate_hz")), _int(f.get("offset_ns")), tuple(int(r) for r in f.get("ranks") or ()),
                 _opt(f.get("reason"), str))
+        elif kind == "cost":   # cumulative CPU seconds by part: the newest one stands for all
+            parts = f["parts"]
+            if not isinstance(parts, dict) or not all(isinstance(v, int | float) for v in parts.values()):
+                raise ValueError("a cost frame's parts are seconds by name")
+            self.costs[_opt(f.get("pid"), int)] = {str(k): float(v) for k, v in parts.items()}
         elif kind == "net":
             self.net = {k: int(v) for k, v in f.items() if k not in ("k", "t") and isinstance(v, int)}
         else:

@@ -25,9 +25,9 @@ from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.gpu import rank_gpu
 from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.hotframes import via
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Timeline
 
 CHUNK_S = 30.0
 STEPS_TID, PHASES_TID = 1, 2

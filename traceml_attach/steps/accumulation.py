@@ -37,12 +37,12 @@ import bisect
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from traceml_attach.steps.period import MAX_STEP_ERROR, visit_samples
+from traceml_attach.steps.batch_timeline import MAX_UNSEEN, Step, StepClock, Timeline, clock_of, edge_steps, expand
+from traceml_attach.steps.period import MAX_STEP_ERROR, MIN_INTERVALS, visit_samples
 from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.timeline import Step, StepClock, Timeline, clock_of, expand
 
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
@@ -222,7 +222,26 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         return None
     steps = expand(groups, counts)
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
-    return replace(tl, steps=steps, clock=replace(clock, typical_ns=typical), micro_batches=None)
+    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
+    return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def _below(stepped: Timeline, seen_step_ns: float) -> bool:
+    """Whether the optimizer steps that ``by_optimizer`` fitted are shorter than the steps seen whole
+    on a rank that saw every boundary (``_seen_step``): in a job whose steps vary (a worker's slow
+    batch), a period fitted to the optimizer's visits can be a divisor that counts one slow step as
+    several; an optimizer step is never shorter than the micro-batches or steps it is made of."""
+    typical = stepped.clock.typical_ns
+    return typical is not None and typical < (1 - MAX_STEP_ERROR) * seen_step_ns
+
+
+def _edges(tl: Timeline, steps: Sequence[Step], period_ns: float | None) -> int:
+    """Whole optimizer steps between the window's edges and the first and last optimizer step
+    found (``timeline.edge_steps``): the micro-batches before the first return that ends one, and
+    those that ``group`` leaves out at either end, still hold whole steps when long enough."""
+    if not steps:
+        return 0
+    return edge_steps((steps[0].start_ns, steps[-1].end_ns), tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
 
 
 @dataclass(frozen=True)
@@ -322,13 +341,23 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
     share their k and must agree on their step (``shared_plans``, ``agreeing``)."""
     if synchronized:
         plans = shared_plans(plans)
-    out = {rank: with_accumulation(tl, plans[rank]) for rank, tl in timelines.items()}
+    shortest = _seen_step(timelines.values()) if synchronized else None
+    out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
     return agreeing(out) if synchronized else out
 
 
-def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
+def _seen_step(timelines: Iterable[Timeline]) -> float | None:
+    """Where synchronized ranks' steps vary too much for a typical one (``StepClock.irregular``):
+    the median interval of the ranks that saw every boundary, which no step of theirs (a step or a
+    micro-batch) is shorter than; None elsewhere."""
+    seen = [iv.dur_ns for tl in timelines if tl.clock.irregular and tl.clock.unseen is not None
+            and tl.clock.unseen <= MAX_UNSEEN and len(tl.intervals) >= MIN_INTERVALS for iv in tl.intervals]
+    return float(statistics.median(seen)) if seen else None
+
+
+def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: float | None = None) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
-    ``plan_of`` makes it, when already known)."""
+    ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks)."""
     plan = plan or plan_of(tl)
     if plan.marks is not None or (plan.doubt is not None and not plan.lumped):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
@@ -336,7 +365,10 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
         if stepped is not None:
             return replace(stepped, micro_batches=plan.k if plan.k > 1 else None)
     if not tl.clock.known:
-        return by_optimizer(tl) or _floor(tl)
+        stepped = by_optimizer(tl)
+        if stepped is not None and seen_step_ns is not None and _below(stepped, seen_step_ns):
+            stepped = None
+        return stepped or _floor(tl)
     if plan.doubt is not None:
         clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, None, None,
                           unseen=tl.clock.unseen)
@@ -353,9 +385,16 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None) -> Timeline:
     # optimizer steps (k times the micro-batch period would leave the optimizer out)
     period = sum(s.dur_ns for s in steps) / len(steps)
     typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" else period
+    visits = by_optimizer(tl)
+    theirs = visits.clock.typical_ns if visits is not None else None
+    if visits is not None and theirs and abs(typical / theirs - 1) > MAX_STEP_ERROR:
+        # the optimizer's own visits, one per optimizer step, fit a step of their own that k
+        # micro-batches stray from: the returns are not all micro-batches (an outer loop's wraps
+        # among them), or were miscounted; the visits are the steps' own mark
+        return replace(visits, micro_batches=None)
     clock = replace(clock, period_ns=period, typical_ns=typical,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
-                    edge_steps=clock.edge_steps // k)
+                    edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
 
 

@@ -13,7 +13,7 @@ from operator import itemgetter
 
 from agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Stack
-from traceml_attach.steps.timeline import Timeline, user_frame
+from traceml_attach.steps.batch_timeline import Timeline, user_frame
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import TYPICAL_MAX
+from traceml_attach.steps.batch_timeline import Step, StepClock, Timeline, loop_hint
 from traceml_attach.steps.phases import COMPONENTS, PHASES
-from traceml_attach.steps.timeline import Step, StepClock, Timeline, loop_hint
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,17 @@ import itertools
 import statistics
 from dataclasses import replace
 
+from traceml_attach.steps.batch_timeline import (
+    IRREGULAR,
+    MAX_UNSEEN,
+    StepClock,
+    Timeline,
+    edge_steps,
+    expand,
+    without_period,
+)
+from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.period import MIN_INTERVALS, map_counts
-from traceml_attach.steps.timeline import MAX_UNSEEN, StepClock, Timeline, edge_steps, expand, without_period
-from traceml_attach.steps.tracker import RankTracker
 
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
 
@@ -61,14 +69,10 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     ref = max(own, key=lambda r: _quality(own[r]))
     period = own[ref].clock.period_ns
     assert period is not None
-    varied = [r for r, tl in timelines.items() if _saw_them_vary(tl)]
-    if varied and own[ref].clock.method != "wraps":
-        # the ranks take the same steps: a rank that saw every boundary found them too uneven for
-        # a typical step, so a period fitted to another rank's lengths counts steps that vary
-        reason = (f"rank {varied[0]} saw every boundary and its steps vary too much for a typical step; the ranks "
-                  "step together, so no period fitted on another rank stands for them")
-        unknown = StepClock("unknown", None, None, None, reason)
-        return {r: without_period(t, unknown) for r, t in timelines.items()}
+    varied = [r for r, tl in timelines.items() if _saw_them_vary(tl.clock, len(tl.intervals))]
+    if varied:
+        unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
+        return {r: without_period(t, replace(unknown, unseen=t.clock.unseen)) for r, t in timelines.items()}
     for rank, tl in own.items():
         assert tl.clock.period_ns is not None
         # only two ranks that each saw every boundary can contradict each other
@@ -98,11 +102,24 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     return out
 
 
-def _saw_them_vary(tl: Timeline) -> bool:
-    """Every boundary seen (``clock_of``'s first branch) and still no typical step."""
-    unseen = tl.clock.unseen
-    return (not tl.clock.known and unseen is not None and unseen <= MAX_UNSEEN
-            and len(tl.intervals) >= MIN_INTERVALS)
+def _saw_all(clock: StepClock, intervals: int) -> bool:
+    """Every boundary seen (``clock_of``'s first branch), with enough intervals to judge them."""
+    return clock.unseen is not None and clock.unseen <= MAX_UNSEEN and intervals >= MIN_INTERVALS
+
+
+def _saw_them_vary(clock: StepClock, intervals: int) -> bool:
+    """Every boundary seen and still no typical step."""
+    return not clock.known and _saw_all(clock, intervals)
+
+
+def _varied_reason(rank: str) -> str:
+    """The ranks take the same steps: where one rank saw every boundary and found them too uneven
+    for a typical step, no other rank's clock stands for them, not even one that saw every boundary
+    too and found its own steady (steps of two lengths by turns put the median of a few more or
+    fewer of them on either length)."""
+    return (f"rank {rank} saw every boundary and its steps vary too much for a typical step ({IRREGULAR}); the "
+            "ranks step together, so no other rank's clock stands for them (an input pipeline that delivers in "
+            "bursts makes steps of two or more lengths)")
 
 
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop
@@ -133,6 +150,12 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None) -> t
     best = max(own, key=lambda r: own[r].quality)
     if ref not in own or _better(own[best].quality, own[ref].quality):
         ref = best
+    varied = [rank for rank, t in trackers.items() if _saw_them_vary(t.clock, t.intervals)]
+    if varied:
+        unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
+        for each in trackers.values():
+            each.count_ones()
+        return {r: each.timeline(replace(unknown, unseen=each.clock.unseen)) for r, each in trackers.items()}, ref
     reference = own[ref]
     period = reference.clock.period_ns
     assert period is not None

@@ -1,6 +1,6 @@
 """A live window's intervals between observed wraps: counted on a carried step clock, expanded
-into steps and summed as they come and go. This is the live half of ``timeline._clock``,
-``timeline.expand`` and ``steptime.step_totals``; tracker.py describes the whole design.
+into steps and summed as they come and go. This is the live half of ``batch_timeline._clock``,
+``batch_timeline.expand`` and ``steptime.step_totals``; live_tracker.py describes the whole design.
 
 Each interval is counted once, when it closes, on the clock carried from the last fit (the
 posterior of ``period.count_posteriors``, with the spread of that fit). A known clock is
@@ -24,7 +24,8 @@ from itertools import chain
 from operator import attrgetter
 from typing import Protocol
 
-from traceml_attach.steps.logs import Log, LogView
+from traceml_attach.steps.batch_timeline import DROPOUT_UNSEEN, MAX_UNSEEN, Step, StepClock, clock_of, expand
+from traceml_attach.steps.movinglog import Log, LogView
 from traceml_attach.steps.period import (
     HARMONIC_KEEP,
     INLIER,
@@ -40,7 +41,6 @@ from traceml_attach.steps.period import (
 )
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import StepTotals, typical_limit_ns
-from traceml_attach.steps.timeline import DROPOUT_UNSEEN, MAX_UNSEEN, Step, StepClock, clock_of, expand
 
 NS = 1_000_000_000
 REFIT_S = 8.0              # a known clock is checked warm this often (staggered over the ranks)

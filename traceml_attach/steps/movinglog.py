@@ -1,4 +1,5 @@
-"""A moving window's items, handed out without copying them.
+"""A moving log: a window's items appended at the end and forgotten from the front, handed out
+without copying them (a data structure of the live step engine, not logging).
 
 A live tick hands every rank's segments, boundaries, intervals and steps to the analysis it
 returns. Copying them into tuples every tick costs little in itself but touches every item

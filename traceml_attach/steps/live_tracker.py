@@ -1,4 +1,5 @@
-"""One process's live timeline, carried from tick to tick: every span is read once.
+"""The step engine's live form: one process's timeline, carried from tick to tick, every span
+read once (the batch form: batch_timeline.py).
 
 ``build_timeline`` reads a whole window each time it is asked. A live view asks every second
 for a 30 s window that moved by one second, so nearly all of that work (64 ranks: ~0.7 s a
@@ -52,14 +53,7 @@ from operator import itemgetter
 
 from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.steps.classify import Rules, classify
-from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
-from traceml_attach.steps.intervals import Interval, IntervalWindow
-from traceml_attach.steps.logs import Log
-from traceml_attach.steps.period import visit_samples
-from traceml_attach.steps.phases import PHASES, WORK_PHASES
-from traceml_attach.steps.steptime import StepTotals
-from traceml_attach.steps.timeline import (
+from traceml_attach.steps.batch_timeline import (
     ASIDE_LABELS,
     BACKGROUND_FUNCS,
     CYCLE_RANK,
@@ -83,6 +77,13 @@ from traceml_attach.steps.timeline import (
     stack_traits,
     thread_label,
 )
+from traceml_attach.steps.classify import Rules, classify
+from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
+from traceml_attach.steps.live_intervals import Interval, IntervalWindow
+from traceml_attach.steps.movinglog import Log
+from traceml_attach.steps.period import visit_samples
+from traceml_attach.steps.phases import PHASES, WORK_PHASES
+from traceml_attach.steps.steptime import StepTotals
 
 NS = 1_000_000_000
 LOOP_RECHECK_S = 60.0      # the loop frame is looked for again this often...

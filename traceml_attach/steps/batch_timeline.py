@@ -1,4 +1,6 @@
-"""From one process's sampled spans to classified steps: a pure function of a window.
+"""The step engine's batch form: from one process's sampled spans to classified steps, a pure
+function of a window (its live form, carried from tick to tick: live_tracker.py and
+live_intervals.py, which share this module's data types and rules).
 
 1. The training thread is the one that spends the most time in training phases;
    pin-memory, loader and other background threads never count as loop time.
@@ -150,6 +152,11 @@ class Step:
         return self.end_ns - self.start_ns
 
 
+# the words of the reason that synchronized ranks' steps vary too much for a typical one, where a
+# rank saw every boundary (steps/sync.py; StepClock.irregular)
+IRREGULAR = "irregular steps"
+
+
 @dataclass(frozen=True)
 class StepClock:
     """How the steps were counted, and whether their length is known.
@@ -174,6 +181,12 @@ class StepClock:
     def known(self) -> bool:
         return self.period_ns is not None
 
+    @property
+    def irregular(self) -> bool:
+        """Unknown because a synchronized rank saw every boundary and its steps vary too much for a
+        typical one (IRREGULAR in the reason: ``sync.share_period``)."""
+        return self.period_ns is None and self.reason is not None and IRREGULAR in self.reason
+
     def shared(self, visible: float | None, unseen: float | None, edge_steps: int) -> StepClock:
         """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
         unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
@@ -187,7 +200,7 @@ class Timeline:
     tid: int | None
     thread_name: str | None
     loop: LoopFrame | None
-    # tuples from build_timeline; views of a live tracker's logs (steps/logs.py) from it
+    # tuples from build_timeline; views of a live tracker's logs (steps/movinglog.py) from it
     segments: Sequence[Segment]
     steps: Sequence[Step]               # intervals expanded by their step counts
     clock: StepClock
