@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -10,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -130,6 +132,23 @@ def median_time(fn: Callable[[], object], repeats: int, device: torch.device) ->
         sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+CALIBRATION_ENV = "TRACEML_CALIBRATION"
+
+
+def pinned(key: str, measure: Callable[[], float]) -> float:
+    """``measure()``, or with TRACEML_CALIBRATION=FILE the value a run before this one measured and
+    wrote there under ``key``: a job and its fixed version (bench/whatif_bench.py) then do the same
+    synthetic work, however busy the machine was when each started. Without the variable: measured."""
+    path = os.environ.get(CALIBRATION_ENV)
+    if not path:
+        return measure()
+    held = json.loads(Path(path).read_text()) if Path(path).exists() else {}
+    if key not in held:
+        held[key] = measure()
+        Path(path).write_text(json.dumps(held))
+    return float(held[key])
 
 
 def calibrate(model: nn.Module, loss_fn: nn.Module, opt: torch.optim.Optimizer,

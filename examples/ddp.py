@@ -7,6 +7,7 @@
 --straggler backward  the slow rank's backward is slower (a gradient hook): every rank's
                       backward is then equally long, because the fast ranks wait in the
                       all-reduce; only their waiting tells the culprit apart
+--slow-rank -1       the slow rank is drawn at random each step (compute: no rank is always late)
 --hang-at-step N      the slow rank blocks forever at step N (HANG: the others wait in backward)
 --exit-at-step N      the slow rank exits with --exit-code at step N (on the first attempt only,
                       so torchrun --max-restarts 1 restarts the workers once)
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -35,7 +37,8 @@ WIDTH = 1536
 
 def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--straggler", choices=("none", "input", "compute", "backward"), default="none")
-    parser.add_argument("--slow-rank", type=int, default=1)
+    parser.add_argument("--slow-rank", type=int, default=1,
+                        help="the slow rank; -1: one drawn at random each step (the same draw on every rank)")
     parser.add_argument("--extra-ms", type=float, default=60.0, help="the slow rank's extra work per step")
     parser.add_argument("--base-input-ms", type=float, default=3.0, help="every rank's preprocessing per step")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH}; 64: a 2-3 ms step)")
@@ -96,6 +99,7 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     slow = rank == args.slow_rank
+    drawn = args.slow_rank == -1 and args.straggler == "compute"   # a new slow rank every step
     extra = args.extra_ms / 1000
     input_cost = (args.base_input_ms / 1000 + (extra if slow and args.straggler == "input" else 0.0)) / BATCH_SIZE
     model = DistributedDataParallel(Net(extra if slow and args.straggler == "compute" else 0.0, args.width))
@@ -116,6 +120,8 @@ def main() -> None:
     while step < args.steps:
         for x, y in loader:
             gt.phase("input")
+            if drawn:   # every rank draws the same rank from the step number
+                model.module.extra_s = extra if random.Random(step).randrange(dist.get_world_size()) == rank else 0.0
             out = model(x)
             loss = loss_fn(out, y)
             gt.phase("forward")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -24,6 +25,7 @@ from _common import (
     device_sync,
     make_mlp,
     parse_args,
+    pinned,
     plan_work,
     setup,
 )
@@ -37,6 +39,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-share", type=float, default=0.5,
                         help="input's share of the step (default 0.5; 0.9 with a small --width: a few ms of compute)")
     parser.add_argument("--width", type=int, default=WIDTH, help=f"model width (default {WIDTH})")
+    parser.add_argument("--slow-input-after-s", type=float, default=None,
+                        help="from this many seconds after ready on, decoding takes --slow-input-factor times as "
+                             "long (a change point: tests/test_changes.py; --workers 0 only)")
+    parser.add_argument("--slow-input-factor", type=float, default=2.0)
 
 
 def main() -> None:
@@ -48,7 +54,8 @@ def main() -> None:
     dataset = EncodedSamples(BATCH_SIZE * 100)
 
     # Calibrate: batch decoding is sized so that input is --input-share of the step.
-    fetch_s, compute_s = calibrate(model, loss_fn, opt, device, dataset)
+    measured = calibrate(model, loss_fn, opt, device, dataset)
+    fetch_s, compute_s = (pinned(key, lambda v=v: v) for key, v in zip(("fetch_s", "compute_s"), measured, strict=True))
     input_s, _ = plan_work(compute_s, args.input_share, 0.0, input_base_s=fetch_s)
     dataset.decode_cost_s = input_s / BATCH_SIZE
 
@@ -59,8 +66,12 @@ def main() -> None:
     announce_ready(compute=compute_s, input_work=input_s)
     gt.start()
     step = 0
+    slow_at = None if args.slow_input_after_s is None else time.monotonic() + args.slow_input_after_s
     while step < args.steps:
         for x, y in loader:
+            if slow_at is not None and time.monotonic() >= slow_at:
+                dataset.decode_cost_s *= args.slow_input_factor
+                slow_at = None
             gt.phase("input")
             x = x.to(device, non_blocking=True)
             y = y.to(device, non_blocking=True)

@@ -73,6 +73,35 @@ MEMORY = {
 }
 
 
+# Straggler persistence (tests/test_arrival.py): four gloo ranks of examples/ddp.py, a 2-3 ms step
+# plus 30 ms of extra forward work on one rank a step: always rank 2, or a rank drawn each step.
+PERSISTENCE = {
+    "ddp4_slow_rank2": ("--straggler", "compute", "--slow-rank", "2", "--extra-ms", "30", "--width", "64"),
+    "ddp4_random_slow": ("--straggler", "compute", "--slow-rank", "-1", "--extra-ms", "30", "--width", "64"),
+}
+# Change points (tests/test_changes.py): examples/input_bound.py whose decoding takes twice as long
+# from 35 s after ready on, attached for 70 s at 50 Hz (seven 10-s rollups, the change in the fourth).
+CHANGES = {"input_slows": (("--slow-input-after-s", "35"), 70, ("--rate", "50", "--max-rate", "50"))}
+
+
+def record_persistence(name: str, tmp: str) -> None:
+    job = start_torchrun(4, *PERSISTENCE[name])
+    try:
+        time.sleep(3)
+        snapshot(job.pid, name, tmp, 10)
+    finally:
+        stop_example(job)
+
+
+def record_change(name: str, tmp: str) -> None:
+    args, seconds, attach = CHANGES[name]
+    job = start_example("input_bound", *args)
+    try:
+        snapshot(job.pid, name, tmp, seconds, attach)
+    finally:
+        stop_example(job)
+
+
 def record_memory(name: str, tmp: str) -> None:
     args, age, seconds, attach = MEMORY[name]
     truth = Path(tmp) / f"{name}.jsonl"
@@ -123,6 +152,12 @@ def snapshot(pid: int, name: str, tmp: str, seconds: float, attach: tuple[str, .
 def main() -> None:
     only = set(sys.argv[1:])   # fixture names to re-record (default: all)
     with tempfile.TemporaryDirectory() as tmp:
+        for name in PERSISTENCE:
+            if not only or name in only:
+                record_persistence(name, tmp)
+        for name in CHANGES:
+            if not only or name in only:
+                record_change(name, tmp)
         for name in TRUTHED:
             if not only or name in only:
                 record_truthed(name, tmp)

@@ -197,6 +197,61 @@ class RatePolicy:
     min_intervals: int = 5
 
 
+@dataclass(frozen=True)
+class WhatIfPolicy:
+    """What-if projections (diagnose/whatif.py), straggler persistence (diagnose/arrival.py) and
+    change points in the session's rollups (diagnose/changes.py)."""
+
+    # A projection whose gain is under this share of the step is not shown (within the noise of a
+    # window's mean step: two windows of one unchanged job differ by up to 3%, COMPARE_DRIFT).
+    min_gain_share: float = 0.02
+    # Straggler what-ifs: the worst rank, then the 2 and 3 worst (never more than half the ranks).
+    max_worst_ranks: int = 3
+    # A rank arrived last at the collective in a step when its blocked time there is the least of
+    # all ranks by at least this share of the step (closer than that, sampling cannot tell them apart)...
+    arrival_margin_share: float = 0.02
+    # ...and "the slow rank" persists when one rank is last in at least this share of the judged steps
+    # (with 4 ranks drawn at random each would be last in about 25%).
+    persistent_share: float = 0.6
+    # Persistence is said from this many judged steps on.
+    arrival_min_steps: int = 10
+    # A window's steps are judged up to this many ranks x steps, the newest first (64 ranks: 468 steps,
+    # a whole 30-s window of 64-ms steps; 1,024 ranks: the newest 29, 40 ms of CPU a window).
+    arrival_max_cells: int = 30_000
+    # A change point in the rollups: the means of the two sides differ by at least this many
+    # standard errors (the noise: neighbouring rollups' median difference, which the change's own
+    # rollups inflate: examples/input_bound.py slowing halfway through 70 s scores 5.4)...
+    change_t: float = 5.0
+    # ...and by at least this share of the earlier level (a steady job's rollups of 10 s drift by a
+    # few %: examples/input_bound.py over 10 minutes, tests/test_changes.py)...
+    change_min_share: float = 0.15
+    # ...with at least this many rollups on each side.
+    change_min_rollups: int = 3
+    # At most this many change points are named per series.
+    max_changes: int = 3
+    # The job's series is the median of at most this many ranks (an even sample of them).
+    change_max_ranks: int = 64
+    # A phase "grew" with a step change when its own change is at least this share of the step's.
+    change_phase_share: float = 0.25
+    # Memory "rose at the same time" when the rollups after the change hold at least this much more.
+    change_memory_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DispatchPolicy:
+    """CPU-BOUND DISPATCH (diagnose/dispatch.py): a rank's Python thread busy in forward/backward
+    while its GPU idles: the host cannot queue kernels fast enough."""
+
+    # forward + backward + optimizer at least this share of the step...
+    compute_share: float = 0.6
+    # ...the thread blocked (in a sync, a collective) at most this share of it...
+    blocked_share: float = 0.15
+    # ...the wait (device syncs included) at most this share...
+    wait_share: float = 0.25
+    # ...while the rank's per-process SM utilization is under this (TraceML's MODERATE_GPU_UTILIZATION bound).
+    gpu_idle_below: float = 70.0
+
+
 # Where rising memory goes (diagnose/leak.py, retention.py): RSS readings in the window before
 # the phases are fitted against it; a phase with less of the window's time is left out of the
 # fit; the phase named holds at least this share of the net growth a step; a DataLoader worker
@@ -210,5 +265,7 @@ LEAK_WORKER_GROWTH_BYTES = 8 * MIB
 RETENTION_FORWARD_SHARE = 0.5
 
 DEFAULT_RATE_POLICY = RatePolicy()
+DEFAULT_WHATIF_POLICY = WhatIfPolicy()
+DEFAULT_DISPATCH_POLICY = DispatchPolicy()
 DEFAULT_MEMORY_POLICY = MemoryPolicy()
 DEFAULT_SYSTEM_POLICY = SystemPolicy()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from traceml_attach.diagnose.arrival import arrival, last_arrivals
 from traceml_attach.diagnose.dialect import speak
+from traceml_attach.diagnose.dispatch import cpu_dispatch
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
 from traceml_attach.diagnose.hang import detect_hang, detect_stopped
@@ -14,7 +16,7 @@ from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
 from traceml_attach.diagnose.rate import faster, stretch
-from traceml_attach.diagnose.report import Report
+from traceml_attach.diagnose.report import ProcessReport, Projection, Report
 from traceml_attach.diagnose.sections import (
     net_report,
     node_rows,
@@ -27,13 +29,14 @@ from traceml_attach.diagnose.sections import (
 from traceml_attach.diagnose.session import session_section
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
 from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
+from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import accumulated, plan_of
 from traceml_attach.steps.batch_timeline import Timeline, build_timeline
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
-from traceml_attach.steps.steptime import RankStepStats, rank_stats, without_device
+from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import share_period
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
@@ -159,15 +162,42 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     step_time = step_time_section(stats, findings, recent, _stretches(rec, pids, lo, hi),
                                   {rank: advice[0] for rank, tl in timelines.items() if (advice := faster(tl))},
                                   rec.max_rate_hz if (rec.max_rate_hz or 0) > rec.rate_hz else None)
+    system, process = system_section(rec, lo, hi, findings[0].kind, pids), process_section(rec, pids, gpu, lo, hi)
+    step_time = replace(step_time, whatif=_whatif(rec, lo, hi, step_time.findings, stats, timelines, process),
+                        arrival=arrival(*last_arrivals({r: tl.steps for r, tl in timelines.items()}, lo, hi)))
     report = Report(
         targets(rec), rec.end_reason, rank_status(rec, timelines, pids, policy), step_time, memory,
-        system_section(rec, lo, hi, findings[0].kind, pids), process_section(rec, pids, gpu, lo, hi),
+        system, process,
         {int(rank): {phase: tuple(rows) for phase, rows in hot[rank].items()} for rank in timelines},
         sampling_section(rec, start, end, seen, recent, step_time),
         session_section(history) if history is not None else None,
         node_rows(rec), net_report(rec),
     )
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
+
+
+def _whatif(rec: Recording, lo: int, hi: int, findings: tuple[Finding, ...], stats: list[RankStepStats],
+            timelines: dict[str, Timeline], process: ProcessReport) -> tuple[Projection, ...]:
+    """What each step-time finding's fix is worth, from each rank's mean covered step in the window."""
+    totals = {}
+    for rank, tl in timelines.items():
+        covered = [s.dur_ns for s in tl.steps if s.covered]
+        totals[rank] = (len(covered), sum(covered))
+    hosts = [h for h in rec.hosts if lo <= h.ts_ns < hi and h.node == 0]
+    cpus = next((h.cpus for h in reversed(hosts) if h.cpus), None)
+    busy = [h.cpu_percent for h in hosts if h.cpu_percent is not None]
+    workers = {str(rank): row.workers for rank, row in process.ranks.items()}
+    known = [s for s in stats if s.step_ms is not None]
+    if len(known) != len([s for s in stats if s.shares is not None]):
+        return ()   # no step time: no milliseconds to project
+    if known and all(s.step_sd_ms is None for s in known):
+        # a live view keeps sums, not the spread: the median rank's, from its steps in the window
+        mid = sorted(known, key=lambda s: s.step_ms or 0.0)[(len(known) - 1) // 2]
+        if mid.rank in timelines and mid.step_ms is not None:
+            sd = step_spread_ms(timelines[mid.rank].steps, mid.step_ms)
+            known = [replace(s, step_sd_ms=sd) if s is mid else s for s in known]
+    return project(findings, known, mean_steps_ms(known, totals), workers,
+                   Host(cpus, statistics.median(busy) if busy else None))
 
 
 def _newest(rec: Recording, pid: int, since_ns: int) -> int:
@@ -190,7 +220,7 @@ def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], g
     """Step time, refined with the GPU's utilization; a hang first."""
     findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
-    findings = speak(refine_with_gpu(findings, stats, sm, policy), stats)
+    findings = speak(cpu_dispatch(refine_with_gpu(findings, stats, sm, policy), stats, sm), stats)
     hang = detect_hang(timelines, policy, resumed)
     if hang is not None:
         findings = [hang, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP))]

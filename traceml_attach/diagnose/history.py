@@ -63,6 +63,8 @@ class Bucket:
     gpu_mem: Span3 | None = None    # device memory of the rank's processes, bytes
     cpu_percent: float | None = None   # the rank's main process, median
     sm_percent: float | None = None    # per-process SM utilization, median
+    judged_steps: int = 0           # the job's steps whose last rank at the collective was judged (diagnose/arrival.py)
+    last_steps: int = 0             # ...of them, those this rank arrived last in
 
     def merged(self, later: Bucket) -> Bucket:
         """This bucket and the next as one (medians become the mean of the two)."""
@@ -72,6 +74,7 @@ class Bucket:
             tuple(a + b for a, b in zip(self.phases_ns, later.phases_ns, strict=True)),
             self.covered_ns + later.covered_ns, _then(self.rss, later.rss), _then(self.gpu_mem, later.gpu_mem),
             _mean(self.cpu_percent, later.cpu_percent), _mean(self.sm_percent, later.sm_percent),
+            self.judged_steps + later.judged_steps, self.last_steps + later.last_steps,
         )
 
 
@@ -120,6 +123,9 @@ class History:
     ranks: dict[str, RankHistory] = field(default_factory=dict)
     host_cpu: list[float] = field(default_factory=list)   # per bucket, median (merged in pairs too)
     host_mem_peak: int | None = None
+    # what is derived from the buckets as they stand (diagnose/changes.py), by what and the newest
+    # bucket's end: recomputed once a rollup, not on every tick that reads the session
+    derived: dict[str, tuple[int | None, object]] = field(default_factory=dict, repr=False, compare=False)
 
     def next_end(self) -> int | None:
         if self.origin_ns is None:

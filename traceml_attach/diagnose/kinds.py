@@ -42,6 +42,7 @@ class Kind(StrEnum):
     STRAGGLER = "STRAGGLER"
     HANG = "HANG"
     STOPPED = "STOPPED"
+    CPU_BOUND_DISPATCH = "CPU_BOUND_DISPATCH"
     HIGH_PRESSURE = "HIGH_PRESSURE"
     IMBALANCE = "IMBALANCE"
     MEMORY_RISING = "MEMORY_RISING"
@@ -110,6 +111,8 @@ SPECS: tuple[KindSpec, ...] = (
     KindSpec(Kind.STRAGGLER, _S.STEP_TIME, "STRAGGLER", _F.STRAGGLER, StragglerEvidence),
     KindSpec(Kind.HANG, _S.STEP_TIME, "HANG", _F.STUCK, HangEvidence),
     KindSpec(Kind.STOPPED, _S.STEP_TIME, "STOPPED", _F.STUCK, None),
+    # ...the host thread cannot queue kernels as fast as the GPU runs them (diagnose/dispatch.py)
+    KindSpec(Kind.CPU_BOUND_DISPATCH, _S.STEP_TIME, "CPU-BOUND DISPATCH", _F.BOTTLENECK, StepEvidence),
     # step memory (diagnose/memory.py)
     KindSpec(Kind.NO_DATA, _S.STEP_MEMORY, "NO DATA", _F.NOT_YET, MemoryEvidence),
     KindSpec(Kind.WARMUP, _S.STEP_MEMORY, "WARMUP", _F.NOT_YET, MemoryEvidence),

@@ -87,6 +87,50 @@ class PhaseRow:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """What one fix is worth (diagnose/whatif.py): the job's mean step were it applied."""
+
+    finding: str                  # the finding kind it belongs to; "RANKS" for the rank-level bound
+    fix: str                      # what changes: "input fully overlapped with compute", "without the logging"
+    base_ms: float                # the job's mean step now (the median rank's)
+    step_ms: float                # ...projected
+    gain_ms: float
+    gain_pct: float
+    low_ms: float | None          # the projection less and plus the per-step spread, scaled to it
+    high_ms: float | None         # (None where the spread is unknown: live views)
+    assumption: str               # what the projection rests on, in one line
+    checked: bool                 # the window could check that assumption
+    workers: int | None = None    # INPUT-BOUND: the DataLoader num_workers it stands for
+    ranks: tuple[int, ...] = ()   # STRAGGLER: the ranks brought to the median
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Which rank arrived last at the collective, step by step (diagnose/arrival.py): the rank the
+    others were blocked for."""
+
+    steps: int                    # steps judged: every rank's step matched, its blocked time measured
+    last: dict[int, int]          # steps each rank was last in (a step too close to tell counts for none)
+    rank: int | None              # the rank last most often
+    share: float | None           # ...its share of the judged steps
+    persistent: bool              # one rank is the slow one (policy.persistent_share)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A lasting shift found in the session's rollups (diagnose/changes.py)."""
+
+    series: str                   # "step", a phase ("input"), or memory ("rss", "gpu_mem")
+    at: float                     # seconds since the epoch: the rollup boundary it happened at
+    before: float                 # the mean of the rollups before it (ms per step, or bytes)
+    after: float                  # ...and after it
+    unit: str                     # "ms" or "bytes"
+    change_pct: float | None      # after over before, in percent
+    phases: dict[str, float] = field(default_factory=dict)   # a step change: each phase's change, ms per step
+    memory_bytes: dict[str, int] = field(default_factory=dict)   # ...memory that rose at the same time, by series
+
+
+@dataclass(frozen=True)
 class StepTimeReport:
     _json_derived: ClassVar[tuple[str, ...]] = ("diagnosis",)
     findings: tuple[Finding, ...]           # most severe first; never empty
@@ -100,6 +144,8 @@ class StepTimeReport:
     # the distribution across the ranks with a known step: "min", "p50", "p90", "max" rows; each
     # column ranked on its own, so a row's phases need not add up to its step
     spread: dict[str, PhaseRow] = field(default_factory=dict)
+    whatif: tuple[Projection, ...] = ()     # what each finding's fix is worth (diagnose/whatif.py)
+    arrival: Arrival | None = None          # which rank the collective waited for, step by step
 
     @property
     def diagnosis(self) -> Finding:
@@ -319,10 +365,12 @@ class SessionReport:
     start: float | None                     # seconds since the epoch: the first span seen
     duration_s: float                       # data folded into rollups so far
     rollup_s: float                         # the newest rollup's length (rollups merge in pairs as they age)
-    rollups: int                            # per rank, at most ingest.history.MAX_BUCKETS
+    rollups: int                            # per rank, at most diagnose.history.MAX_BUCKETS
     ranks: dict[int, RankSession]
     host_cpu_percent_median: float | None
     host_mem_peak_bytes: int | None
+    arrival: Arrival | None = None          # which rank the collective waited for, over the session
+    changes: tuple[Change, ...] = ()        # lasting shifts in the step time, oldest first
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import statistics
 
+from traceml_attach.diagnose.arrival import arrival
+from traceml_attach.diagnose.changes import changes
 from traceml_attach.diagnose.history import History
-from traceml_attach.diagnose.report import RankSession, SessionReport
+from traceml_attach.diagnose.report import Arrival, RankSession, SessionReport
 
 MemorySeries = dict[str, list[tuple[int, int]]]   # rank -> (ts_ns, bytes)
 
@@ -33,7 +35,15 @@ def session_section(history: History) -> SessionReport | None:
         round(history.origin_ns / 1e9, 3), round(history.duration_ns / 1e9, 1),
         round((newest.end_ns - newest.start_ns) / 1e9, 1) if newest else 0.0,
         max((len(h.buckets) for h in history.ranks.values()), default=0), dict(sorted(ranks.items())),
-        round(statistics.median(history.host_cpu), 1) if history.host_cpu else None, history.host_mem_peak)
+        round(statistics.median(history.host_cpu), 1) if history.host_cpu else None, history.host_mem_peak,
+        _arrival(history), changes(history))
+
+
+def _arrival(history: History) -> Arrival | None:
+    """Which rank the collective waited for, over the session's rollups."""
+    ranks = {rank: h for rank, h in history.ranks.items() if rank.isdigit()}
+    judged = max((sum(b.judged_steps for b in h.buckets) for h in ranks.values()), default=0)
+    return arrival(judged, {rank: sum(b.last_steps for b in h.buckets) for rank, h in ranks.items()})
 
 
 def with_history(raw: MemorySeries, history: History, which: str) -> MemorySeries:

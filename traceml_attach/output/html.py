@@ -24,9 +24,10 @@ from typing import Any
 from traceml_attach import __version__
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.history import History, RankHistory
-from traceml_attach.diagnose.kinds import Kind
+from traceml_attach.diagnose.kinds import Kind, status
 from traceml_attach.diagnose.ranks import rank_key
 from traceml_attach.output.summary import Summary
+from traceml_attach.output.whatif_text import arrival_line, assumption_line, change_line, projection_line
 from traceml_attach.output.words import memory_leads
 from traceml_attach.steps.phases import PHASES
 
@@ -88,6 +89,9 @@ def report_data(summary: Summary, history: History | None) -> dict[str, Any]:
         "hot": hot,
         "focus": str(diagnosis.worst_rank) if diagnosis.worst_rank is not None else None,
         "many_ranks": MANY_RANKS,
+        # the session's step-time change points, drawn on the step-time chart: [s since the origin, words]
+        "changes": [[round(c.at - history.origin_ns / 1e9, 2), change_line(c)] for c in report.session.changes]
+        if report.session is not None and history is not None and history.origin_ns is not None else [],
     }
 
 
@@ -120,6 +124,7 @@ def _diagnosis_html(summary: Summary) -> str:
     if note:
         parts.append(f'<div class="note">{_e(note)}</div>')
     parts.append("</section>")
+    parts += _whatif_html(summary)
     if rest:
         parts.append('<section class="findings"><h2>Other findings</h2><ul>')
         for f in rest:
@@ -132,6 +137,25 @@ def _diagnosis_html(summary: Summary) -> str:
                          f'{_e(f["severity"])}): {_e(f["summary"])}.{why}{nxt}{where}</li>')
         parts.append("</ul></section>")
     return "\n".join(parts)
+
+
+def _whatif_html(summary: Summary) -> list[str]:
+    """What each fix is worth, which rank the others wait for, and when the step time changed."""
+    st, session = summary.report.step_time, summary.report.session
+    items = [f'<li><b>{_e(status(p.finding))}</b> {_e(projection_line(p))}'
+             f'<div class="assumption">{_e(assumption_line(p))}</div></li>' for p in st.whatif]
+    facts = [arrival_line(a, over) for a, over in ((st.arrival, "of the window"),
+                                                   (session.arrival if session else None, "of the session")) if a]
+    facts += [change_line(c) for c in (session.changes if session else ())]
+    if not items and not facts:
+        return []
+    out = ['<section class="whatif" id="whatif">']
+    if items:
+        out.append(f"<h2>What each fix is worth</h2><p>Projected mean step, each fix on its own; the range is "
+                   f"the measured per-step spread.</p><ul>{''.join(items)}</ul>")
+    if facts:
+        out.append("<ul>" + "".join(f"<li>{_e(f)}</li>" for f in facts) + "</ul>")
+    return [*out, "</section>"]
 
 
 def _script_json(value: Any) -> str:

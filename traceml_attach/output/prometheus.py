@@ -80,10 +80,38 @@ def families(rec: Recording, an: Analysis, diagnoses: set[tuple[str, str]]) -> l
         if util := an.gpu.sm_series.get(rank):
             sm.add_metric([rank], float(util[-1][1]))
 
+    whatif = GaugeMetricFamily("traceml_whatif_step_seconds", "Projected mean step were one finding's fix applied "
+                               "(diagnose/whatif.py); 'checked' says whether the window could check its assumption",
+                               labels=["finding", "fix", "checked"])
+    gain = GaugeMetricFamily("traceml_whatif_gain_share", "Share of the mean step that fix would save (0-1)",
+                             labels=["finding", "fix"])
+    for p in report.step_time.whatif:
+        whatif.add_metric([p.finding, p.fix, "true" if p.checked else "false"], p.step_ms / 1e3)
+        gain.add_metric([p.finding, p.fix], p.gain_pct / 100)
+    last = GaugeMetricFamily("traceml_slowest_rank_share", "Share of the judged steps the rank arrived last at the "
+                             "collective in (diagnose/arrival.py)", labels=["rank", "over"])
+    session = report.session
+    for over, arrival in (("window", report.step_time.arrival), ("session", session.arrival if session else None)):
+        if arrival is not None:
+            for number_last, n in arrival.last.items():
+                last.add_metric([str(number_last), over], n / arrival.steps)
+    change = GaugeMetricFamily("traceml_step_change_timestamp_seconds", "When the newest lasting step-time change "
+                               "of the session happened (diagnose/changes.py), by its direction; absent without one",
+                               labels=["direction"])
+    change_pct = GaugeMetricFamily("traceml_step_change_percent", "...and its size, percent of the step before",
+                                   labels=["direction"])
+    if session is not None and session.changes:
+        newest = session.changes[-1]
+        direction = "rose" if newest.after > newest.before else "fell"
+        change.add_metric([direction], newest.at)
+        if newest.change_pct is not None:
+            change_pct.add_metric([direction], newest.change_pct)
+
     sampling = report.sampling
     samples = CounterMetricFamily("traceml_samples", "Stack samples py-spy took over the session")
     errors = CounterMetricFamily("traceml_sampling_errors", "Stack samples py-spy could not take over the session")
-    out: list[Metric] = [step, phase, share, diagnosis, straggler, up, rss, gpu_mem, sm]
+    out: list[Metric] = [step, phase, share, diagnosis, straggler, up, rss, gpu_mem, sm, whatif, gain, last,
+                         change, change_pct]
     if sampling.samples is not None:
         samples.add_metric([], sampling.samples)
         out.append(samples)

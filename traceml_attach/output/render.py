@@ -13,6 +13,7 @@ from traceml_attach.diagnose.report import (
 )
 from traceml_attach.ingest.segments import duration_text
 from traceml_attach.output.summary import Summary
+from traceml_attach.output.whatif_text import arrival_line, change_line, whatif_lines
 from traceml_attach.output.words import (
     WORST_RANKS,
     listed_ranks,
@@ -224,6 +225,9 @@ def _session(rep: Report) -> list[str]:
                    + (f", GPU memory peak {_mb(r.gpu_mem_peak_bytes)}" if r.gpu_mem_peak_bytes else ""))
     if len(rows) > SESSION_RANKS:
         out.append(f"  ... {len(rows) - SESSION_RANKS} more ranks, {sum(r.steps for r in rows[SESSION_RANKS:])} steps")
+    if ses.arrival is not None:
+        out.append(f"  slowest rank: {arrival_line(ses.arrival, 'of the session')}")
+    out += [f"  changed: {change_line(c)}" for c in ses.changes]
     return [*out, ""]
 
 
@@ -337,6 +341,9 @@ def render_text(s: Summary) -> str:
     out += _diag_block("Step Time", st.diagnosis)
     for extra in st.findings[1:]:
         out.append(f"  also [{extra.status}] {extra.severity}: {extra.summary}")
+    out += whatif_lines(st.whatif)
+    if st.arrival is not None:
+        out.append(f"  slowest rank: {arrival_line(st.arrival, 'of the window')}")
     out += _table(rep)
     out.append("")
     out += _session(rep)

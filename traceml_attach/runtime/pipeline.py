@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.arrival import last_arrivals
 from traceml_attach.diagnose.gpu import rank_gpu
 from traceml_attach.diagnose.history import ROLLUP_S, Bucket, History, Span3
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer, Tracked
@@ -141,6 +142,7 @@ class Pipeline:
         gpu = rank_gpu(self.rec, an.pids, start, end - 1)
         if replaced is None:
             replaced = an.replaced if isinstance(an, Tracked) else {}
+        judged, last = last_arrivals({r: tl.steps for r, tl in an.timelines.items()}, start, end)
         for rank, pid in an.pids.items():
             cut, before = replaced.get(rank, (start, None))
             steps, timed = _bucket_steps(an.timelines.get(rank), max(start, cut), end)
@@ -157,6 +159,7 @@ class Pipeline:
                 Span3.of([p.rss_bytes + p.workers_rss_bytes for p in procs if p.rss_bytes is not None]),
                 Span3.of([v for _, v in gpu.memory.get(rank, [])]),
                 statistics.median(cpu) if cpu else None, statistics.median(sm) if sm else None,
+                judged, last.get(rank, 0),
             )
         hosts = [h for h in self.rec.hosts if start <= h.ts_ns < end]
         cpus = [h.cpu_percent for h in hosts if h.cpu_percent is not None]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 
 from traceml_attach.diagnose.finding import Finding
-from traceml_attach.diagnose.kinds import Kind
-from traceml_attach.diagnose.report import PhaseRow, RankStepTime
+from traceml_attach.diagnose.kinds import Family, Kind, family
+from traceml_attach.diagnose.report import PhaseRow, RankStepTime, StepTimeReport
 from traceml_attach.output.summary import Summary
+from traceml_attach.output.whatif_text import arrival_line, assumption_line, projection_line
 from traceml_attach.output.words import (
     listed_ranks,
     memory_leads,
@@ -165,7 +166,24 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     far = worst_offset(nodes)
     offset = "" if far is None else f" · clock {far.clock_offset_ms:+.1f} ms (n{far.node})"
     return HeaderVM(f"traceml attach · {doc.run_name}", target, clock, mode, sampling,
-                    f"{node_states(nodes)}{offset}" if nodes else "", any(n.state == "lost" for n in nodes))
+                    f"{node_states(nodes)}{offset}" if nodes else "", any(n.state == "lost" for n in nodes),
+                    _change(doc))
+
+
+def _change(doc: Summary) -> str:
+    """The session's newest step-time change, short."""
+    session = doc.report.session
+    if session is None or not session.changes:
+        return ""
+    c = session.changes[-1]
+    pct = "" if c.change_pct is None else f" ({c.change_pct:+.0f}%)"
+    return f"step {c.before:.0f}→{c.after:.0f} ms at {time.strftime('%H:%M:%S', time.localtime(c.at))}{pct}"
+
+
+def _whatif(st: StepTimeReport, kind: str) -> list[DiagnosisVM]:
+    """A finding's what-ifs, as rail lines."""
+    return [DiagnosisVM("what-if", "", "info", projection_line(p), assumption_line(p), "")
+            for p in st.whatif if p.finding == kind]
 
 
 def present_rail(doc: Summary) -> RailVM:
@@ -179,7 +197,11 @@ def present_rail(doc: Summary) -> RailVM:
     sampling = rep.sampling.diagnosis
     failed = [_diagnosis("Sampling", sampling)] if sampling.kind == Kind.SAMPLING_FAILED else []
     items = [*failed, first]   # a thread of ours that failed goes first: what follows may be stale
-    items += [_diagnosis("also", f) for f in st.findings[1:3]]
+    items += _whatif(st, st.diagnosis.kind)
+    if st.arrival is not None and (st.arrival.persistent or family(st.diagnosis.kind) is Family.STRAGGLER):
+        items.append(DiagnosisVM("slowest", "", "info", arrival_line(st.arrival, "of the window"), "", ""))
+    for f in st.findings[1:3]:
+        items += [_diagnosis("also", f), *_whatif(st, f.kind)]
     items.append(_diagnosis("Memory", rep.step_memory.diagnosis))
     for title, d in (("System", rep.system.diagnosis), ("Process", rep.process.diagnosis)):
         if d.kind != Kind.NORMAL:

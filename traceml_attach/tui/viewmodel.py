@@ -25,6 +25,7 @@ class HeaderVM:
     sampling: str       # "py-spy 0.4.3 · 100 Hz · last 30 s"
     nodes: str = ""     # "16 nodes (15 joined, 1 lost) · clock -2.1 ms (n7)" (the furthest offset); "" on one machine
     nodes_lost: bool = False   # a node's agent went silent: the nodes show in red
+    change: str = ""    # the session's newest step-time change: "step 120→180 ms at 14:03:10 (+50%)"; "" without one
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,15 @@
         xAxis: { type: "value", name: "since the first sample", nameLocation: "middle", nameGap: 28,
                  axisLabel: { formatter: seconds }, min: 0 },
         yAxis: { type: "value", name: label, axisLabel: { formatter: format } },
-        series: withData.map((r) => ({
+        series: withData.map((r, i) => ({
           name: `rank ${r}`, type: "line", showSymbol: points(r, key).length < 60, connectNulls: false,
           data: points(r, key).map((p) => [p[0], p[2]]),
+          // the session's step-time change points, once (on the first rank's line)
+          markLine: key === "step_ms" && i === 0 && (data.changes || []).length ? {
+            symbol: "none", label: { formatter: "changed", position: "insideEndTop" },
+            tooltip: { formatter: (p) => p.name },
+            data: data.changes.map((c) => ({ xAxis: c[0], name: c[1] })),
+          } : undefined,
         })),
       };
     }

@@ -29,6 +29,8 @@ class HeaderBar(Widget):
         left = Text.assemble((f" {m.title} ", "bold"), ("│ ", "dim"))
         if m.nodes:   # a multi-node session: before the target, which is cut first
             left.append_text(Text.assemble((m.nodes, "bold red" if m.nodes_lost else "bold"), (" │ ", "dim")))
+        if m.change:   # the moment the step time changed: before the target, which is cut first
+            left.append_text(Text.assemble((m.change, "bold yellow"), (" │ ", "dim")))
         left.append(m.target)
         if width - len(left) - len(right) > len(m.sampling) + 4:
             left.append_text(Text.assemble(("  │ ", "dim"), (m.sampling, "dim")))

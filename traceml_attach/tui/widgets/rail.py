@@ -11,6 +11,7 @@ from traceml_attach.tui.viewmodel import DiagnosisVM, RailVM
 from traceml_attach.tui.widgets._panel import SEVERITY, Panel, line
 
 WIDE_MAX_LINES = 10   # the rail grows with its text up to this many lines where it may
+ASIDE = ("what-if", "slowest")   # lines beside a finding: the first to go where the rail is short
 INDENT = 7            # continuation lines start under the text, not under "why"/"next"
 
 
@@ -27,7 +28,9 @@ class DiagnosisRail(Panel):
         detailed = [self._detail(item, width, wrap=True) for item in model.items]
         if sum(len(d) for d in detailed) > height:   # does not fit wrapped: one line per fact
             detailed = [self._detail(item, width, wrap=False) for item in model.items]
-        if sum(len(d) for d in detailed) > height:   # still too tall: why/next for the first only
+        if sum(len(d) for d in detailed) > height:   # still too tall: the findings before their what-ifs...
+            detailed = [d for d, item in zip(detailed, model.items, strict=True) if item.title not in ASIDE]
+        if sum(len(d) for d in detailed) > height:   # ...and why/next for the first only
             detailed = [detailed[0]] + [d[:1] for d in detailed[1:]]
         return [text for d in detailed for text in d]
 
@@ -36,6 +39,9 @@ class DiagnosisRail(Panel):
         rows: list[list[str | tuple[str, str]]]
         if item.title == "also":
             rows = [[("  + also ", "dim"), (item.status, style), ("  ", ""), item.summary]]
+        elif item.title in ("what-if", "slowest"):   # beside the finding above: one line, its assumption dim
+            rows = [[(f"    {'⇢ if' if item.title == 'what-if' else '⇢'} ", "dim"), item.summary,
+                     (f"  ({item.why})" if item.why and wrap else "", "dim")]]
         else:
             rows = [[("● ", style), (f"{item.title}: ", "dim"), (item.status, style), ("  ", ""), item.summary]]
             if item.why:
