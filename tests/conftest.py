@@ -70,12 +70,14 @@ def torchrun(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 # --- running the suite in parallel (pytest-xdist: pyproject's addopts) --------------------------
 #
-# Every test that starts a real job takes a shared lock; a test marked ``timing`` (it measures a
-# job against the job's own clock, or the attacher's cost) takes it exclusive, so it runs with no
-# other job on the machine, as it would alone. A turnstile keeps a waiting timing test from being
-# starved by the shared holders that come after it. The locks are per user and machine, so two
-# runs of the suite at once also keep out of each other's timing tests. Tests that start no job
-# take no lock: they are short and run on the other workers meanwhile.
+# Two locks, taken in this order: "quiet" and "machine". Every test holds "quiet" shared; a test
+# marked ``quiet`` (it compares two stretches of one job, which any change of load between them
+# moves) holds it exclusive, so nothing else runs beside it. Tests that start a real job (e2e)
+# hold "machine" shared; a test marked ``timing`` (it measures a job against the job's own clock,
+# or the attacher's cost) holds it exclusive, so no other job runs beside it (short unit tests
+# may). A turnstile keeps a waiting exclusive test from being starved by the shared holders that
+# come after it. The locks are per user and machine: two runs of the suite at once also keep out
+# of each other's timing tests.
 
 LOCK_DIR = Path(tempfile.gettempdir())
 
@@ -85,35 +87,39 @@ def _lock(name: str) -> IO[str]:
 
 
 @contextlib.contextmanager
-def machine(exclusive: bool) -> Iterator[None]:
-    """Hold the machine for a test that starts jobs: alone (``exclusive``) or beside others."""
-    with _lock("turnstile") as turnstile, _lock("machine") as held:
+def hold(quiet: bool, machine: bool | None) -> Iterator[None]:
+    """Hold "quiet" (exclusive when ``quiet``, else shared) and, unless ``machine`` is None,
+    "machine" (exclusive when ``machine``, else shared), for the test that runs inside."""
+    wanted = [("quiet", quiet), *([("machine", machine)] if machine is not None else [])]
+    with contextlib.ExitStack() as stack:
+        turnstile = stack.enter_context(_lock("turnstile"))
+        files = [(stack.enter_context(_lock(name)), exclusive) for name, exclusive in wanted]
         fcntl.flock(turnstile, fcntl.LOCK_EX)
-        if exclusive:
-            fcntl.flock(held, fcntl.LOCK_EX)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        else:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-            fcntl.flock(held, fcntl.LOCK_SH)
+        if not any(exclusive for _, exclusive in files):
+            fcntl.flock(turnstile, fcntl.LOCK_UN)   # shared holders pass the turnstile at once
+        for fh, exclusive in files:
+            fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
         try:
             yield
         finally:
-            fcntl.flock(held, fcntl.LOCK_UN)
+            for fh, _ in reversed(files):
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start real jobs (e2e) and timing tests are also ``slow``: ``-m "not slow"`` is
-    the inner loop."""
+    """Tests that start real jobs (e2e) and timing or quiet tests are also ``slow``: ``-m "not
+    slow"`` is the inner loop."""
     for item in items:
-        if item.get_closest_marker("e2e") or item.get_closest_marker("timing"):
+        if any(item.get_closest_marker(m) for m in ("e2e", "timing", "quiet")):
             item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)
 def _machine(request: pytest.FixtureRequest) -> Iterator[None]:
-    timing = request.node.get_closest_marker("timing") is not None
-    if not timing and request.node.get_closest_marker("e2e") is None:
-        yield
-        return
-    with machine(exclusive=timing):
+    node = request.node
+    quiet = node.get_closest_marker("quiet") is not None
+    timing = quiet or node.get_closest_marker("timing") is not None
+    jobs = timing or node.get_closest_marker("e2e") is not None
+    with hold(quiet, timing if jobs else None):
         yield

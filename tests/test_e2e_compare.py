@@ -12,7 +12,7 @@ import pytest
 from launch import stop_example
 from tests.conftest import traceml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timing]
+pytestmark = [pytest.mark.e2e, pytest.mark.quiet]
 
 
 def snapshot(pid: int, tmp_path: Path, name: str) -> Path:

@@ -63,7 +63,9 @@ def test_pyspy_killed_mid_window_marks_the_rank_and_the_others_go_on(torchrun, t
     ranks = doc["step_time"]["ranks"]
     lost = [p for p in ranks["1"]["problems"] if p["kind"] == "pyspy_failed"]
     assert lost and "killed by SIGKILL" in lost[0]["message"] and "not by traceml" in lost[0]["message"]
-    assert ranks["1"]["coverage"] < ranks["0"]["coverage"]
+    # what it lost: less of the window covered, or its steps found only from after the gap (its row
+    # then starts there: ``since``)
+    assert ranks["1"]["coverage"] < ranks["0"]["coverage"] or ranks["1"].get("since") is not None, ranks["1"]
     assert not ranks["0"]["problems"] and ranks["0"]["steps"] >= 20
     assert doc["sampling"]["diagnosis"]["kind"] == "SAMPLING_PROBLEMS"
 
@@ -120,7 +122,7 @@ def test_an_interpreter_pyspy_cannot_read_is_named_in_one_line(tmp_path: Path):
     assert f"process {job.pid} runs PyPy 3." in line and "a build py-spy cannot read" in line
 
 
-@pytest.mark.timing
+@pytest.mark.quiet   # its cost, with 1,000 threads or 32 workers to read: nothing else beside it
 @pytest.mark.parametrize("shape", ["threads", "workers"])
 def test_a_wide_job_is_sampled_at_a_bounded_cost(tmp_path: Path, shape: str):
     # a job with 1,000 threads (a big thread pool), or 32 DataLoader worker processes
@@ -138,8 +140,10 @@ def test_a_wide_job_is_sampled_at_a_bounded_cost(tmp_path: Path, shape: str):
             assert proc["threads"] >= 1000
         else:
             assert proc["workers"] >= 32
-        # THEN the job's steps are found, and the sampling is said: its samples and no failed window
-        assert doc["step_time"]["ranks"]["0"]["steps"] >= 10
+        # THEN the job's steps are found (counted over the session: with 1,000 threads py-spy reaches
+        # the main thread at uneven times, and an honest window may leave its step time unknown,
+        # its count then a lower bound), and the sampling is said: its samples and no failed window
+        assert doc["session"]["ranks"]["0"]["steps"] >= 10
         assert doc["sampling"]["samples"] > 500
         assert not [p for p in doc["sampling"]["problems"] if p["kind"] == "pyspy_failed"]
         assert job.poll() is None
