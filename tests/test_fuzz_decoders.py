@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent.link import pack
@@ -129,6 +129,8 @@ class Handled:
                                         "node": values, "agent": values, "seq": values, "t": values,
                                         "next": values, "frames": st.lists(values, max_size=4),
                                         "dropped": values}).map(pack)))
+@example(b"\x89\xa4node\xc0\xa4kind\xa3end\xa1v\x01\xa5agent\xc0\xa1t\xcb\x7f\xef\xff\xff\xff\xff\xff\xff\xa3seq"
+         b"\x00\xa4next\xc0\xa6frames\x90\xa7dropped\xc0")   # found by Hypothesis: a send time of 1.8e308
 def test_any_message_on_the_collectors_socket_is_counted_never_raised(data: bytes):
     collector = Handled.get(Path(tempfile.mkdtemp()))
     before = collector.stats.bad_messages + collector.stats.messages + collector.stats.duplicates

@@ -39,6 +39,8 @@ HANDSHAKE_MS = 5000    # a connection that has not completed its CURVE handshake
 # descriptors the collector may hold: a flood of idle connections must not leave none for the agents
 MAX_DESCRIPTORS = 65536
 
+MAX_SKEW_NS = 7 * 86_400 * 1_000_000_000   # a send time further than a week from ours is no clock reading
+
 
 @dataclass
 class NetStats:
@@ -249,6 +251,10 @@ class Collector:
             if not isinstance(frames, list):
                 raise ValueError("frames")
             sent, after = int(msg.get("t") or received), int(msg.get("next") or 0)
+            if not -MAX_SKEW_NS < received - sent < MAX_SKEW_NS:   # no clock is that far off: a bad time
+                raise ValueError("t")
+            if not 0 <= after < 2**63:   # a sequence number the reply could not carry
+                raise ValueError("next")
             seq = msg.get("seq")
             if kind != "ctx" and (not isinstance(seq, int) or isinstance(seq, bool)):
                 raise ValueError("seq")
