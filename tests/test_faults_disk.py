@@ -108,7 +108,7 @@ def test_disk_full_mid_attach_keeps_the_summary_elsewhere(example, tmp_path: Pat
         proc = attach(job.pid, disk, 14, env=env)
         time.sleep(6)
         # WHEN the disk fills mid-attach
-        full_at = time.strftime("%H:%M:%S")
+        full_at, full_epoch = time.strftime("%H:%M:%S"), time.time()
         fill(disk)
         out, err = proc.communicate(timeout=60)
         # THEN one line says what was lost and where the summary went, with exit 10
@@ -121,7 +121,8 @@ def test_disk_full_mid_attach_keeps_the_summary_elsewhere(example, tmp_path: Pat
         assert [c for c in live_clocks(out) if c > full_at], out
         # AND the summary covers the whole attach, past the fault
         summary = json.loads((elsewhere / "traceml-run" / "final_summary.json").read_text())
-        assert summary["primary_diagnosis"]["status"] == "BALANCED"
+        assert summary["sampling"]["window"]["end"] > full_epoch + 3
+        assert summary["primary_diagnosis"]["status"] not in ("NO DATA", "WARMUP"), summary["primary_diagnosis"]
         assert [p for p in summary["sampling"]["problems"] if p["kind"] == "recording_failed"]
         # AND the recording up to the fault replays, undamaged
         done = subprocess.run([sys.executable, "-m", "traceml_attach", "replay", str(disk / "run")], cwd=ROOT,
@@ -148,6 +149,7 @@ def test_logs_folder_read_only_mid_attach_keeps_the_summary_elsewhere(example, t
         time.sleep(0.1)
     time.sleep(4)
     # WHEN its run folder becomes read-only mid-attach
+    read_only_from = time.time()
     with read_only(logs / "run"):
         _, err = proc.communicate(timeout=60)
     # THEN one line says so, with exit 10, the summary elsewhere, and the recording up to then replays
@@ -156,7 +158,9 @@ def test_logs_folder_read_only_mid_attach_keeps_the_summary_elsewhere(example, t
     assert "(Read-only file system): frames.msgpack stops at" in line
     assert f"{elsewhere / 'traceml-run' / 'final_summary.json'} instead" in line
     summary = json.loads((elsewhere / "traceml-run" / "final_summary.json").read_text())
-    assert summary["primary_diagnosis"]["status"] == "BALANCED"
+    # the summary covers the attach past the fault, judged
+    assert summary["sampling"]["window"]["end"] > read_only_from + 3
+    assert summary["primary_diagnosis"]["status"] not in ("NO DATA", "WARMUP"), summary["primary_diagnosis"]
     rec, problem = read_recording(logs / "run" / "frames.msgpack")
     assert problem is None and rec.hello and rec.targets   # the newest segments, up to the fault
     assert job.poll() is None
