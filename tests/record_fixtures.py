@@ -152,18 +152,11 @@ def snapshot(pid: int, name: str, tmp: str, seconds: float, attach: tuple[str, .
 def main() -> None:
     only = set(sys.argv[1:])   # fixture names to re-record (default: all)
     with tempfile.TemporaryDirectory() as tmp:
-        for name in PERSISTENCE:
-            if not only or name in only:
-                record_persistence(name, tmp)
-        for name in CHANGES:
-            if not only or name in only:
-                record_change(name, tmp)
-        for name in TRUTHED:
-            if not only or name in only:
-                record_truthed(name, tmp)
-        for name in MEMORY:
-            if not only or name in only:
-                record_memory(name, tmp)
+        for names, record in ((PERSISTENCE, record_persistence), (CHANGES, record_change),
+                              (TRUTHED, record_truthed), (MEMORY, record_memory)):
+            for name in names:
+                if not only or name in only:
+                    record(name, tmp)
         for name, (example, args) in FRAMEWORKS.items():
             if only and name not in only:
                 continue

@@ -98,19 +98,25 @@ def spans_key(rec: Recording, pid: int) -> list[tuple[int, int, tuple[Any, ...]]
     return [(s.ts_ns, s.dur_ns, s.stack) for s in rec.spans.get(pid, [])]
 
 
+def written_under_cap(ops: list[Op], folder: Path) -> int:
+    """Write ``ops`` into ``folder`` under CAP; the most the files ever held on disk."""
+    folder.mkdir()
+    writer = FrameWriter(folder / "frames.msgpack", CAP, flush_s=0.0)
+    largest = 0
+    for _ in play(ops, writer):
+        largest = max(largest, recording_bytes(folder))
+    writer.close()
+    return largest
+
+
 def test_rotation_keeps_the_files_under_the_cap(stream: list[Op], tmp_path: Path):
     # GIVEN a cap of about a third of what the stream takes unrotated
     write_all(stream, tmp_path / "whole.msgpack", None)
     assert (tmp_path / "whole.msgpack").stat().st_size > 3 * CAP
     folder = tmp_path / "run"
-    folder.mkdir()
-    writer = FrameWriter(folder / "frames.msgpack", CAP, flush_s=0.0)
     # WHEN every frame is written, THEN the files never pass the cap
-    largest = 0
-    for _ in play(stream, writer):
-        largest = max(largest, recording_bytes(folder))
-        assert largest <= CAP
-    writer.close()
+    largest = written_under_cap(stream, folder)
+    assert largest <= CAP
     assert recording_bytes(folder) <= CAP
     # the first segment stays, the newest are kept, the oldest middle ones went
     numbers = [n for n, _ in segment_files(folder / "frames.msgpack")]
@@ -125,12 +131,7 @@ def test_a_context_larger_than_a_segment_keeps_the_cap_and_its_segments(stream: 
     source = {"k": "source", "file": "/job/train.py", "t": 0, "text": "x = 1\n" * 2000}
     ops = [*stream[:40], ("write", source), *stream[40:]]
     folder = tmp_path / "run"
-    folder.mkdir()
-    writer = FrameWriter(folder / "frames.msgpack", CAP, flush_s=0.0)
-    largest = 0
-    for _ in play(ops, writer):
-        largest = max(largest, recording_bytes(folder))
-    writer.close()
+    largest = written_under_cap(ops, folder)
     # THEN the files never passed the cap, and segments are still whole segments of data, not
     # one per frame (the context is not counted against a segment's data)
     assert largest <= CAP
