@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,8 @@ from launch import start_example, stop_example  # noqa: E402
 from testkit.tui_tmux import Terminal, attach_command, wait_file  # noqa: E402
 
 STARTED = time.monotonic()
+# what the wheel may install at the top level: our two packages, no generic name
+OUR_NAMES = {"traceml_attach", "traceml_agent"}
 
 
 def step(text: str) -> None:
@@ -47,11 +50,18 @@ def build_wheel(tmp: Path) -> Path:
     files = run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT).split("\0")
     src = tmp / "src"
     for name in filter(None, files):
-        if (ROOT / name).is_file():
+        if (ROOT / name).is_symlink():   # traceml_agent -> agent: the sampler's package name
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            (src / name).symlink_to(os.readlink(ROOT / name))
+        elif (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", tmp / "dist", src, cwd=tmp)
     (wheel,) = (tmp / "dist").glob("traceml_attach-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        tops = {name.split("/")[0] for name in whl.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    if tops != OUR_NAMES:
+        sys.exit(f"wheel smoke: the wheel installs {sorted(tops)}, not only {sorted(OUR_NAMES)}")
     return wheel
 
 

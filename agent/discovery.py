@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from agent.target import rank_env
+from traceml_agent.target import rank_env
 
 
 @dataclass(frozen=True)

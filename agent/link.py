@@ -47,8 +47,8 @@ from typing import Any
 
 import msgpack
 
-from agent.wire import MAX_FRAME_BYTES, unpacker
-from agent.writer import StateFrames
+from traceml_agent.wire import MAX_FRAME_BYTES, unpacker
+from traceml_agent.writer import StateFrames
 
 LINK_VERSION = 1
 BATCH_S = 0.25            # frames are sent in one message this often

@@ -15,18 +15,18 @@ from typing import Any
 
 import psutil
 
-from agent import __version__
-from agent.cost import COST_EVERY_S, process_frame
-from agent.discovery import Plan, RankProc, ranks_below
-from agent.nvml import Nvml
-from agent.procstats import host_frame
-from agent.pyspy import PySpyError, find_pyspy, pyspy_version
-from agent.rate import RateGovernor
-from agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
-from agent.target import TargetError
-from agent.threads import ThreadDump
-from agent.wire import WIRE_VERSION
-from agent.writer import FrameWriter
+from traceml_agent import __version__
+from traceml_agent.cost import COST_EVERY_S, process_frame
+from traceml_agent.discovery import Plan, RankProc, ranks_below
+from traceml_agent.nvml import Nvml
+from traceml_agent.procstats import host_frame
+from traceml_agent.pyspy import PySpyError, find_pyspy, pyspy_version
+from traceml_agent.rate import RateGovernor
+from traceml_agent.sampler import FATAL_KINDS, Sampler, SamplerConfig
+from traceml_agent.target import TargetError
+from traceml_agent.threads import ThreadDump
+from traceml_agent.wire import WIRE_VERSION
+from traceml_agent.writer import FrameWriter
 
 RESCAN_EVERY_S = 1.0
 PROBE_RETRY_S = 0.3    # a rank whose first dump failed for a reason that may pass is probed again after this

@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import source
-from agent.cost import COST_EVERY_S, CpuParts
-from agent.discovery import exit_status
-from agent.procstats import ProcPoller
-from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
-from agent.rate import Rate, RateGovernor
-from agent.target import TargetInfo, inspect_target
-from agent.threads import ThreadDump, ThreadNames, dump
-from agent.watch import Change, TargetWatch
-from agent.writer import FrameWriter
+from traceml_agent import source
+from traceml_agent.cost import COST_EVERY_S, CpuParts
+from traceml_agent.discovery import exit_status
+from traceml_agent.procstats import ProcPoller
+from traceml_agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
+from traceml_agent.rate import Rate, RateGovernor
+from traceml_agent.target import TargetInfo, inspect_target
+from traceml_agent.threads import ThreadDump, ThreadNames, dump
+from traceml_agent.watch import Change, TargetWatch
+from traceml_agent.writer import FrameWriter
 
 # A window that fails for one of these reasons will fail again: stop sampling.
 FATAL_KINDS = {"permission", "not_python", "unsupported_python", "pyspy_missing"}

@@ -9,7 +9,7 @@ import re
 import subprocess
 from dataclasses import dataclass, replace
 
-from agent.pyspy import PySpyError, explain_failure, pyspy_env, target_state
+from traceml_agent.pyspy import PySpyError, explain_failure, pyspy_env, target_state
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 
 import msgpack
 
-from agent.wire import segment_path
+from traceml_agent.wire import segment_path
 
 # Rotation and batching (FrameWriter): a recording capped at max_bytes is cut in this many
 # segments' worth, so rotation drops at most 1/SEGMENTS of the cap at a time.

@@ -66,8 +66,8 @@ import psutil  # noqa: E402
 from sim_nodes import NS, Layout, Nodes, Source, node_name  # noqa: E402
 
 import traceml_attach.diagnose.incremental as incremental  # noqa: E402
-from agent.link import BATCH_S, LINK_VERSION, AgentLink, Keys, create_token, pack, read_token, unpack  # noqa: E402
-from agent.writer import FrameWriter  # noqa: E402
+from traceml_agent.link import BATCH_S, LINK_VERSION, AgentLink, Keys, create_token, pack, read_token, unpack  # noqa: E402
+from traceml_agent.writer import FrameWriter  # noqa: E402
 from traceml_attach.collect.merge import Merger  # noqa: E402
 from traceml_attach.diagnose.analysis import Analysis  # noqa: E402
 from traceml_attach.ingest.segments import read_segments  # noqa: E402

@@ -18,9 +18,9 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
-from agent.discovery import ranks_below  # noqa: E402
-from agent.pyspy import find_pyspy  # noqa: E402
 from launch import start_torchrun, stop_example  # noqa: E402
+from traceml_agent.discovery import ranks_below  # noqa: E402
+from traceml_agent.pyspy import find_pyspy  # noqa: E402
 
 
 def _cpu() -> float:

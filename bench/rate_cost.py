@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 import psutil  # noqa: E402
 
-from agent import discovery  # noqa: E402
-from agent.node import NodeAgent  # noqa: E402
-from agent.sampler import SamplerConfig  # noqa: E402
-from agent.writer import FrameWriter  # noqa: E402
 from launch import rank_truth, start_example, start_torchrun, stop_example  # noqa: E402
+from traceml_agent import discovery  # noqa: E402
+from traceml_agent.node import NodeAgent  # noqa: E402
+from traceml_agent.sampler import SamplerConfig  # noqa: E402
+from traceml_agent.writer import FrameWriter  # noqa: E402
 
 # name: (example, its arguments, what it is)
 JOBS = {

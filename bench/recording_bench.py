@@ -33,9 +33,9 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
-from agent.wire import unpacker  # noqa: E402
-from agent.writer import SEGMENTS, FrameWriter  # noqa: E402
 from launch import start_example, start_torchrun, stop_example  # noqa: E402
+from traceml_agent.wire import unpacker  # noqa: E402
+from traceml_agent.writer import SEGMENTS, FrameWriter  # noqa: E402
 from traceml_attach.ingest.segments import segment_files  # noqa: E402
 from traceml_attach.ingest.stream import read_recording  # noqa: E402
 from traceml_attach.policy import RECORDING_MAX_MB  # noqa: E402

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.wire import unpacker
 from testkit.live_streams import cpu_gain, loop_period, shifted
+from traceml_agent.wire import unpacker
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "ddp_input_straggler.msgpack"

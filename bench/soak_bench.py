@@ -36,8 +36,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.writer import FrameWriter  # noqa: E402
 from testkit.streams import looped, read_frames  # noqa: E402
+from traceml_agent.writer import FrameWriter  # noqa: E402
 from traceml_attach.output.report import write_summary_somewhere  # noqa: E402
 from traceml_attach.output.summary import build_summary  # noqa: E402
 from traceml_attach.policy import RECORDING_MAX_MB  # noqa: E402

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from agent.wire import unpacker  # noqa: E402
+from traceml_agent.wire import unpacker  # noqa: E402
 from traceml_attach.collect.merge import proc_key  # noqa: E402
 from traceml_attach.diagnose.analysis import analyze  # noqa: E402
 from traceml_attach.ingest.stream import Recording  # noqa: E402

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.wire import unpacker
+from traceml_agent.wire import unpacker
 
 ONCE = {"hello", "target", "threads", "bye"}
 

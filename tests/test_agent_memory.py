@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import source
-from agent.sampler import RssTrace
-from agent.target import inspect_target, memory_limit, started_ns
-from agent.writer import StateFrames
+from traceml_agent import source
+from traceml_agent.sampler import RssTrace
+from traceml_agent.target import inspect_target, memory_limit, started_ns
+from traceml_agent.writer import StateFrames
 from traceml_attach.collect.merge import _PID_FRAMES
 from traceml_attach.ingest.stream import Recording
 

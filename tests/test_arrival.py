@@ -12,8 +12,8 @@ from traceml_attach.output.render import render_text
 from traceml_attach.output.summary import build_summary
 from traceml_attach.output.whatif_text import arrival_line
 from traceml_attach.runtime.pipeline import replay_file
-from traceml_attach.steps.batch_timeline import Step
 from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.clock import Step
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

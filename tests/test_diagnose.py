@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu, unknown_step_note
-from traceml_attach.steps.batch_timeline import StepClock
+from traceml_attach.steps.clock import StepClock
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import COMPONENTS, RankStepStats
 

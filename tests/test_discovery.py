@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from agent import discovery
-from agent.node import MAX_ATTACH_TRIES, NodeAgent
-from agent.pyspy import PySpyError
-from agent.sampler import Sampler, SamplerConfig
-from agent.writer import FrameWriter
+from traceml_agent import discovery
+from traceml_agent.node import MAX_ATTACH_TRIES, NodeAgent
+from traceml_agent.pyspy import PySpyError
+from traceml_agent.sampler import Sampler, SamplerConfig
+from traceml_agent.writer import FrameWriter
 
 SLEEPER = f"{sys.executable} -c 'import time; time.sleep(60)'"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.nvml import Nvml
 from testkit.streams import read_frames
 from tests.fake_nvml import GIB, Device, FakeNvml, Proc
+from traceml_agent.nvml import Nvml
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.finding import StepEvidence
 from traceml_attach.diagnose.system import diagnose_system

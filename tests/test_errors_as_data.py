@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from agent import discovery
-from agent.node import NodeAgent
-from agent.procstats import ProcPoller
-from agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
-from agent.sampler import Sampler, SamplerConfig
-from agent.writer import FrameWriter
 from tests.conftest import ROOT, traceml
+from traceml_agent import discovery
+from traceml_agent.node import NodeAgent
+from traceml_agent.procstats import ProcPoller
+from traceml_agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
+from traceml_agent.sampler import Sampler, SamplerConfig
+from traceml_agent.writer import FrameWriter
 from traceml_attach.cli.main import main
 from traceml_attach.errors import EXIT_INTERNAL, EXIT_PYSPY, EXIT_USAGE
 from traceml_attach.ingest.stream import read_recording
@@ -93,7 +93,7 @@ def test_a_sampler_that_raises_posts_an_error_frame_and_ends_failed(sleeper, mon
 
 def test_a_session_whose_sampler_crashed_does_not_end_as_stopped(sleeper, tmp_path: Path):
     # the real CLI in its own interpreter, with the same bug put in before it starts
-    driver = ("import sys; from agent.procstats import ProcPoller\n"
+    driver = ("import sys; from traceml_agent.procstats import ProcPoller\n"
               "def boom(self): raise RuntimeError('boom')\n"
               "ProcPoller.poll = boom\n"
               "from traceml_attach.cli.main import main; sys.exit(main(sys.argv[1:]))\n")
@@ -136,7 +136,7 @@ def test_a_window_stopped_before_pyspy_sampled_says_so(tmp_path: Path):
     binary = fake_pyspy(tmp_path, "exec sleep 30")
     script = ("import os, sys, time\n"
               "from pathlib import Path\n"
-              "from agent.pyspy import RecordWindow\n"
+              "from traceml_agent.pyspy import RecordWindow\n"
               f"w = RecordWindow({str(binary)!r}, os.getpid(), 100, 5, Path({str(tmp_path / 'w.json')!r}), index=7)\n"
               "time.sleep(0.5)\n"   # the fake has exec'd sleep by then (it never samples)
               "w.stop()\n"

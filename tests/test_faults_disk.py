@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.wire import unpacker
-from agent.writer import FrameWriter
 from tests.conftest import ROOT
 from tests.faults import fill, read_only, tmpfs
+from traceml_agent.wire import unpacker
+from traceml_agent.writer import FrameWriter
 from traceml_attach.errors import EXIT_NOT_WRITTEN
 from traceml_attach.ingest.stream import read_recording
 

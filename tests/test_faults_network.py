@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import zmq
 
-from agent.link import Keys, read_token
-from agent.wire import MAX_FRAME_BYTES
 from tests.test_multinode import Agent, Session, fixture_frames, served, wait_for
+from traceml_agent.link import Keys, read_token
+from traceml_agent.wire import MAX_FRAME_BYTES
 
 FLOOD = 300          # idle connections at once (each holds a descriptor until its handshake times out)
 MEMORY_MB = 64       # what the collector's process may grow by meanwhile (an oversized message is 33 MiB)

@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.discovery import ranks_below
-from agent.pyspy import find_pyspy
 from launch import HERE, _wait_ready, start_example, stop_example
 from tests.conftest import ROOT, traceml
+from traceml_agent.discovery import ranks_below
+from traceml_agent.pyspy import find_pyspy
 from traceml_attach.errors import EXIT_NO_PROCESS, EXIT_NOT_PYTHON, EXIT_PYSPY
 from traceml_attach.ingest.stream import read_recording
 

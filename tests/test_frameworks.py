@@ -19,8 +19,9 @@ from traceml_attach.diagnose.step import diagnose_step_time
 from traceml_attach.ingest.model import CodeFrame, Span
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.accumulation import micro_batches, with_accumulation
-from traceml_attach.steps.batch_timeline import build_timeline, find_loop, stack_traits
+from traceml_attach.steps.batch_timeline import build_timeline
 from traceml_attach.steps.classify import RulesError, classify, load_rules
+from traceml_attach.steps.loopframe import find_loop, stack_traits
 from traceml_attach.steps.steptime import rank_stats
 
 RULES = load_rules()

@@ -13,9 +13,9 @@ import msgpack
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agent.link import pack
-from agent.wire import unpacker
-from agent.writer import FrameWriter
+from traceml_agent.link import pack
+from traceml_agent.wire import unpacker
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect.merge import Merger
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import analyze

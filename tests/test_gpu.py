@@ -52,7 +52,7 @@ def test_compute_bound_cuda_job_is_compute_bound_not_wait_heavy(tmp_path: Path):
 
 
 def test_real_nvml_reads_every_device():
-    from agent.nvml import Nvml
+    from traceml_agent.nvml import Nvml
 
     frame = Nvml().poll()
     assert frame is not None and frame["devices"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {   # package (or top-level module) -> its layer; equal layers may not import each other
-    "agent": 0,
+    "traceml_agent": 0,
     "traceml_attach.policy": 1, "traceml_attach.errors": 1, "traceml_attach": 1,
     "traceml_attach.ingest": 2,
     "traceml_attach.steps": 3, "traceml_attach.collect": 3,
@@ -27,8 +27,8 @@ LAYERS = {   # package (or top-level module) -> its layer; equal layers may not 
 def unit(module: str) -> str:
     """The layered unit a module belongs to: its package under traceml_attach, or agent."""
     parts = module.split(".")
-    if parts[0] == "agent":
-        return "agent"
+    if parts[0] == "traceml_agent":
+        return "traceml_agent"
     if parts[0] != "traceml_attach":
         return parts[0]
     return ".".join(parts[:2]) if len(parts) > 1 else "traceml_attach"
@@ -63,7 +63,7 @@ def upward_imports(paths: list[Path], source: str | None = None) -> list[str]:
 
 
 def shipped() -> list[Path]:
-    return sorted([*(ROOT / "traceml_attach").rglob("*.py"), *(ROOT / "agent").rglob("*.py")])
+    return sorted([*(ROOT / "traceml_attach").rglob("*.py"), *(ROOT / "traceml_agent").rglob("*.py")])
 
 
 def test_no_import_runs_against_the_layer_order():

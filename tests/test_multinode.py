@@ -19,10 +19,10 @@ import msgpack
 import pytest
 import zmq
 
-from agent.link import AgentLink, Keys, LinkError, create_token, endpoint, read_token, token_warning
-from agent.wire import unpacker
-from agent.writer import FrameWriter
 from tests.conftest import traceml
+from traceml_agent.link import AgentLink, Keys, LinkError, create_token, endpoint, read_token, token_warning
+from traceml_agent.wire import unpacker
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect.merge import proc_key
 from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import analyze

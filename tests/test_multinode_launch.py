@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.discovery import find_launchers, rank_env
-from agent.link import create_token
-from agent.writer import FrameWriter
+from traceml_agent.discovery import find_launchers, rank_env
+from traceml_agent.link import create_token
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect import launcher
 from traceml_attach.collect.launcher import AgentLaunch, LaunchError, launch_command, reachable
 from traceml_attach.collect.server import Collector
@@ -70,7 +70,7 @@ def test_a_torchrun_job_is_one_launcher_and_its_orphans_are_none(torchrun):
 def test_the_agent_itself_is_not_a_rank_when_it_inherits_rank():
     # GIVEN a process with RANK in its environment (an agent started from a job's shell), child of
     # this one (which has none)
-    code = "from agent.discovery import find_launchers; print(*find_launchers())"
+    code = "from traceml_agent.discovery import find_launchers; print(*find_launchers())"
     env = {**os.environ, "RANK": "0", "PYTHONPATH": str(ROOT)}
     # WHEN it looks for launchers
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

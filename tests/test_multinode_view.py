@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from agent.wire import unpacker
 from testkit.tui_support import FIXTURES, loaded
 from tests.test_tui_snapshots import loaded as settled
+from traceml_agent.wire import unpacker
 from traceml_attach.cli.live import live_line
 from traceml_attach.collect.merge import proc_key
 from traceml_attach.diagnose.analysis import analyze_live

@@ -14,7 +14,7 @@ def test_attacher_modules_do_not_import_torch():
         "for pkg in (agent, traceml_attach):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        m.name.endswith('__main__') or importlib.import_module(m.name)\n"
-        "from agent.nvml import Nvml\n"
+        "from traceml_agent.nvml import Nvml\n"
         "Nvml().poll()\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )

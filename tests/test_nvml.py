@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.nvml import Nvml
 from tests.fake_nvml import GIB, Device, FakeNvml, Proc
+from traceml_agent.nvml import Nvml
 from traceml_attach.diagnose.gpu import rank_gpu
 from traceml_attach.diagnose.memory import Limits, diagnose_memory
 from traceml_attach.diagnose.system import diagnose_process, diagnose_system
@@ -162,7 +162,7 @@ def test_a_busy_host_is_context_when_the_job_is_what_keeps_it_busy(job_cpu, work
 def test_the_agent_sends_the_hosts_cpu_count():
     import psutil
 
-    from agent.procstats import host_frame
+    from traceml_agent.procstats import host_frame
 
     frame = host_frame()
     assert frame["cpus"] == psutil.cpu_count() and frame["cpus"] >= 1

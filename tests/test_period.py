@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from traceml_attach.steps.period import MIN_INTERVALS, fit_period, suggested_rate_hz, visit_samples
+from traceml_attach.policy import MIN_INTERVALS
+from traceml_attach.steps.period import fit_period, suggested_rate_hz, visit_samples
 
 MS = 1_000_000
 

@@ -17,11 +17,11 @@ from typing import Any
 import msgpack
 import pytest
 
-from agent.pyspy import RawSpan, WindowResult
-from agent.rate import HOLD_S, RAISE_HOLD_S, Rate, RateGovernor
-from agent.sampler import Sampler, SamplerConfig
-from agent.writer import FrameWriter, StateFrames
 from testkit.simulator import Truth, job, simulate
+from traceml_agent.pyspy import RawSpan, WindowResult
+from traceml_agent.rate import HOLD_S, RAISE_HOLD_S, Rate, RateGovernor
+from traceml_agent.sampler import Sampler, SamplerConfig
+from traceml_agent.writer import FrameWriter, StateFrames
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
@@ -31,8 +31,8 @@ from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.render import render_text
 from traceml_attach.output.summary import build_summary, from_json, to_json
 from traceml_attach.runtime.pipeline import Pipeline, replay_file
-from traceml_attach.steps.batch_timeline import StepClock
 from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.clock import StepClock
 from traceml_attach.tui.present import Selection, present
 
 RULES = load_rules()

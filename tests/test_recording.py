@@ -11,9 +11,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from agent.wire import segment_path
-from agent.writer import FrameWriter
 from testkit.simulator import job, simulate
+from traceml_agent.wire import segment_path
+from traceml_agent.writer import FrameWriter
 from traceml_attach.cli.common import recording_mb
 from traceml_attach.cli.main import main
 from traceml_attach.diagnose.analysis import analyze
@@ -292,7 +292,7 @@ def test_the_cap_option():
 
 
 def test_cost_frames_are_read_and_a_malformed_one_is_refused(tmp_path: Path):
-    from agent.cost import CpuParts, process_frame
+    from traceml_agent.cost import CpuParts, process_frame
 
     parts = CpuParts()
     with parts.part("parse"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent import source
+from traceml_agent import source
 
 
 def test_describe_reads_the_line_and_the_with_items_around_it(tmp_path: Path):

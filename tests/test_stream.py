@@ -6,8 +6,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from agent.pyspy import explain_failure, spans_from_chrometrace
-from agent.writer import FrameWriter
+from traceml_agent.pyspy import explain_failure, spans_from_chrometrace
+from traceml_agent.writer import FrameWriter
 from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
 
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.pyspy import find_pyspy, process_exe
-from agent.sampler import Sampler
-from agent.threads import ThreadDump, ThreadNames, reads_thread_names
-from agent.writer import FrameWriter
+from traceml_agent.pyspy import find_pyspy, process_exe
+from traceml_agent.sampler import Sampler
+from traceml_agent.threads import ThreadDump, ThreadNames, reads_thread_names
+from traceml_agent.writer import FrameWriter
 
 # real processes (busy loops) sampled by the real py-spy
 pytestmark = pytest.mark.e2e

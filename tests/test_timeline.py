@@ -4,8 +4,9 @@ import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.ingest.model import Span, ThreadInfo
-from traceml_attach.steps.batch_timeline import CpuCounter, _around, build_timeline, find_loop
+from traceml_attach.steps.batch_timeline import CpuCounter, _around, build_timeline
 from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.loopframe import find_loop
 
 RULES = load_rules()
 PATTERN = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 30), (OPTIM, 10)]  # 100 ms steps
@@ -177,7 +178,7 @@ def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
 
 
 def test_only_the_synchronized_ranks_irregular_steps_mark_a_clock_irregular():
-    from traceml_attach.steps.batch_timeline import StepClock
+    from traceml_attach.steps.clock import StepClock
     from traceml_attach.steps.sync import _varied_reason
 
     # a rank that saw every boundary and found its steps too uneven speaks for every rank...

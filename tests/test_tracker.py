@@ -20,10 +20,11 @@ from tests.test_simulated_steps import issue_ddp
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import LIVE_WINDOW_S
-from traceml_attach.steps.batch_timeline import OUTER_TIE, LoopFrame, Timeline, loop_candidates
+from traceml_attach.policy import LIVE_WINDOW_S, LOOP_TIE_MARGIN, OUTER_TIE
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import load_rules
-from traceml_attach.steps.live_tracker import LOOP_TIE_MARGIN, pick_loop
+from traceml_attach.steps.live_tracker import pick_loop
+from traceml_attach.steps.loopframe import LoopFrame, loop_candidates
 
 RULES = load_rules()
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -204,7 +205,7 @@ def test_a_nested_loop_near_the_tie_keeps_its_frame():
 def test_a_shared_clock_is_the_reference_clock_as_sync_builds_it():
     from dataclasses import replace
 
-    from traceml_attach.steps.batch_timeline import StepClock
+    from traceml_attach.steps.clock import StepClock
     clock = StepClock("wraps", 150e6, 0.9, 0.7, None, None, None, 140e6, 0.01, 3)
     assert clock.shared(0.5, 0.2, 1) == replace(clock, method="joint", visible=0.5, concentration=None,
                                                 unseen=0.2, edge_steps=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # Live views and the final diagnosis look at this much of the newest data: a longer stretch
@@ -269,3 +270,83 @@ DEFAULT_WHATIF_POLICY = WhatIfPolicy()
 DEFAULT_DISPATCH_POLICY = DispatchPolicy()
 DEFAULT_MEMORY_POLICY = MemoryPolicy()
 DEFAULT_SYSTEM_POLICY = SystemPolicy()
+
+
+# The step engine (traceml_attach/steps/): how the steps are counted from the samples. A step time is
+# given only when known within MAX_STEP_ERROR; these thresholds decide when it is (docs/steps.md).
+
+# -- period.py: fitting a step period to the intervals between the returns seen
+MIN_INTERVALS = 10            # fewer observed intervals: a comb fit is not significant
+MIN_CONCENTRATION = 0.2       # R̄ at the period: below it, the comb is lost in the blur
+MIN_RAYLEIGH_Z = 9.0          # m·R̄²: a chance fit among ~100 candidate periods stays below this
+MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
+HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental
+INLIER = 0.3                  # |I - n·P| ≤ this·P: an interval counts in refining the period
+MAX_SCORED = 64               # intervals (evenly spaced) used to screen candidates
+MAX_CANDIDATES_PER_SEED = 16  # periods a 16th of the shortest intervals: boundaries seen 1 in 16
+TARGET_SAMPLES_PER_STEP = 10.0  # a rate advised for short steps gives them this many samples
+SURE = 0.8                    # an interval's step count is sure when its posterior is at least this...
+MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this share of them is not
+MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
+MAX_RATE_HZ = 1000            # no rate above this is advised
+MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
+NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
+NEAR_SHARE = 0.25     # 38% of the steps are)
+
+# -- clock.py: when the returns seen are every boundary, and when a rate is suggested; drop-outs
+# A higher rate is suggested for long steps only where their boundaries go unseen at least this often
+MOSTLY_UNSEEN = 0.3
+# Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
+# unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
+MAX_UNSEEN = 0.01
+# A boundary that Poisson sampling hides with less than this probability (e^-8: eight sampling
+# intervals outside the dominant line went unsampled) was hidden by a drop-out of the sampler...
+DROPOUT_UNSEEN = math.exp(-8.0)
+# ...which shows as a span this many times its stack's median span, and at least 8 intervals long.
+SWALLOW_RATIO = 2.0
+
+# -- batch_timeline.py: the sampler's holes
+MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step
+
+# -- loopframe.py: which frame is the training loop
+MIN_PATH_SHARE = 0.5        # a loop-frame candidate is on the path for ≥ this share of time
+OUTER_TIE = 0.8             # an outer candidate wins with ≥ this fraction of the most wraps
+
+# -- live_tracker.py: the live engine's loop frame and training thread
+LOOP_TIE_MARGIN = 0.02     # the current loop frame stays this close to find_loop's tie between nested loops
+THREAD_KEEP = 1.1          # another thread becomes the training thread with this much more training time
+
+# -- sync.py: synchronized ranks' shared period
+AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
+# A live reference stays while no rank is clearly better: among equals (ranks that see their loop
+# alike), each one's warm checks come at other times, and the best would change every tick.
+REF_MARGIN = 0.1
+
+# -- accumulation.py: gradient accumulation (a step is an optimizer step)
+MAX_MICRO_BATCHES = 64    # larger k are not looked for
+MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
+MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k...
+MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
+MIN_SEEN = 0.3            # ...the optimizer was seen in at least this share of the optimizer steps...
+# ...and that many multiples would arise by chance without accumulation (the optimizer seen in
+# random steps) with at most this probability: a live view tests every rank at every tick
+MAX_CHANCE = 1e-5
+# A k whose multiples would arise by chance with at most this probability, short of MAX_CHANCE or
+# from fewer than MIN_GAPS gaps, is not counted, but the step time is then unknown: a micro-batch
+# taken for a step is the one wrong answer
+SUGGESTED = 1e-3
+# The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
+# its samples per step), and at least this share of the intervals between observed returns hold
+# none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
+# visits mark the steps (``by_optimizer``).
+OPTIMIZER_UNSEEN = 0.01
+MIN_WITHOUT = 0.25
+# ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
+# step is caught where a regular sampler's phase falls in it, which spaces its visits by itself
+SPACED_UNSEEN = 0.3
+# ``by_optimizer``: groups of intervals as many as the intervals themselves (this share) are no news
+SAME_GROUPS = 0.9
+# ``_lumped`` compares the compute of long intervals with k steps' (its phases), given at least this
+# many samples of it a step: with fewer, the steps whose boundaries went unseen are those whose
+# compute went unsampled
+LUMPED_MIN_SAMPLES = 5

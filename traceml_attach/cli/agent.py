@@ -20,9 +20,9 @@ from pathlib import Path
 
 import psutil
 
-from agent.discovery import find_launchers
-from agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
-from agent.node import NodeAgent, Probed
+from traceml_agent.discovery import find_launchers
+from traceml_agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
+from traceml_agent.node import NodeAgent, Probed
 from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, positive_float, rate
 from traceml_attach.errors import EXIT_NETWORK, EXIT_NO_PROCESS, EXIT_OK, EXIT_USAGE, CliError
 from traceml_attach.runtime.session import stop_on_signals

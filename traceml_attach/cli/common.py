@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from agent.link import LinkError, endpoint
+from traceml_agent.link import LinkError, endpoint
 from traceml_attach.errors import EXIT_BAD_FILE, EXIT_USAGE, CliError
 from traceml_attach.policy import RECORDING_MAX_MB
 from traceml_attach.steps.classify import Rules, RulesError, load_rules

@@ -9,15 +9,15 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from agent import source
-from agent.pyspy import PySpyError, find_pyspy, process_exe
-from agent.threads import ThreadDump, ThreadNames, dump
+from traceml_agent import source
+from traceml_agent.pyspy import PySpyError, find_pyspy, process_exe
+from traceml_agent.threads import ThreadDump, ThreadNames, dump
 from traceml_attach.cli.common import add_rules_option, rules_from
 from traceml_attach.errors import KIND_TO_EXIT, CliError
 from traceml_attach.ingest.model import CodeFrame
 from traceml_attach.runtime.targets import plan_targets
-from traceml_attach.steps.batch_timeline import is_background
 from traceml_attach.steps.classify import Rules, classify
+from traceml_attach.steps.loopframe import is_background
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from agent.writer import FrameWriter
+from traceml_agent.writer import FrameWriter
 
 LOG_NAME = "launch.log"
 AGENT = (sys.executable, "-m", "traceml_attach")

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.writer import FrameWriter
+from traceml_agent.writer import FrameWriter
 from traceml_attach.ingest.model import PID_BITS
 
 DEVICE_BITS = 8

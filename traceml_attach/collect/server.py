@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.link import (
+from traceml_agent.link import (
     LINK_VERSION,
     Keys,
     LinkError,
@@ -27,8 +27,8 @@ from agent.link import (
     token_warning,
     unpack,
 )
-from agent.wire import MAX_FRAME_BYTES
-from agent.writer import FrameWriter
+from traceml_agent.wire import MAX_FRAME_BYTES
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect.merge import Merger, Stream
 
 LOST_S = 10.0          # an agent silent this long (it sends every second) is "lost"

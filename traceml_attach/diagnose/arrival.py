@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from traceml_attach.diagnose.report import Arrival
 from traceml_attach.policy import DEFAULT_WHATIF_POLICY, WhatIfPolicy
-from traceml_attach.steps.batch_timeline import Step
+from traceml_attach.steps.clock import Step
 
 
 def last_arrivals(steps: Mapping[str, Sequence[Step]], lo: int, hi: int,

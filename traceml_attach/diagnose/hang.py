@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from traceml_attach.diagnose.finding import Finding, HangEvidence, RankStack
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
-from traceml_attach.steps.batch_timeline import SYNC_PHASES, Timeline, user_frame
+from traceml_attach.steps.batch_timeline import SYNC_PHASES, Timeline
+from traceml_attach.steps.loopframe import user_frame
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import itertools
 import statistics
 from collections.abc import Sequence
 
-from agent.source import is_library
+from traceml_agent.source import is_library
 from traceml_attach.diagnose.finding import KeptLine, LeakEvidence, WorkerGrowth
 from traceml_attach.diagnose.retention import KINDS, kept_across_steps
 from traceml_attach.ingest.model import ProcSample

@@ -32,7 +32,8 @@ from traceml_attach.diagnose.step import unknown_step_note
 from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import StepTimePolicy
-from traceml_attach.steps.batch_timeline import StepClock, Timeline
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import StepClock
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import RankStepStats
 

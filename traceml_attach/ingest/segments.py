@@ -32,7 +32,7 @@ from typing import Any
 
 import msgpack
 
-from agent.wire import segment_path, unpacker
+from traceml_agent.wire import segment_path, unpacker
 
 _NUMBERED = re.compile(r"^(?P<stem>.+)\.(?P<n>\d{6})\.msgpack$")
 

@@ -29,8 +29,9 @@ from traceml_attach.diagnose.incremental import IncrementalAnalyzer, Tracked
 from traceml_attach.ingest.segments import read_segments
 from traceml_attach.ingest.stream import Recording, RecordingError
 from traceml_attach.policy import LIVE_WINDOW_S
-from traceml_attach.steps.batch_timeline import Step, Timeline
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import Rules
+from traceml_attach.steps.clock import Step
 from traceml_attach.steps.phases import PHASES
 
 CLOSE_LAG_S = 5.0

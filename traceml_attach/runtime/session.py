@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.link import LinkError, endpoint
-from agent.node import NodeAgent, Probed, hello_frame
-from agent.sampler import SamplerConfig
-from agent.writer import FrameWriter
+from traceml_agent.link import LinkError, endpoint
+from traceml_agent.node import NodeAgent, Probed, hello_frame
+from traceml_agent.sampler import SamplerConfig
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect.launcher import WILDCARDS, AgentLaunch, LaunchError
 from traceml_attach.collect.merge import node_frame
 from traceml_attach.collect.server import Collector

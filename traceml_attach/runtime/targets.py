@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import discovery
-from agent.node import NodeAgent, Probed
-from agent.pyspy import PySpyError
-from agent.sampler import SamplerConfig
-from agent.target import TargetError, inspect_target, python_children
-from agent.writer import FrameWriter
+from traceml_agent import discovery
+from traceml_agent.node import NodeAgent, Probed
+from traceml_agent.pyspy import PySpyError
+from traceml_agent.sampler import SamplerConfig
+from traceml_agent.target import TargetError, inspect_target, python_children
+from traceml_agent.writer import FrameWriter
 from traceml_attach.errors import KIND_TO_EXIT, CliError
 
 

@@ -20,10 +20,10 @@ intervals hold none of it, the optimizer steps are found from the optimizer's ow
 holds is then k where it was counted, else unknown (``micro_batches`` None).
 
 A micro-batch is never given as the step: where the optimizer's visits point to accumulation that
-could not be counted (``_doubt``: gaps that are multiples of one k, too few visits for the
-optimizer's time, or visits kept apart in the clock's steps, ``_spaced``) and fit no period of
+could not be counted (doubts.py: ``doubt_of``: gaps that are multiples of one k, too few visits for the
+optimizer's time, or visits kept apart in the clock's steps, ``spaced``) and fit no period of
 their own, the step time is unknown, with the reason. A period fitted to the intervals' lengths
-is not taken where the long intervals hold one step's compute (``_lumped``: a DataLoader whose
+is not taken where the long intervals hold one step's compute (``lumped``: a DataLoader whose
 workers deliver in bursts makes slow steps, not several). Synchronized ranks take one step: a k
 that one rank counted stands for all (``shared_plans``); where none could, the gaps of all of them
 are one test (``_pooled``), and one rank's doubt is every rank's; their optimizer steps must agree
@@ -33,45 +33,30 @@ few seconds, not every tick.
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from traceml_attach.steps.batch_timeline import MAX_UNSEEN, Step, StepClock, Timeline, clock_of, edge_steps, expand
-from traceml_attach.steps.period import MAX_STEP_ERROR, MIN_INTERVALS, visit_samples
+from traceml_attach.policy import (
+    MAX_ADJACENT,
+    MAX_CHANCE,
+    MAX_MICRO_BATCHES,
+    MAX_STEP_ERROR,
+    MAX_UNSEEN,
+    MIN_GAPS,
+    MIN_INTERVALS,
+    MIN_SEEN,
+    MIN_WITHOUT,
+    MULTIPLE_SHARE,
+    OPTIMIZER_UNSEEN,
+    SAME_GROUPS,
+    SUGGESTED,
+)
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen
 from traceml_attach.steps.phases import PHASES
-
-MAX_MICRO_BATCHES = 64    # larger k are not looked for
-MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
-MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k...
-MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
-MIN_SEEN = 0.3            # ...the optimizer was seen in at least this share of the optimizer steps...
-# ...and that many multiples would arise by chance without accumulation (the optimizer seen in
-# random steps) with at most this probability: a live view tests every rank at every tick
-MAX_CHANCE = 1e-5
-# A k whose multiples would arise by chance with at most this probability, short of MAX_CHANCE or
-# from fewer than MIN_GAPS gaps, is not counted, but the step time is then unknown: a micro-batch
-# taken for a step is the one wrong answer
-SUGGESTED = 1e-3
-# The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
-# its samples per step), and at least this share of the intervals between observed returns hold
-# none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
-# visits mark the steps (``by_optimizer``).
-OPTIMIZER_UNSEEN = 0.01
-MIN_WITHOUT = 0.25
-# ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
-# step is caught where a regular sampler's phase falls in it, which spaces its visits by itself
-SPACED_UNSEEN = 0.3
-# ``by_optimizer``: groups of intervals as many as the intervals themselves (this share) are no news
-SAME_GROUPS = 0.9
-# ``_lumped`` compares the compute of long intervals with k steps' (its phases), given at least this
-# many samples of it a step: with fewer, the steps whose boundaries went unseen are those whose
-# compute went unsampled
-COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
-LUMPED_MIN_SAMPLES = 5
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -123,17 +108,12 @@ def _multiples_in(gaps: Sequence[int], p: float, min_seen: float = MIN_SEEN) -> 
         hits = sum(1 for g in gaps if g % k == 0)
         if hits < MULTIPLE_SHARE * len(gaps) or p * k < min_seen:
             continue
-        chance = _tail(len(gaps), hits, p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k))
+        chance = binom_tail(len(gaps), hits, p * (1 - p) ** (k - 1) / (1 - (1 - p) ** k))
         if chance <= MAX_CHANCE:
             return k, chance, len(gaps)
         if chance < best[1]:
             best = (k, chance, len(gaps))
     return best
-
-
-def _tail(n: int, m: int, q: float) -> float:
-    """P(at least m of n independent events of chance q)."""
-    return 1.0 - _cdf(n, m - 1, q) if m > 0 else 1.0
 
 
 def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
@@ -164,15 +144,6 @@ def _merged(run: Sequence[Step]) -> Step:
                 aside_ns=sum(s.aside_ns for s in run))
 
 
-
-
-def optimizer_unseen(intervals: Sequence[Step], rate_hz: int) -> float | None:
-    """The chance that sampling misses an optimizer step's own work (e^-λ), from the optimizer
-    time of the intervals that hold some (about one visit each); None with fewer than two."""
-    seen = [ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0]
-    if len(seen) < 2:
-        return None
-    return math.exp(-visit_samples(statistics.fmean(seen) * rate_hz / 1e9))
 
 
 def marks_steps(intervals: Sequence[Step], rate_hz: int) -> float | None:
@@ -218,7 +189,7 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         # every slow step into several
         return None
     clock, counts = clock_of([g.counted_ns for g in groups], unseen, tl.rate_hz)
-    if not clock.known or (clock.method == "comb" and _lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
+    if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     steps = expand(groups, counts)
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
@@ -252,7 +223,7 @@ class Plan:
     k: int = 1                     # micro-batches per optimizer step (1: no accumulation counted)
     marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
-    lumped: bool = False           # the doubt: long intervals are slow steps, not several (``_lumped``)
+    lumped: bool = False           # the doubt: long intervals are slow steps, not several (``lumped``)
     # where nothing was decided, the evidence that synchronized ranks pool (``_pooled``): the gaps
     # in micro-batches between the optimizer's visits, and the share of micro-batches it was seen in
     gaps: tuple[int, ...] = ()
@@ -263,15 +234,15 @@ def plan_of(tl: Timeline) -> Plan:
     marks = marks_steps(tl.intervals, tl.rate_hz) if tl.loop is not None else None
     if not tl.clock.known:
         return Plan(1, marks)
-    lumped = _lumped(tl)
-    if lumped is not None:
-        return Plan(1, None, lumped, lumped=True)
+    slow = lumped(tl)
+    if slow is not None:
+        return Plan(1, None, slow, lumped=True)
     gaps, seen = _gaps(tl.intervals, tl.clock.period_ns) if tl.clock.period_ns else ([], 0.0)
     multiples = _multiples_in(gaps, seen)
     k = _counted(*multiples)
     if k > 1 or marks is not None:
         return Plan(k, marks)
-    return Plan(1, None, _doubt(tl, multiples), gaps=tuple(gaps), seen=seen)
+    return Plan(1, None, doubt_of(tl, multiples), gaps=tuple(gaps), seen=seen)
 
 
 def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
@@ -396,136 +367,6 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
-
-
-def _doubt(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
-    """Why ``tl``'s steps may not be optimizer steps (None: they are). Without accumulation every
-    step holds the optimizer's own work, d on average (its sampled time over the steps counted),
-    seen with chance 1 - e^-(d·rate); an optimizer seen in far fewer intervals between returns than
-    that (chance below MAX_CHANCE), or only in gaps of nearly always a multiple of one k, short of
-    certain, points to gradient accumulation whose micro-batches could not be counted (too few
-    optimizer steps in the window). The step time is then unknown: the micro-batch's is not it.
-    (The visits' lengths tell nothing here: on a loaded machine a span also covers the sampler's
-    own gaps.) ``multiples``: ``_multiples`` of its intervals, as ``plan_of`` found them."""
-    k, chance, _ = multiples
-    if chance <= SUGGESTED:
-        return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
-                f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
-    spaced = _spaced(tl)
-    if spaced is not None:
-        return spaced
-    covered = [iv for iv in tl.intervals if iv.covered]
-    steps = sum(1 for s in tl.steps if s.covered)
-    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
-    if not steps or not seen:
-        return None
-    d = sum(iv.phases_ns.get("optimizer", 0) for iv in covered) / steps
-    q = -math.expm1(-d * tl.rate_hz / 1e9)
-    if seen < q * len(covered) / 2 and _cdf(len(covered), seen, q) <= MAX_CHANCE:   # the sum where it can matter
-        return (f"the optimizer was seen in only {seen} of the {len(covered)} intervals between the returns seen, "
-                f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
-                "whose micro-batches per optimizer step could not be counted; sample longer")
-    return None
-
-
-
-def _lumped(tl: Timeline) -> str | None:
-    """Why a period fitted to the intervals' lengths miscounts them (None: it does not). The fit
-    takes an interval k periods long for k steps whose boundaries went unseen; those k steps then
-    hold k steps' compute. Where the long intervals hold far less (chance at most MAX_CHANCE),
-    they are slow steps, not several: a DataLoader whose workers deliver in bursts (every w-th
-    step waits for the next batch), a checkpoint, an eval; and the steps are not one length."""
-    clock = tl.clock
-    if clock.method not in ("comb", "joint") or not clock.period_ns:
-        return None
-    return _lumped_in(tl.intervals, clock.period_ns, tl.rate_hz)
-
-
-def _lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int) -> str | None:
-    per_sample = 1e9 / rate_hz
-    one: list[float] = []
-    long_samples, long_steps = 0.0, 0
-    for iv in intervals:
-        if not iv.covered:
-            continue
-        n = max(round(iv.counted_ns / period_ns), 1)
-        compute = sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) / per_sample
-        if n == 1:
-            one.append(compute)
-        else:
-            long_samples += compute
-            long_steps += n
-    # a boundary is seen where the step's compute was sampled: with few samples of it per step,
-    # the steps whose boundaries went unseen are those whose compute went unsampled
-    if len(one) < MIN_GAPS or not long_steps or statistics.fmean(one) < LUMPED_MIN_SAMPLES:
-        return None
-    expected = statistics.fmean(one) * long_steps
-    if expected <= 0 or long_samples >= expected / 2 or _poisson_cdf(long_samples, expected) > MAX_CHANCE:
-        return None
-    return (f"the long intervals between the boundaries seen hold {long_samples / expected:.0%} of the compute that "
-            f"{long_steps} steps of {period_ns / 1e6:.0f} ms would: they are slow steps (an input pipeline that "
-            "delivers in bursts, a checkpoint, an eval), not several, and the steps are not of one length")
-
-
-def _poisson_cdf(x: float, mean: float) -> float:
-    """P(Poisson(mean) <= x), in logs."""
-    m = int(x)
-    terms = [i * math.log(mean) - mean - math.lgamma(i + 1) for i in range(m + 1)]
-    top = max(terms)
-    return min(math.exp(top) * sum(math.exp(t - top) for t in terms), 1.0)
-
-
-def _spaced(tl: Timeline) -> str | None:
-    """Why the optimizer's visits are too far apart for every step to hold one (None: they are
-    not). In the clock's steps, not in the micro-batches ``_gaps`` counts: where those are too
-    short to count, the steps between the optimizer's visits still show accumulation. Without it,
-    each step holds the optimizer's work, seen with chance q (the share of the steps it was seen
-    in), so the steps between two visits are geometric: fewer gaps under m steps than that (chance
-    at most SUGGESTED, over every m tried) means the visits keep apart, k micro-batches or more."""
-    period_ns = tl.clock.period_ns
-    if not period_ns:
-        return None
-    # each visit at the return that ends its interval (the optimizer's work ends its step), and
-    # the steps between two visits counted as the clock counted them (a slow step is one)
-    ends = sorted(s.end_ns for s in tl.steps if s.covered)
-    visits = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
-    if len(visits) <= MIN_GAPS or len(ends) <= len(visits):
-        return None
-    # an optimizer step shorter than the sampling interval is caught where the sampler's phase
-    # falls in it, and that phase moves by the step's length (mod the interval) each step: a
-    # regular spacing that no accumulation made; only visits sampled most times tell
-    unseen = optimizer_unseen(tl.intervals, tl.rate_hz)
-    if unseen is None or unseen > SPACED_UNSEEN:
-        return None
-    q = len(visits) / len(ends)
-    gaps = [max(bisect.bisect_right(ends, b) - bisect.bisect_right(ends, a), 1) for a, b in itertools.pairwise(visits)]
-    tried = range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1)
-    if not tried:
-        return None
-    best = (1.0, 0)
-    for m in tried:
-        short = sum(1 for g in gaps if g < m)
-        chance = _cdf(len(gaps), short, -math.expm1((m - 1) * math.log1p(-q)))
-        best = min(best, (chance, m))
-    chance, m = best
-    if chance * len(tried) > SUGGESTED:
-        return None
-    return (f"the optimizer's visits kept at least {m} steps apart far more often than chance allows if every step "
-            f"of {period_ns / 1e6:.1f} ms held one: gradient accumulation, whose micro-batches per optimizer step "
-            "could not be counted")
-
-
-def _cdf(n: int, m: int, q: float) -> float:
-    """P(at most m of n independent events of chance q), in logs (n may be thousands)."""
-    if m >= n:
-        return 1.0
-    if q >= 1.0:
-        return 0.0
-    lq, lp = math.log(q) if q > 0 else -math.inf, math.log1p(-q)
-    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lq + (n - i) * lp
-             for i in range(m + 1)]
-    top = max(terms)
-    return math.exp(top) * sum(math.exp(t - top) for t in terms)
 
 
 def _floor(tl: Timeline) -> Timeline:

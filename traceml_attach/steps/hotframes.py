@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from agent.source import is_library
+from traceml_agent.source import is_library
 from traceml_attach.ingest.model import CodeFrame, Stack
-from traceml_attach.steps.batch_timeline import Timeline, user_frame
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.loopframe import user_frame
 
 
 @dataclass(frozen=True)

@@ -17,30 +17,28 @@ from __future__ import annotations
 
 import bisect
 import math
-from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain
 from operator import attrgetter
 from typing import Protocol
 
-from traceml_attach.steps.batch_timeline import DROPOUT_UNSEEN, MAX_UNSEEN, Step, StepClock, clock_of, expand
-from traceml_attach.steps.movinglog import Log, LogView
-from traceml_attach.steps.period import (
+from traceml_attach.policy import (
+    DROPOUT_UNSEEN,
     HARMONIC_KEEP,
     INLIER,
     MAX_AMBIGUOUS,
+    MAX_UNSEEN,
     MIN_CONCENTRATION,
     MIN_INTERVALS,
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
-    Posterior,
-    count_spread,
-    jitter,
-    pins_median,
 )
-from traceml_attach.steps.phases import PHASES
-from traceml_attach.steps.steptime import StepTotals, typical_limit_ns
+from traceml_attach.steps.clock import Step, StepClock, clock_of, expand
+from traceml_attach.steps.live_sums import StepSums
+from traceml_attach.steps.movinglog import Log, LogView
+from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median
+from traceml_attach.steps.steptime import StepTotals
 
 NS = 1_000_000_000
 REFIT_S = 8.0              # a known clock is checked warm this often (staggered over the ranks)
@@ -105,11 +103,8 @@ class IntervalWindow:
         self.flat: Log[Step] = Log()          # every record's steps in order, while flat_ok
         self.flat_ok = True
         self.rid = 0
-        self.durs = array("q")                # every step's duration, sorted
-        self.n_steps = self.steps_ns = self.covered = self.covered_ns = self.measured = self.measured_ns = 0
-        self.n_total = 0
-        self.phases_ns = dict.fromkeys(PHASES, 0)
-        self.blocked_ns = dict.fromkeys(PHASES, 0)
+        self.sums = StepSums()                # running sums over the steps (steptime.step_totals)
+        self.n_total = 0                      # the steps the intervals count as
         self.clock = StepClock("unknown", None)
         self.unseen: float | None = None
         self.certain = False
@@ -216,57 +211,13 @@ class IntervalWindow:
     def _add(self, record: Interval, sign: int) -> None:
         """Add (1) or take away (-1) an interval's steps from the running step totals."""
         self.n_total += sign * record.n
-        if len(record.steps) == 1:   # most intervals: one step, covered
-            step = record.steps[0]
-            dur = step.dur_ns
-            if sign > 0:
-                bisect.insort(self.durs, dur)
-            else:
-                del self.durs[bisect.bisect_left(self.durs, dur)]
-            self.n_steps += sign
-            self.steps_ns += sign * dur
-            if step.covered:
-                self.covered += sign
-                self.covered_ns += sign * dur
-                phases_ns = self.phases_ns
-                for phase, ns in step.phases_ns.items():
-                    if ns:
-                        phases_ns[phase] += sign * ns
-                blocked = step.blocked_sync_ns
-                if blocked is not None:
-                    self.measured += sign
-                    self.measured_ns += sign * dur
-                    for phase, ns in blocked.items():
-                        self.blocked_ns[phase] += sign * ns
-            return
-        for step in record.steps:
-            dur = step.dur_ns
-            self.n_steps += sign
-            self.steps_ns += sign * dur
-            if sign > 0:
-                bisect.insort(self.durs, dur)
-            else:
-                del self.durs[bisect.bisect_left(self.durs, dur)]
-            if not step.covered:
-                continue
-            self.covered += sign
-            self.covered_ns += sign * dur
-            for phase, ns in step.phases_ns.items():
-                self.phases_ns[phase] += sign * ns
-            if step.blocked_sync_ns is not None:
-                self.measured += sign
-                self.measured_ns += sign * dur
-                for phase, ns in step.blocked_sync_ns.items():
-                    self.blocked_ns[phase] += sign * ns
+        self.sums.add(record.steps, sign)
 
     def _reexpand(self) -> None:
         """Every interval expanded again (its count or the clock's certainty changed)."""
         self.flat_ok = False
-        self.durs = array("q")
-        self.n_steps = self.steps_ns = self.covered = self.covered_ns = self.measured = self.measured_ns = 0
+        self.sums = StepSums()
         self.n_total = 0
-        self.phases_ns = dict.fromkeys(PHASES, 0)
-        self.blocked_ns = dict.fromkeys(PHASES, 0)
         for record in self.records:
             record.steps = self._expand(record)
             self._add(record, 1)
@@ -485,22 +436,8 @@ class IntervalWindow:
         return self.flat.view()
 
     def median_step(self) -> float:
-        durs = self.durs
-        n = len(durs)
-        if not n:
-            return 0.0
-        return float(durs[n // 2]) if n % 2 else (durs[n // 2 - 1] + durs[n // 2]) / 2
+        return self.sums.median()
 
     def totals(self, step_ms: float | None) -> StepTotals:
         """The running sums over the window's steps (``steptime.step_totals``)."""
-        typical_ns, typical = self.covered_ns, dict(self.phases_ns)
-        limit = typical_limit_ns(step_ms)
-        if limit is not None and self.durs and self.durs[-1] > limit:   # rare: an eval, a checkpoint
-            longer = [s for r in self.records for s in r.steps if s.covered and s.dur_ns > limit]
-            if longer and len(longer) < self.covered:
-                for step in longer:
-                    typical_ns -= step.dur_ns
-                    for phase, ns in step.phases_ns.items():
-                        typical[phase] -= ns
-        return StepTotals(self.n_steps, self.steps_ns, self.covered, self.covered_ns, dict(self.phases_ns),
-                          typical_ns, typical, self.measured, self.measured_ns, dict(self.blocked_ns))
+        return self.sums.totals(step_ms, (s for r in self.records for s in r.steps))

@@ -5,29 +5,22 @@ read once (the batch form: batch_timeline.py).
 for a 30 s window that moved by one second, so nearly all of that work (64 ranks: ~0.7 s a
 tick) is repeated. A RankTracker keeps one process's window and moves it instead:
 
-- **Spans** are read once, from the Recording's absolute index (``trimmed`` + position: the
-  Recording may drop old spans from the front), and kept per thread in time order; those
-  that ended before the window leave from the front.
-- **Each distinct stack** (the Recording interns them) is looked at once while it is in the
-  window: background or not, its phase without a loop and at the loop frame, its line at the
-  loop depth, its call path, its caller for the hot frames. Its time on the training thread
-  is kept per stack, so the wait labels, the dominant place and the hot frames come from a few
-  dozen stacks, never from the window's thousand spans.
-- **The training thread** is chosen every tick from running per-thread sums, like
-  ``pick_thread``; the current one stays unless a rival has THREAD_KEEP times its time.
+- **Spans, stacks and the training thread** are read and kept by the SpanWindow it extends
+  (live_spans.py): every span read once, each distinct stack looked at once while it is in the
+  window (live_stacks.py), the thread chosen from running per-thread sums.
 - **The loop frame** is carried and looked for again every LOOP_RECHECK_S (more often while
   the window is young or none was found); near the tie between nested loops the current one
   stays (LOOP_TIE_MARGIN). A new thread or loop rebuilds the rank's state from its window.
 - **Step boundaries** are found as spans arrive. The open interval since the last boundary
   is carried; each interval is measured once, when it closes (its blocked time once the CPU
-  counter has reached its end), and leaves when its first boundary leaves the window.
+  counter has reached its end: live_counters.py), and leaves when its first boundary leaves the window.
 - **The step clock, the counts and the step statistics** are kept by an IntervalWindow
-  (intervals.py): counted as they close on a carried clock, checked warm every few seconds,
+  (live_intervals.py): counted as they close on a carried clock, checked warm every few seconds,
   fitted like the batch when a check fails; running sums for ``steptime.StepTotals``.
 - **Hot frames** (shares of the window per function) are worked out from the per-stack times
   every HOT_S (~15 rows a rank: worth not redoing every second).
 - **What a tick hands out** (segments, boundaries, intervals, steps) are views of append-only
-  logs (logs.py), not copies: a tick's cost stays with what changed, not with the window.
+  logs (movinglog.py), not copies: a tick's cost stays with what changed, not with the window.
 
 The schedules (warm checks, loop checks, hot frames) run on data time, the newest span's end.
 
@@ -43,137 +36,62 @@ boundaries (sync.share_tracked).
 
 from __future__ import annotations
 
-import bisect
 import math
 import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from operator import itemgetter
 
-from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
+from traceml_attach.ingest.model import Span, os_pid
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO
 from traceml_attach.steps.batch_timeline import (
     ASIDE_LABELS,
-    BACKGROUND_FUNCS,
     CYCLE_RANK,
-    MAX_SPAN_GAP_INTERVALS,
-    MAX_SPAN_NS,
-    OUTER_TIE,
-    SWALLOW_RATIO,
     SYNC_PHASES,
-    LoopFrame,
     Place,
     SegmentView,
-    StepClock,
     Timeline,
-    edge_steps,
-    find_loop,
     framework_of,
     inside,
-    loop_candidates,
     loop_feeding,
     returns,
-    stack_traits,
-    thread_label,
 )
 from traceml_attach.steps.classify import Rules, classify
-from traceml_attach.steps.hotframes import HotFrame, hot_frames_of, via
-from traceml_attach.steps.live_intervals import Interval, IntervalWindow
+from traceml_attach.steps.clock import StepClock, edge_steps
+from traceml_attach.steps.hotframes import HotFrame, hot_frames_of
+from traceml_attach.steps.live_counters import CounterJoin
+from traceml_attach.steps.live_intervals import IntervalWindow
+from traceml_attach.steps.live_spans import SpanWindow
+from traceml_attach.steps.live_stacks import StackInfo, dominant_place, pick_loop, visits_of, where, window_outputs
+from traceml_attach.steps.loopframe import LoopFrame, find_loop, loop_candidates, thread_label
 from traceml_attach.steps.movinglog import Log
 from traceml_attach.steps.period import visit_samples
-from traceml_attach.steps.phases import PHASES, WORK_PHASES
+from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import StepTotals
 
 NS = 1_000_000_000
 LOOP_RECHECK_S = 60.0      # the loop frame is looked for again this often...
 NO_LOOP_RECHECK_S = 5.0    # ...and at most this long apart while none was found
-LOOP_TIE_MARGIN = 0.02     # the current loop frame stays this close to find_loop's tie between nested loops
-THREAD_KEEP = 1.1          # another thread becomes the training thread with this much more training time
-PENDING_S = 5.0            # an interval's CPU counter is awaited at most this long (data time)
 HOT_S = 5.0                # the hot frames (shares of the 30 s window) are worked out again this often
-_NONE: Log[Span] = Log()   # no thread's spans
-
-
-class _StackInfo:
-    """What the tracker knows of one distinct stack while it is in the window."""
-
-    __slots__ = ("background", "decider", "depth_line", "epoch", "framework", "label", "leaf", "loop_line",
-                 "ns", "path", "phase", "place", "rank", "refs", "segs", "stack", "traits", "via", "work")
-
-    def __init__(self, stack: Stack, rules: Rules) -> None:
-        self.stack = stack
-        self.refs = 0            # spans of any thread in the window
-        self.ns = 0              # time on the training thread in the window
-        self.segs = 0            # segments on the training thread in the window
-        self.background = any(f.name in BACKGROUND_FUNCS for f in stack)
-        self.work = classify(stack, rules, None).phase in WORK_PHASES
-        self.path = tuple((f.name, f.file) for f in stack)
-        self.leaf = stack[-1]
-        self.via = via(stack)
-        self.traits = stack_traits(stack)
-        self.epoch = -1          # the loop the fields below are for (RankTracker.epoch)
-        self.phase = "wait"
-        self.label: str | None = None
-        self.decider: int | None = None
-        self.framework: str | None = None
-        self.depth_line: int | None = None   # its line at the loop's depth (any frame)
-        self.loop_line: int | None = None    # its line in the loop frame, when the loop frame is there
-        self.rank: int | None = None         # its phase's place in a step (timeline.CYCLE_RANK)
-        self.place: Place = (None, None)     # (depth_line, rank): where it is in the step's cycle
-
-
-_TS = itemgetter(0)
 _NO_PHASES = dict.fromkeys(PHASES, 0)
 
 
-def _where(loop: LoopFrame | None) -> tuple[int, str, str] | None:
-    return None if loop is None else (loop.depth, loop.name, loop.file)
-
-
-def pick_loop(candidates: list[LoopFrame], current: LoopFrame | None) -> LoopFrame | None:
-    """``find_loop``'s choice (the outermost frame with OUTER_TIE of the most wraps), but the
-    current frame stays within LOOP_TIE_MARGIN of that tie: nested loops that wrap about as
-    often would otherwise flip between checks, each flip a rebuild."""
-    if not candidates:
-        return None
-    most = max(c.wraps for c in candidates)
-    choice = next(c for c in candidates if c.wraps >= OUTER_TIE * most)
-    mine = next((c for c in candidates if _where(c) == _where(current)), None)
-    if mine is None or mine is choice:
-        return choice
-    if mine.depth < choice.depth:   # the current one is outer: it stays a little below the tie
-        return mine if mine.wraps >= (OUTER_TIE - LOOP_TIE_MARGIN) * most else choice
-    return mine if choice.wraps < (OUTER_TIE + LOOP_TIE_MARGIN) * most else choice
-
-
-class RankTracker:
+class RankTracker(SpanWindow):
     """One process's window, moved tick by tick (see the module doc)."""
 
     def __init__(self, pid: int, rules: Rules, rate_hz: int, stagger: float = 0.0) -> None:
-        self.pid = pid
-        self.rules = rules
+        super().__init__(pid, rules)
         self.rate_hz = rate_hz
         self.hole_ns = MAX_SPAN_GAP_INTERVALS * int(1e9 / max(rate_hz, 1))
         self.long_ns = 8 * 1e9 / max(rate_hz, 1)   # a span this long may have swallowed a boundary
         self.stagger = stagger % 1.0
-        self.next_index: int | None = None   # absolute index of the next span to read
-        self.spans_read = 0                  # how many spans were read, in all
-        self.start_ns = self.end_ns = 0
-        self.first_ns: int | None = None     # the first tick with data
-        self.stacks: dict[int, _StackInfo] = {}
-        self.by_tid: dict[int, Log[Span]] = {}   # each thread's spans in the window
-        self.presence: dict[int, int] = {}   # per thread: time outside background code
-        self.score: dict[int, int] = {}      # per thread: time in training phases
-        self.tid: int | None = None
         self.loop: LoopFrame | None = None
         self.epoch = 0
         self.next_loop_ns: int | None = None
         self.loop_checks = 0
-        self.names: dict[int, ThreadInfo] = {}
-        self.cpu: list[tuple[int, int, int]] = []
+        self.counters = CounterJoin()        # the main thread's CPU counters, joined to the intervals
         self.sources: Mapping[str, str] = {}    # the job's own files (the loop's data flow: dataflow.py)
-        self.cpu_at = 0                      # where the last CPU-counter lookup landed
         self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
         self._out: tuple = ()                # this tick's clipped edges, per-stack times and wait labels
         self._joint: tuple | None = None     # (what it was made of, the shared clock as this rank's)
@@ -200,9 +118,9 @@ class RankTracker:
         self.bounds: Log[int] = Log()
         self.bound_prev: Log[int] = Log()          # end of the loop-frame span before each bound
         self.open_start: int | None = None
-        self.open_spans: list[tuple[Span, _StackInfo]] = []
+        self.open_spans: list[tuple[Span, StackInfo]] = []
         self.open_hole = False
-        self.pending: list[Interval] = []
+        self.counters.pending = []
         self.usual = {}
         self.window = IntervalWindow(self.rate_hz, self.stagger, self)
 
@@ -211,24 +129,9 @@ class RankTracker:
     def advance(self, rec: Recording, start_ns: int, end_ns: int) -> None:
         """Read the new spans that start before end_ns, forget those that ended by start_ns,
         and keep the thread, loop and clock up to date."""
-        spans = rec.spans.get(self.pid, [])
-        base = rec.trimmed.get(self.pid, 0)
-        if self.next_index is None:
-            i = bisect.bisect_left(spans, start_ns - MAX_SPAN_NS, key=lambda s: s.ts_ns)
-        else:
-            i = max(self.next_index - base, 0)
-        self.names = rec.threads.get(self.pid, {})
-        self.cpu = rec.cpu.get(self.pid, [])
+        self.counters.rows = rec.cpu.get(self.pid, [])
         self.sources = rec.sources
-        self.start_ns, self.end_ns = start_ns, end_ns
-        n, begin = len(spans), i
-        while i < n and spans[i].ts_ns < end_ns:
-            i += 1
-        self.next_index = base + i
-        self.spans_read += i - begin
-        if self.first_ns is None and n:
-            self.first_ns = end_ns
-        mine = self._read(spans[begin:i])
+        mine = self.read_new(rec, start_ns, end_ns)
         if mine:
             self._segments(mine)
         grew = bool(mine)
@@ -237,36 +140,11 @@ class RankTracker:
         young = self.first_ns is not None and end_ns - self.first_ns < LOOP_RECHECK_S * NS
         if self.next_loop_ns is None or end_ns >= self.next_loop_ns or (self.loop is None and grew and young):
             self._check_loop()
-        if self.pending:
-            self._resolve_pending()
+        if self.counters.pending:
+            self.counters.resolve(self.window, end_ns)
         self.window.keep(end_ns, self._measure_unseen)
 
-    def _read(self, new: list[Span]) -> list[tuple[Span, _StackInfo]]:
-        """The new spans into their threads' windows; returns the training thread's, with their
-        stacks' infos (its segments)."""
-        stacks, by_tid, presence, score, rules, chosen = (self.stacks, self.by_tid, self.presence, self.score,
-                                                          self.rules, self.tid)
-        mine = []
-        for span in new:
-            stack = span.stack
-            info = stacks.get(id(stack))
-            if info is None:
-                info = stacks[id(stack)] = _StackInfo(stack, rules)
-            info.refs += 1
-            tid = span.tid
-            queue = by_tid.get(tid)
-            if queue is None:
-                queue = by_tid[tid] = Log()
-            queue.append(span)
-            if not info.background:
-                presence[tid] = presence.get(tid, 0) + span.dur_ns
-                if info.work:
-                    score[tid] = score.get(tid, 0) + span.dur_ns
-            if tid == chosen:
-                mine.append((span, info))
-        return mine
-
-    def _classify(self, info: _StackInfo) -> None:
+    def _classify(self, info: StackInfo) -> None:
         loop = self.loop
         verdict = classify(info.stack, self.rules, loop.depth if loop else None, loop_feeding(loop, self.sources))
         info.phase, info.label, info.decider, info.framework = verdict.phase, verdict.label, verdict.depth, \
@@ -281,11 +159,7 @@ class RankTracker:
         info.place = (info.depth_line, info.rank)
         info.epoch = self.epoch
 
-    def _thread_spans(self) -> Log[Span]:
-        """The training thread's spans in the window: its segments."""
-        return self.by_tid.get(self.tid, _NONE) if self.tid is not None else _NONE
-
-    def _segments(self, items: Iterable[tuple[Span, _StackInfo]]) -> None:
+    def _segments(self, items: Iterable[tuple[Span, StackInfo]]) -> None:
         """Spans of the training thread in time order (its segments): the holes between them,
         the call path, the visits outside the dominant place and the step boundaries, as
         ``timeline._holes``, ``_stuck_since``, ``_unseen`` and ``_boundaries`` find them."""
@@ -345,35 +219,7 @@ class RankTracker:
         self.open_start, self.open_spans, self.open_hole = open_start, open_spans, open_hole
 
     def _expire(self, start_ns: int) -> None:
-        stacks = self.stacks
-        for tid in list(self.by_tid):
-            queue = self.by_tid[tid]
-            chosen = tid == self.tid
-            gone_ns = gone_presence = gone_score = 0
-            while queue and queue[0].ts_ns + queue[0].dur_ns <= start_ns:
-                span = queue.popleft()
-                dur = span.dur_ns
-                info = stacks[id(span.stack)]
-                if not info.background:
-                    gone_presence += dur
-                    if info.work:
-                        gone_score += dur
-                if chosen:
-                    gone_ns += dur
-                    info.ns -= dur
-                    info.segs -= 1
-                info.refs -= 1
-                if not info.refs:
-                    del stacks[id(span.stack)]
-            if gone_presence:
-                self.presence[tid] -= gone_presence
-            if gone_score:
-                self.score[tid] -= gone_score
-            self.seg_ns -= gone_ns
-            if not queue:
-                del self.by_tid[tid]
-                self.presence.pop(tid, None)
-                self.score.pop(tid, None)
+        self.seg_ns -= self._expire_spans(start_ns)
         while self.visits and self.visits[0][0] <= start_ns:
             self.visit_ns -= self.visits.popleft()[1]
         # a boundary counts while the loop-frame span before it is in the window (as the batch's)
@@ -386,22 +232,8 @@ class RankTracker:
 
     # --- thread and loop ---------------------------------------------------------------------
 
-    def _background_thread(self, tid: int) -> bool:
-        info = self.names.get(tid)
-        return bool(info is not None and info.name and "pin_memory" in info.name)
-
     def _choose_thread(self) -> None:
-        best = None
-        for tid, ns in self.score.items():
-            if ns > 0 and not self._background_thread(tid) and (best is None or ns > self.score[best]):
-                best = tid
-        if best is None:
-            present = {tid: ns for tid, ns in self.presence.items() if not self._background_thread(tid)}
-            mains = [tid for tid, t in self.names.items() if t.name == "MainThread" and tid in present]
-            best = mains[0] if mains else (max(present, key=lambda t: present[t]) if present else None)
-        elif (self.tid is not None and best != self.tid and not self._background_thread(self.tid)
-              and THREAD_KEEP * self.score.get(self.tid, 0) >= self.score[best]):
-            best = self.tid
+        best = self._training_thread()
         if best != self.tid:
             self.tid = best
             self.loop = find_loop(self.by_tid.get(best, ()), self.rules.loops) if best is not None else None
@@ -424,7 +256,7 @@ class RankTracker:
         if self.tid is not None:
             weighted = [(info.stack, info.ns) for info in self.stacks.values() if info.segs]
             loop = pick_loop(loop_candidates(self.by_tid.get(self.tid, ()), weighted, self.rules.loops), self.loop)
-            if _where(loop) != _where(self.loop):
+            if where(loop) != where(self.loop):
                 self.loop = loop
                 self.epoch += 1
                 self._rebuild()
@@ -436,7 +268,7 @@ class RankTracker:
         stacks = self.stacks
         self._segments([(span, stacks[id(span.stack)]) for span in self._thread_spans()])
         self._expire(self.start_ns)
-        self.dominant = self._dominant_place()
+        self.dominant = dominant_place(self.stacks)
         self._rebuild_visits()
 
     # --- intervals ---------------------------------------------------------------------------
@@ -444,9 +276,9 @@ class RankTracker:
     def _uses_counter(self) -> bool:
         """The agent reads the main thread's CPU counters: they count for the main thread only."""
         info = self.names.get(self.tid) if self.tid is not None else None
-        return bool(self.cpu) and info is not None and info.os_tid == os_pid(self.pid)
+        return bool(self.counters.rows) and info is not None and info.os_tid == os_pid(self.pid)
 
-    def _close(self, start: int, end: int, spans: list[tuple[Span, _StackInfo]]) -> None:
+    def _close(self, start: int, end: int, spans: list[tuple[Span, StackInfo]]) -> None:
         """An interval between two wraps, measured as ``timeline._intervals`` does."""
         phases = _NO_PHASES.copy()
         aside = 0
@@ -466,53 +298,11 @@ class RankTracker:
                     aside += hi - lo
                 if counter and (info.phase, info.label) in SYNC_PHASES:
                     sync.append((lo, hi, info.phase))
-        pending = counter and self.cpu[-1][0] < end and self.end_ns - end < PENDING_S * NS
-        blocked = self._blocked(sync) if counter and not pending else None
+        pending = counter and self.counters.waits(end, self.end_ns)
+        blocked = self.counters.blocked(sync) if counter and not pending else None
         record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside)
         if pending:
-            self.pending.append(record)
-
-    def _busy_at(self, ts_ns: int) -> float | None:
-        """``CpuCounter.at`` on the recording's rows, without copying them; looked up from where
-        the last lookup landed (intervals close in time order)."""
-        rows, i = self.cpu, self.cpu_at
-        if 0 < i < len(rows) and rows[i - 1][0] < ts_ns <= rows[i][0]:
-            pass
-        elif 0 < i + 1 < len(rows) and rows[i][0] < ts_ns <= rows[i + 1][0]:
-            i += 1
-        else:
-            i = bisect.bisect_left(rows, ts_ns, key=_TS)
-        self.cpu_at = i
-        if i == len(rows) or (i == 0 and rows[0][0] != ts_ns):
-            return None
-        t1, on1, rq1 = rows[i]
-        if t1 == ts_ns:
-            return on1 + rq1
-        t0, on0, rq0 = rows[i - 1]
-        b0, b1 = on0 + rq0, on1 + rq1
-        return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
-
-    def _blocked(self, sync: Sequence[tuple[int, int, str]]) -> dict[str, int] | None:
-        """As ``timeline._intervals``: the time blocked in each synchronizing phase."""
-        blocked: dict[str, int] = {}
-        for lo, hi, phase in sync:
-            b0, b1 = self._busy_at(lo), self._busy_at(hi)
-            if b0 is None or b1 is None:
-                return None
-            idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
-            blocked[phase] = blocked.get(phase, 0) + int(idle)
-        return blocked
-
-    def _resolve_pending(self) -> None:
-        still = []
-        for record in self.pending:
-            end = record.step.end_ns
-            if self.cpu and self.cpu[-1][0] < end and self.end_ns - end < PENDING_S * NS:
-                still.append(record)
-                continue
-            record.pending = False
-            self.window.restep(record, replace(record.step, blocked_sync_ns=self._blocked(record.sync)))
-        self.pending = still
+            self.counters.pending.append(record)
 
     def swallowing(self, long_spans: Sequence[tuple[int, int]]) -> bool:
         """A span far longer than its stack's usual span (its median on the thread), as in
@@ -531,36 +321,16 @@ class RankTracker:
 
     # --- the chance that a boundary goes unseen ------------------------------------------------
 
-    def _dominant_place(self) -> Place | None:
-        per_place: dict[Place, int] = {}
-        for info in self.stacks.values():
-            if info.segs:
-                per_place[info.place] = per_place.get(info.place, 0) + info.ns
-        return max(per_place, key=lambda k: per_place[k]) if per_place else None
-
     def _rebuild_visits(self) -> None:
-        self.visits.clear()
-        self.visit_ns = 0
-        self.in_visit = False
         if self.loop is None:
-            return
-        for span in self._thread_spans():
-            info = self.stacks[id(span.stack)]
-            if inside(info.place, self.dominant):
-                self.in_visit = False
-            elif self.in_visit:
-                self.visits[-1][0] = span.end_ns
-                self.visits[-1][1] += span.dur_ns
-                self.visit_ns += span.dur_ns
-            else:
-                self.visits.append([span.end_ns, span.dur_ns])
-                self.visit_ns += span.dur_ns
-                self.in_visit = True
+            self.visits, self.visit_ns, self.in_visit = deque(), 0, False
+        else:
+            self.visits, self.visit_ns, self.in_visit = visits_of(self._thread_spans(), self.stacks, self.dominant)
 
     def _measure_unseen(self) -> float | None:
         """e^-λ, as ``timeline._unseen``, from the running visits outside the dominant place
         (the window asks when it looks at its clock)."""
-        dominant = self._dominant_place()
+        dominant = dominant_place(self.stacks)
         if dominant != self.dominant:
             self.dominant = dominant
             self._rebuild_visits()
@@ -574,37 +344,8 @@ class RankTracker:
     def _outputs(self) -> tuple:
         """This tick's clipped edges, per-stack times, verdicts and wait labels (once a tick)."""
         key = (self.start_ns, self.end_ns, self.seg_count, self.epoch)
-        if self._out and self._out[0] == key:
-            return self._out
-        spans = self._thread_spans()
-        head_cut = tail_cut = 0
-        head = tail = None
-        if spans:
-            head, tail = spans[0], spans[-1]
-            head_cut = max(self.start_ns - head.ts_ns, 0)
-            tail_cut = max(tail.end_ns - self.end_ns, 0)
-        weighted = []
-        labels: dict[str, int] = {}
-        frameworks: dict[str, int] = {}
-        traits: set[str] = set()
-        verdicts = {}
-        for stack_id, info in self.stacks.items():
-            if not info.segs:
-                continue
-            ns = info.ns
-            if head_cut and head is not None and id(head.stack) == stack_id:
-                ns -= head_cut
-            if tail_cut and tail is not None and id(tail.stack) == stack_id:
-                ns -= tail_cut
-            weighted.append((info.leaf, info.via, info.phase, ns))
-            verdicts[stack_id] = (info.phase, info.label, info.decider)
-            if info.phase == "wait":
-                label = info.label or "other"
-                labels[label] = labels.get(label, 0) + ns
-            if info.framework:
-                frameworks[info.framework] = frameworks.get(info.framework, 0) + ns
-            traits |= info.traits
-        self._out = (key, head_cut, tail_cut, weighted, labels, verdicts, frameworks, frozenset(traits))
+        if not self._out or self._out[0] != key:
+            self._out = (key, *window_outputs(self.stacks, self._thread_spans(), self.start_ns, self.end_ns))
         return self._out
 
     def timeline(self, clock: StepClock | None = None) -> Timeline:

@@ -23,19 +23,24 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-MIN_INTERVALS = 10            # fewer observed intervals: a comb fit is not significant
-MIN_CONCENTRATION = 0.2       # R̄ at the period: below it, the comb is lost in the blur
-MIN_RAYLEIGH_Z = 9.0          # m·R̄²: a chance fit among ~100 candidate periods stays below this
-MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
-HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental
-INLIER = 0.3                  # |I - n·P| ≤ this·P: an interval counts in refining the period
-MAX_SCORED = 64               # intervals (evenly spaced) used to screen candidates
-MAX_CANDIDATES_PER_SEED = 16  # periods a 16th of the shortest intervals: boundaries seen 1 in 16
-TARGET_SAMPLES_PER_STEP = 10.0
-SURE = 0.8                    # an interval's step count is sure when its posterior is at least this...
-MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this share of them is not
-MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
-MAX_RATE_HZ = 1000
+from traceml_attach.policy import (
+    HARMONIC_KEEP,
+    INLIER,
+    MAX_AMBIGUOUS,
+    MAX_CANDIDATES_PER_SEED,
+    MAX_RATE_HZ,
+    MAX_SCORED,
+    MAX_STEP_ERROR,
+    MEDIAN_RANKS,
+    MIN_CONCENTRATION,
+    MIN_INTERVALS,
+    MIN_RAYLEIGH_Z,
+    MIN_SAMPLES_PER_STEP,
+    NEAR_MEDIAN,
+    NEAR_SHARE,
+    SURE,
+    TARGET_SAMPLES_PER_STEP,
+)
 
 
 @dataclass(frozen=True)
@@ -157,9 +162,6 @@ def pinned(intervals: Sequence[float], counts: Sequence[int], period: float, rat
     return whole > 0 and pins_median(whole, sum(counts), jitter(intervals, period, rate_hz), period)
 
 
-MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
-NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
-NEAR_SHARE = 0.25     # 38% of the steps are)
 
 
 def steady_median(whole: Sequence[float], total: int) -> bool:

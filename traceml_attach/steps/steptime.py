@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import TYPICAL_MAX
-from traceml_attach.steps.batch_timeline import Step, StepClock, Timeline, loop_hint
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import Step, StepClock
+from traceml_attach.steps.loopframe import loop_hint
 from traceml_attach.steps.phases import COMPONENTS, PHASES
 
 

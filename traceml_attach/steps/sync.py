@@ -18,19 +18,11 @@ import itertools
 import statistics
 from dataclasses import replace
 
-from traceml_attach.steps.batch_timeline import (
-    IRREGULAR,
-    MAX_UNSEEN,
-    StepClock,
-    Timeline,
-    edge_steps,
-    expand,
-    without_period,
-)
+from traceml_attach.policy import AGREE, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN
+from traceml_attach.steps.batch_timeline import Timeline, without_period
+from traceml_attach.steps.clock import IRREGULAR, StepClock, edge_steps, expand
 from traceml_attach.steps.live_tracker import RankTracker
-from traceml_attach.steps.period import MIN_INTERVALS, map_counts
-
-AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
+from traceml_attach.steps.period import map_counts
 
 
 def _quality(tl: Timeline) -> tuple[float, float]:
@@ -122,9 +114,6 @@ def _varied_reason(rank: str) -> str:
             "bursts makes steps of two or more lengths)")
 
 
-# A live reference stays while no rank is clearly better: among equals (ranks that see their loop
-# alike), each one's warm checks come at other times, and the best would change every tick.
-REF_MARGIN = 0.1
 
 
 def _better(new: tuple[float, float], old: tuple[float, float]) -> bool:

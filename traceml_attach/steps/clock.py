@@ -1,0 +1,185 @@
+"""Step clocks: how the intervals between the returns seen become steps, and whether their
+length is known (``StepClock``). Shared by the batch engine (batch_timeline.py), the live one
+(live_tracker.py, live_intervals.py) and the counting of optimizer steps (accumulation.py).
+
+A period is fitted to the intervals (``period.fit_period``) and each interval counted in
+periods; where sampling cannot have missed a boundary by chance, the intervals are the steps
+(``clock_of``). Where no period can be established, the clock is unknown and says why, and
+what would help: a higher rate only where it would (``unknown_clock``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from traceml_attach.policy import (
+    DROPOUT_UNSEEN,
+    MAX_STEP_ERROR,
+    MAX_UNSEEN,
+    MIN_INTERVALS,
+    MIN_SAMPLES_PER_STEP,
+    MOSTLY_UNSEEN,
+    TARGET_SAMPLES_PER_STEP,
+)
+from traceml_attach.steps.period import PeriodFit, fit_period, pinned, refine_map, steady_median, suggested_rate_hz
+
+
+@dataclass(frozen=True, slots=True)   # a live window holds thousands
+class Step:
+    start_ns: int
+    end_ns: int
+    phases_ns: dict[str, int]
+    # Time the thread was blocked (not on a CPU or waiting for one) inside synchronizing
+    # phases (backward, collectives), by phase; None without CPU counters for the step.
+    blocked_sync_ns: dict[str, int] | None = None
+    # False: one of several steps in an interval whose boundaries sampling cannot have missed by
+    # chance (a py-spy drop-out); it counts as a step, its time is not attributed to phases.
+    covered: bool = True
+    # (observed intervals) it holds a span far longer than its stack's usual span: the sampler
+    # saw nothing change for that long where the thread usually moves on (see ``expand``)
+    swallowing: bool = False
+    # (observed intervals) its time in an evaluation or a checkpoint (ASIDE_LABELS): an iteration
+    # that evaluates is one step, counted on the time it spent training (``counted_ns``)
+    aside_ns: int = 0
+
+    @property
+    def counted_ns(self) -> int:
+        """The length its step count is judged on: the interval less its eval and checkpoints."""
+        return self.dur_ns - self.aside_ns
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+# the words of the reason that synchronized ranks' steps vary too much for a typical one, where a
+# rank saw every boundary (steps/sync.py; StepClock.irregular)
+IRREGULAR = "irregular steps"
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """How the steps were counted, and whether their length is known.
+
+    method: "comb" (a period fitted to this thread's wraps), "joint" (a period shared by
+    synchronized ranks), "wraps" (every boundary was seen), or "unknown".
+    """
+
+    method: str
+    period_ns: float | None          # the fitted step period; None when unknown
+    visible: float | None = None     # share of the step boundaries seen as wraps
+    concentration: float | None = None   # how tightly the wraps sit on the period's comb (0..1)
+    reason: str | None = None        # why unknown
+    suggested_rate_hz: int | None = None
+    step_upper_ns: float | None = None   # no step is longer than about this (unknown clocks)
+    typical_ns: float | None = None  # the median step once the intervals are counted in periods
+    unseen: float | None = None      # chance that sampling misses a boundary (e^-λ), when measurable
+    # whole periods before the first and after the last wrap seen: steps too, without phase times
+    edge_steps: int = 0
+
+    @property
+    def known(self) -> bool:
+        return self.period_ns is not None
+
+    @property
+    def irregular(self) -> bool:
+        """Unknown because a synchronized rank saw every boundary and its steps vary too much for a
+        typical one (IRREGULAR in the reason: ``sync.share_period``)."""
+        return self.period_ns is None and self.reason is not None and IRREGULAR in self.reason
+
+    def shared(self, visible: float | None, unseen: float | None, edge_steps: int) -> StepClock:
+        """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
+        unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
+        return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
+                         self.step_upper_ns, self.typical_ns, unseen, edge_steps)
+
+
+def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
+                rate_hz: int) -> int:
+    """Whole steps between the window's edges and the first and last wrap seen. Each edge ends
+    or starts at a boundary, so it holds floor(length / period) of them; a wrap is seen on
+    average one sampling interval after its boundary, which moves that boundary back."""
+    if not bounds or first_ns is None or last_ns is None or not period_ns:
+        return 0
+    lag = 1e9 / max(rate_hz, 1)
+    return (int(max(bounds[0] - lag - first_ns, 0) // period_ns)
+            + int(max(last_ns - bounds[-1] + lag, 0) // period_ns))
+
+
+def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None) -> tuple[Step, ...]:
+    """Each interval as its ``count`` steps: equal parts of its time and of each phase.
+
+    When sampling cannot have missed a boundary by chance (``unseen`` below DROPOUT_UNSEEN), an
+    interval as long as several steps is either a sampler drop-out, which shows as a span that
+    swallowed the stacks in between (its steps count, their time is not covered), or one slow
+    step (a checkpoint, an eval): with every boundary visible, no boundary is invented in it."""
+    certain = unseen is not None and unseen < DROPOUT_UNSEEN
+    out: list[Step] = []
+    for step, n in zip(intervals, counts, strict=True):
+        if n == 1 or (certain and not step.swallowing):
+            out.append(step)
+            continue
+        blocked = {k: v // n for k, v in step.blocked_sync_ns.items()} if step.blocked_sync_ns is not None else None
+        phases = {k: v // n for k, v in step.phases_ns.items()}
+        for k in range(n):
+            out.append(Step(step.start_ns + step.dur_ns * k // n, step.start_ns + step.dur_ns * (k + 1) // n,
+                            phases, blocked, covered=not certain))
+    return tuple(out)
+
+
+def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
+    """The step clock of the intervals between observed wraps, and each one's step count;
+    ``unseen`` is the chance that sampling misses a boundary (``_unseen``)."""
+    ones = tuple(1 for _ in durations)
+    if len(durations) >= 2 and unseen is not None and unseen <= MAX_UNSEEN:
+        # every boundary is visible: the intervals are the steps (but for clear multiples), and
+        # they may drift (a job that slows down) without a fixed period to fit
+        floats = [float(d) for d in durations]
+        period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
+        whole = sorted(d for d, n in zip(floats, counts, strict=True) if n == 1)
+        if pinned(floats, counts, period, rate_hz) and steady_median(whole, sum(counts)):
+            return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
+        fit = PeriodFit(None, ones, None, min(floats), why="jittery")
+        return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
+    fit = fit_period(durations, rate_hz, unseen)
+    if fit.known:
+        return StepClock("comb", fit.period_ns, fit.visible, fit.concentration, unseen=unseen), fit.counts
+    return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
+
+
+def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | None = None) -> StepClock:
+    """Why no step time can be given, and what would give one: a higher rate only where the
+    steps may be too short for this one (the shortest intervals seen are under
+    TARGET_SAMPLES_PER_STEP samples, or the fit says so) or their boundaries mostly go unseen
+    (``unseen``, e^-λ), never for regular steps already long enough."""
+    shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / rate_hz
+    upper = fit.upper_bound_ns
+    # a higher rate helps steps that may be short, and boundaries that mostly go unseen (a rate
+    # that doubles the samples outside the dominant place doubles λ); not regular long steps
+    short = (upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
+             or unseen is None or unseen > MOSTLY_UNSEEN)
+    if fit.why == "jittery":
+        reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
+                  f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+    elif observed < MIN_INTERVALS:
+        reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
+                  f"(a period needs {MIN_INTERVALS}): sample longer")
+    elif fit.why == "ambiguous":
+        reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
+                  f"two at {rate_hz} Hz")
+        short = True   # the blur of where the samples fell: a higher rate narrows it
+    elif fit.why == "short":
+        reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
+                  "cannot be told apart, and the boundaries seen fit no longer period")
+        short = True
+    elif short:
+        reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
+                  f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
+    else:
+        reason = (f"the {observed} boundaries seen fit no regular step period, though the steps are long enough "
+                  f"for {rate_hz} Hz: the steps are irregular, or most of their boundaries go unseen; a longer "
+                  "window, or a [[loop]] rule naming the step's own loop frame, would help")
+    rate = suggested_rate_hz(upper, rate_hz) if short and fit.why != "jittery" else None
+    return StepClock("unknown", None, None, fit.concentration, reason, rate, upper)

@@ -1,0 +1,167 @@
+"""Why the returns seen may not be optimizer steps, though no k could be counted: the evidence
+accumulation.py weighs before it gives a step time. Each check is a chance under the hypothesis
+that every step holds the optimizer's work (``doubt_of``: too few visits, visits kept apart,
+``spaced``), or that the long intervals hold several steps' compute (``lumped``: a DataLoader
+whose workers deliver in bursts makes slow steps, not several). A doubt makes the step time
+unknown, with its words as the reason: a micro-batch taken for a step is the one wrong answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+
+from traceml_attach.policy import LUMPED_MIN_SAMPLES, MAX_CHANCE, MAX_MICRO_BATCHES, MIN_GAPS, SPACED_UNSEEN, SUGGESTED
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import Step
+from traceml_attach.steps.period import visit_samples
+
+# the phases whose samples ``_lumped`` counts as a step's compute
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
+
+
+def optimizer_unseen(intervals: Sequence[Step], rate_hz: int) -> float | None:
+    """The chance that sampling misses an optimizer step's own work (e^-λ), from the optimizer
+    time of the intervals that hold some (about one visit each); None with fewer than two."""
+    seen = [ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0]
+    if len(seen) < 2:
+        return None
+    return math.exp(-visit_samples(statistics.fmean(seen) * rate_hz / 1e9))
+
+
+def binom_tail(n: int, m: int, q: float) -> float:
+    """P(at least m of n independent events of chance q)."""
+    return 1.0 - binom_cdf(n, m - 1, q) if m > 0 else 1.0
+
+
+def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
+    """Why ``tl``'s steps may not be optimizer steps (None: they are). Without accumulation every
+    step holds the optimizer's own work, d on average (its sampled time over the steps counted),
+    seen with chance 1 - e^-(d·rate); an optimizer seen in far fewer intervals between returns than
+    that (chance below MAX_CHANCE), or only in gaps of nearly always a multiple of one k, short of
+    certain, points to gradient accumulation whose micro-batches could not be counted (too few
+    optimizer steps in the window). The step time is then unknown: the micro-batch's is not it.
+    (The visits' lengths tell nothing here: on a loaded machine a span also covers the sampler's
+    own gaps.) ``multiples``: ``_multiples`` of its intervals, as ``plan_of`` found them."""
+    k, chance, _ = multiples
+    if chance <= SUGGESTED:
+        return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
+                f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
+    apart = spaced(tl)
+    if apart is not None:
+        return apart
+    covered = [iv for iv in tl.intervals if iv.covered]
+    steps = sum(1 for s in tl.steps if s.covered)
+    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
+    if not steps or not seen:
+        return None
+    d = sum(iv.phases_ns.get("optimizer", 0) for iv in covered) / steps
+    q = -math.expm1(-d * tl.rate_hz / 1e9)
+    if seen < q * len(covered) / 2 and binom_cdf(len(covered), seen, q) <= MAX_CHANCE:   # the sum where it can matter
+        return (f"the optimizer was seen in only {seen} of the {len(covered)} intervals between the returns seen, "
+                f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
+                "whose micro-batches per optimizer step could not be counted; sample longer")
+    return None
+
+
+
+def lumped(tl: Timeline) -> str | None:
+    """Why a period fitted to the intervals' lengths miscounts them (None: it does not). The fit
+    takes an interval k periods long for k steps whose boundaries went unseen; those k steps then
+    hold k steps' compute. Where the long intervals hold far less (chance at most MAX_CHANCE),
+    they are slow steps, not several: a DataLoader whose workers deliver in bursts (every w-th
+    step waits for the next batch), a checkpoint, an eval; and the steps are not one length."""
+    clock = tl.clock
+    if clock.method not in ("comb", "joint") or not clock.period_ns:
+        return None
+    return lumped_in(tl.intervals, clock.period_ns, tl.rate_hz)
+
+
+def lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int) -> str | None:
+    per_sample = 1e9 / rate_hz
+    one: list[float] = []
+    long_samples, long_steps = 0.0, 0
+    for iv in intervals:
+        if not iv.covered:
+            continue
+        n = max(round(iv.counted_ns / period_ns), 1)
+        compute = sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) / per_sample
+        if n == 1:
+            one.append(compute)
+        else:
+            long_samples += compute
+            long_steps += n
+    # a boundary is seen where the step's compute was sampled: with few samples of it per step,
+    # the steps whose boundaries went unseen are those whose compute went unsampled
+    if len(one) < MIN_GAPS or not long_steps or statistics.fmean(one) < LUMPED_MIN_SAMPLES:
+        return None
+    expected = statistics.fmean(one) * long_steps
+    if expected <= 0 or long_samples >= expected / 2 or poisson_cdf(long_samples, expected) > MAX_CHANCE:
+        return None
+    return (f"the long intervals between the boundaries seen hold {long_samples / expected:.0%} of the compute that "
+            f"{long_steps} steps of {period_ns / 1e6:.0f} ms would: they are slow steps (an input pipeline that "
+            "delivers in bursts, a checkpoint, an eval), not several, and the steps are not of one length")
+
+
+def poisson_cdf(x: float, mean: float) -> float:
+    """P(Poisson(mean) <= x), in logs."""
+    m = int(x)
+    terms = [i * math.log(mean) - mean - math.lgamma(i + 1) for i in range(m + 1)]
+    top = max(terms)
+    return min(math.exp(top) * sum(math.exp(t - top) for t in terms), 1.0)
+
+
+def spaced(tl: Timeline) -> str | None:
+    """Why the optimizer's visits are too far apart for every step to hold one (None: they are
+    not). In the clock's steps, not in the micro-batches ``_gaps`` counts: where those are too
+    short to count, the steps between the optimizer's visits still show accumulation. Without it,
+    each step holds the optimizer's work, seen with chance q (the share of the steps it was seen
+    in), so the steps between two visits are geometric: fewer gaps under m steps than that (chance
+    at most SUGGESTED, over every m tried) means the visits keep apart, k micro-batches or more."""
+    period_ns = tl.clock.period_ns
+    if not period_ns:
+        return None
+    # each visit at the return that ends its interval (the optimizer's work ends its step), and
+    # the steps between two visits counted as the clock counted them (a slow step is one)
+    ends = sorted(s.end_ns for s in tl.steps if s.covered)
+    visits = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
+    if len(visits) <= MIN_GAPS or len(ends) <= len(visits):
+        return None
+    # an optimizer step shorter than the sampling interval is caught where the sampler's phase
+    # falls in it, and that phase moves by the step's length (mod the interval) each step: a
+    # regular spacing that no accumulation made; only visits sampled most times tell
+    unseen = optimizer_unseen(tl.intervals, tl.rate_hz)
+    if unseen is None or unseen > SPACED_UNSEEN:
+        return None
+    q = len(visits) / len(ends)
+    gaps = [max(bisect.bisect_right(ends, b) - bisect.bisect_right(ends, a), 1) for a, b in itertools.pairwise(visits)]
+    tried = range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1)
+    if not tried:
+        return None
+    best = (1.0, 0)
+    for m in tried:
+        short = sum(1 for g in gaps if g < m)
+        chance = binom_cdf(len(gaps), short, -math.expm1((m - 1) * math.log1p(-q)))
+        best = min(best, (chance, m))
+    chance, m = best
+    if chance * len(tried) > SUGGESTED:
+        return None
+    return (f"the optimizer's visits kept at least {m} steps apart far more often than chance allows if every step "
+            f"of {period_ns / 1e6:.1f} ms held one: gradient accumulation, whose micro-batches per optimizer step "
+            "could not be counted")
+
+
+def binom_cdf(n: int, m: int, q: float) -> float:
+    """P(at most m of n independent events of chance q), in logs (n may be thousands)."""
+    if m >= n:
+        return 1.0
+    if q >= 1.0:
+        return 0.0
+    lq, lp = math.log(q) if q > 0 else -math.inf, math.log1p(-q)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lq + (n - i) * lp
+             for i in range(m + 1)]
+    top = max(terms)
+    return math.exp(top) * sum(math.exp(t - top) for t in terms)
