@@ -342,10 +342,15 @@ SUGGESTED = 1e-3
 OPTIMIZER_UNSEEN = 0.01
 MIN_WITHOUT = 0.25
 # ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
-# step is caught where a regular sampler's phase falls in it, which spaces its visits by itself
+# step is seen in few steps, and a few visits are spaced apart by chance as often as not
 SPACED_UNSEEN = 0.3
 # ``by_optimizer``: groups of intervals as many as the intervals themselves (this share) are no news
 SAME_GROUPS = 0.9
+# Where every boundary is seen but the steps vary too much for a typical one, a step fitted to the
+# optimizer's visits is taken only at least this many times the intervals' mean: several micro-batches.
+# Without accumulation it is their mean (bursty delivery: the grid's fits read 0.9-1.18 of it; with
+# accumulation, 1.32-7.6)
+VISITS_APART = 1.25
 # ``_lumped`` compares the compute of long intervals with k steps' (its phases), given at least this
 # many samples of it a step: with fewer, the steps whose boundaries went unseen are those whose
 # compute went unsampled

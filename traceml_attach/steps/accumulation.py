@@ -33,6 +33,7 @@ few seconds, not every tick.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import statistics
 from collections.abc import Iterable, Sequence
@@ -52,8 +53,9 @@ from traceml_attach.policy import (
     OPTIMIZER_UNSEEN,
     SAME_GROUPS,
     SUGGESTED,
+    VISITS_APART,
 )
-from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.batch_timeline import Segment, Timeline
 from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
 from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen
 from traceml_attach.steps.phases import PHASES
@@ -164,37 +166,68 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     """Optimizer steps from the optimizer's own visits: micro-batches too short to be told apart,
     the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch loop), or
     an optimizer seen in every step while the returns are micro-batches. Each return right after
-    optimizer time ends an optimizer step; the intervals between such returns are whole numbers of
-    optimizer steps (a short optimizer step goes unseen now and then), and the step period is
-    fitted to them as to any loop's returns, with ``unseen`` the chance that an optimizer step goes
-    unseen (``optimizer_unseen``: every step is then seen when it is small). None when no period fits."""
+    optimizer time ends an optimizer step (one visit across a return ends one, at the later); the
+    times between the ends of those visits are whole numbers of optimizer steps (a short optimizer
+    step goes unseen now and then), and the step period is fitted to them as to any loop's returns,
+    with ``unseen`` the chance that an optimizer step goes unseen (``optimizer_unseen``: every step
+    is then seen when it is small). None when no period fits."""
     if tl.loop is None:
         return None
+    visits = optimizer_visits(tl.segments)
+    starts = [a for a, _ in visits]
     groups: list[Step] = []
+    lengths: list[int] = []    # each group's length between its visits' ends
     run: list[Step] = []
-    started = False            # a return after optimizer time was seen, with no hole since
+    mark: int | None = None    # the end of the visit that began the run, with no hole since
     end = None
     for iv in tl.intervals:
         if end is not None and iv.start_ns != end:
-            run, started = [], False   # a hole: the next step starts at the next optimizer return
+            run, mark = [], None   # a hole: the next step starts at the next optimizer visit
         end = iv.end_ns
         run.append(iv)
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
-            if started:
-                groups.append(_merged(run))
-            run, started = [], True
+            k = bisect.bisect_left(starts, iv.end_ns) - 1
+            at = visits[k][1] if k >= 0 else iv.end_ns
+            if at == mark and len(run) == 1:
+                # one visit across a return (``step()`` at the end of a step, ``zero_grad()`` at the
+                # start of the next): the later interval ends its step
+                if groups:
+                    groups[-1] = _merged([groups[-1], iv])
+                run = []
+                continue
+            if mark is not None:
+                group = _merged(run)
+                groups.append(group)
+                lengths.append(max(at - mark - group.aside_ns, 1))
+            run, mark = [], at
     if unseen is None and len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
         # the optimizer ends (nearly) every interval: its visits are the returns already fitted,
         # and a period fitted to them without the returns' own chance of going unseen would split
         # every slow step into several
         return None
-    clock, counts = clock_of([g.counted_ns for g in groups], unseen, tl.rate_hz)
+    # counted between the visits' own ends, which end their optimizer steps to within a sample: the
+    # returns after them lag by however many micro-batches went by unseen
+    clock, counts = clock_of(lengths, unseen, tl.rate_hz)
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     steps = expand(groups, counts)
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def optimizer_visits(segments: Iterable[Segment]) -> list[tuple[int, int]]:
+    """(start, end) of each visit to the optimizer: a run of optimizer segments that follow each
+    other without a gap, in time order."""
+    visits: list[tuple[int, int]] = []
+    for seg in segments:
+        if seg.phase != "optimizer":
+            continue
+        if visits and seg.ts_ns <= visits[-1][1]:
+            visits[-1] = (visits[-1][0], max(visits[-1][1], seg.ts_ns + seg.dur_ns))
+        else:
+            visits.append((seg.ts_ns, seg.ts_ns + seg.dur_ns))
+    return visits
 
 
 def _below(stepped: Timeline, seen_step_ns: float) -> bool:
@@ -245,6 +278,19 @@ def plan_of(tl: Timeline) -> Plan:
     return Plan(1, None, doubt_of(tl, multiples), gaps=tuple(gaps), seen=seen)
 
 
+def _whole_intervals(tl: Timeline, stepped: Timeline) -> bool:
+    """Whether an optimizer step fitted to the visits (``stepped``) spans several of the intervals
+    between the returns, where those are every boundary (at least VISITS_APART times their mean):
+    without accumulation the visits fall in random steps, and a period fitted to the sums of
+    several steps of several lengths (a DataLoader delivering in bursts) is their mean, no step's."""
+    unseen = tl.clock.unseen
+    covered = [iv.counted_ns for iv in tl.intervals if iv.covered]
+    period = stepped.clock.period_ns
+    if unseen is None or unseen > MAX_UNSEEN or len(covered) < MIN_INTERVALS or not period:
+        return True
+    return period >= VISITS_APART * statistics.fmean(covered)
+
+
 def shared_plans(plans: dict[str, Plan]) -> dict[str, Plan]:
     """Synchronized ranks take one step: the micro-batches per step that some rank counted stand
     for every rank that counted none (a fast rank waits in the all-reduce of the last micro-batch
@@ -267,9 +313,9 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     if len(pool) < 2 or not gaps:
         return plans
     seen = sum(p.seen * len(p.gaps) for p in pool.values()) / len(gaps)
-    # seen in at least MIN_SEEN of the optimizer steps, as for one rank: a regular sampler spaces
-    # the visits of a shorter optimizer by itself, alike on every rank (the same step, the same
-    # rate), as a real DDP stream showed (gaps of 10, 10, 5, 4, 10 micro-batches, no accumulation)
+    # seen in at least MIN_SEEN of the optimizer steps, as for one rank: a few visits of a shorter
+    # optimizer are spaced apart by chance as often as not, as a real DDP stream showed (gaps of 10,
+    # 10, 5, 4, 10 micro-batches, no accumulation)
     k, chance, n = _multiples_in(gaps, seen)
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
@@ -337,7 +383,8 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
             return replace(stepped, micro_batches=plan.k if plan.k > 1 else None)
     if not tl.clock.known:
         stepped = by_optimizer(tl)
-        if stepped is not None and seen_step_ns is not None and _below(stepped, seen_step_ns):
+        if stepped is not None and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
+                                    or not _whole_intervals(tl, stepped)):
             stepped = None
         return stepped or _floor(tl)
     if plan.doubt is not None:

@@ -130,9 +130,9 @@ def spaced(tl: Timeline) -> str | None:
     visits = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
     if len(visits) <= MIN_GAPS or len(ends) <= len(visits):
         return None
-    # an optimizer step shorter than the sampling interval is caught where the sampler's phase
-    # falls in it, and that phase moves by the step's length (mod the interval) each step: a
-    # regular spacing that no accumulation made; only visits sampled most times tell
+    # an optimizer step shorter than the sampling interval is seen in few steps (py-spy's samples
+    # come at exponential gaps), and a few visits keep apart by chance as often as not; only
+    # visits sampled most times tell
     unseen = optimizer_unseen(tl.intervals, tl.rate_hz)
     if unseen is None or unseen > SPACED_UNSEEN:
         return None
