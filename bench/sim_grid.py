@@ -1,6 +1,6 @@
 """The step estimator over a wide grid of simulated jobs: how often it knows, how wrong it is when it does.
 
-    python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick] [--shape FAMILY] [--worst 20]
+    python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick] [--shape FAMILY] [--worst 20] [--reasons]
     python bench/sim_grid.py --point SPEC      # one grid point again, rank by rank
 
 Each grid point is a job (testkit/simulator.py) with a known schedule, sampled by a simulated py-spy
@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +107,7 @@ class Outcome:
     disagreement: float | None    # synchronized ranks' spread of step_ms (relative)
     point: Point
     about: str
+    reason: str | None = None     # why the step time is unknown (the clock's words)
 
 
 def build(pt: Point) -> tuple[Job, str]:
@@ -180,7 +183,7 @@ def run_point(pt: Point, seconds: float, rules) -> tuple[list[Outcome], Analysis
         mean_err = None if r.step_ms is None else r.step_ms / mean_ms - 1
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
         out.append(Outcome(pt.family, true_ms * pt.rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
-                           r.steps, true_steps, spread, pt, about))
+                           r.steps, true_steps, spread, pt, about, r.clock.reason if r.clock else None))
     return out, an, truths
 
 
@@ -241,6 +244,25 @@ def target(outcomes: list[Outcome], families: list[str]) -> None:
               f"known beyond {STEP_LIMIT:.0%}: {off}; counts beyond {COUNT_LIMIT:.0%}: {miscounted}")
 
 
+def reasons(outcomes: list[Outcome], families: list[str]) -> None:
+    """Why the step time is unknown where the steps are long enough (the target's windows): each
+    family's reasons, their numbers made N, most common first, with a point that gave each."""
+    print(f"\nwhy unknown, steps at least {TARGET_SAMPLES} samples long:")
+    for family in families:
+        unknown = [o for o in outcomes if o.family == family and o.samples_per_step >= TARGET_SAMPLES and not o.known]
+        if not unknown:
+            continue
+        said: Counter[str] = Counter()
+        example: dict[str, Point] = {}
+        for o in unknown:
+            words = re.sub(r"\d+(\.\d+)?", "N", o.reason or "no reason given")[:100]
+            said[words] += 1
+            example.setdefault(words, o.point)
+        print(f"  {family}: {len(unknown)} unknown")
+        for words, n in said.most_common():
+            print(f"    {n:4d}  {words}  (--point {example[words].spec})")
+
+
 def worst_points(outcomes: list[Outcome], n: int) -> None:
     bad: dict[Point, Outcome] = {}
     for o in outcomes:
@@ -271,6 +293,8 @@ def main() -> None:
                              "one seed: ~2 min")
     parser.add_argument("--shape", choices=FAMILIES, help="one family only")
     parser.add_argument("--worst", type=int, default=20, help="worst points listed (default 20)")
+    parser.add_argument("--reasons", action="store_true",
+                        help="also tally why the step time is unknown where the steps are long enough")
     parser.add_argument("--point", metavar="SPEC", help="run one point (as the worst points print it), rank by rank")
     args = parser.parse_args()
     rules = load_rules()
@@ -303,6 +327,8 @@ def main() -> None:
           f"beyond 5%: {len(over5)}, beyond 10%: {len(over10)}")
     print(f"worst disagreement between synchronized ranks: {100 * max(spreads, default=0.0):.1f}%")
     worst_points(outcomes, args.worst)
+    if args.reasons:
+        reasons(outcomes, families)
     print(f"\n{time.monotonic() - t0:.0f} s")
 
 
