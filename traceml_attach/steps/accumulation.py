@@ -47,6 +47,7 @@ from traceml_attach.policy import (
     MAX_UNSEEN,
     MIN_GAPS,
     MIN_INTERVALS,
+    MIN_SAMPLES_PER_STEP,
     MIN_SEEN,
     MIN_WITHOUT,
     MULTIPLE_SHARE,
@@ -56,7 +57,7 @@ from traceml_attach.policy import (
     VISITS_APART,
 )
 from traceml_attach.steps.batch_timeline import Segment, Timeline
-from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.clock import SHORT_STEPS, Step, StepClock, clock_of, edge_steps, expand
 from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen
 from traceml_attach.steps.phases import PHASES
 
@@ -386,7 +387,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
         if stepped is not None and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
                                     or not _whole_intervals(tl, stepped)):
             stepped = None
-        return stepped or _floor(tl)
+        return stepped or _floor(_short_returns(tl))
     if plan.doubt is not None:
         clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, None, None,
                           unseen=tl.clock.unseen)
@@ -414,6 +415,25 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
+
+
+def _short_returns(tl: Timeline) -> Timeline:
+    """A clock unknown because the returns come too close together to tell apart ("short") says
+    what they may be where the optimizer was seen in at most half of the intervals between them:
+    micro-batches of longer optimizer steps (whose own visits fit no step here), not only steps."""
+    clock = tl.clock
+    if clock.reason is None or not clock.reason.startswith(SHORT_STEPS):
+        return tl
+    covered = [iv for iv in tl.intervals if iv.covered]
+    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
+    if not covered or 2 * seen > len(covered):
+        return tl
+    shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / tl.rate_hz
+    reason = (f"the loop's returns come less than {MIN_SAMPLES_PER_STEP:.0f} samples apart ({shortest_ms:.0f} ms at "
+              f"{tl.rate_hz} Hz), too close to tell apart; the optimizer was seen in only {seen} of the "
+              f"{len(covered)} intervals between them, so they may be micro-batches of longer optimizer steps, "
+              "and its visits fit no step of their own")
+    return replace(tl, clock=replace(clock, reason=reason))
 
 
 def _floor(tl: Timeline) -> Timeline:

@@ -54,6 +54,9 @@ class Step:
         return self.end_ns - self.start_ns
 
 
+# the words that begin the reason given where the returns come too close together to tell apart
+# (accumulation._short_returns says what they may be)
+SHORT_STEPS = "steps shorter than"
 # the words of the reason that synchronized ranks' steps vary too much for a typical one, where a
 # rank saw every boundary (steps/sync.py; StepClock.irregular)
 IRREGULAR = "irregular steps"
@@ -171,7 +174,7 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
                   f"two at {rate_hz} Hz")
         short = True   # the blur of where the samples fell: a higher rate narrows it
     elif fit.why == "short":
-        reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
+        reason = (f"{SHORT_STEPS} {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
         short = True
     elif short:
