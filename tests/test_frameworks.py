@@ -232,6 +232,37 @@ def test_lightnings_training_step_inside_the_optimizer_step_is_forward():
     assert (verdict.phase, verdict.framework) == ("forward", "Lightning")
 
 
+@pytest.mark.parametrize(("inner", "phase"), [
+    ((lib("Strategy.training_step", "lightning/pytorch/strategies/strategy.py", 390),
+      torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"),
+      torch_frame("Linear.forward", "torch/nn/modules/linear.py")), "forward"),
+    ((lib("Closure._make_backward_fn.<locals>.backward_fn", "lightning/pytorch/loops/optimization/automatic.py", 290),
+      torch_frame("Tensor.backward", "torch/_tensor.py"),
+      torch_frame("_engine_run_backward", "torch/autograd/graph.py")), "backward"),
+])
+def test_lightnings_closure_called_by_itself_is_not_eval(inner, phase):
+    # GIVEN a micro-batch that accumulates (accumulate_grad_batches > 1): Lightning calls its
+    # closure with no optimizer step, and the closure is decorated with @torch.enable_grad(),
+    # which runs through the decorate_context that @torch.no_grad() uses (was: eval and metric,
+    # 26 pp of the step on examples/lightning_job.py --accumulate 4)
+    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+          lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210),
+          lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146),
+          torch_frame("_DecoratorContextManager.__call__.<locals>.decorate_context", "torch/utils/_contextlib.py"),
+          lib("Closure.closure", "lightning/pytorch/loops/optimization/automatic.py", 129), *inner)
+    # THEN its forward and backward are forward and backward
+    assert classify(st, RULES, 2).phase == phase
+
+
+def test_an_eval_function_decorated_with_no_grad_is_still_eval():
+    st = (MODULE, MAIN, loop(40, "losses = estimate_loss()"),
+          torch_frame("_DecoratorContextManager.__call__.<locals>.decorate_context", "torch/utils/_contextlib.py"),
+          f("estimate_loss", line=50, src="logits, loss = model(X, Y)"),
+          torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"))
+    verdict = classify(st, RULES, 2)
+    assert (verdict.phase, verdict.label) == ("wait", "eval")
+
+
 def test_compiling_inside_a_compiled_forward_is_wait_compile():
     st = (MODULE, MAIN, loop(22, "out = model(x)"),
           torch_frame("Module._wrapped_call_impl", "torch/nn/modules/module.py"),

@@ -47,6 +47,8 @@ NESTING: dict[tuple[str, str | None], frozenset[tuple[str, str | None]]] = {
     # an update under no_grad (a decorated `sgd_step`) is the update, not eval or a metric
     ("wait", "eval"): frozenset({("optimizer", None)}),
     ("wait", "metric"): frozenset({("optimizer", None)}),
+    # Lightning's closure called by itself (a micro-batch that accumulates: rules.toml)
+    ("wait", "closure"): frozenset({("forward", None), ("backward", None), ("optimizer", None), ("wait", "compile")}),
     ("forward", None): frozenset({("wait", "compile")}),
     ("backward", None): frozenset({("wait", "compile")}),
 }
