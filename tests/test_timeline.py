@@ -178,11 +178,13 @@ def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
 
 
 def test_only_the_synchronized_ranks_irregular_steps_mark_a_clock_irregular():
+    from dataclasses import replace
+
     from traceml_attach.steps.clock import StepClock
-    from traceml_attach.steps.sync import _varied_reason
+    from traceml_attach.steps.sync import varied_clock
 
     # a rank that saw every boundary and found its steps too uneven speaks for every rank...
-    assert StepClock("unknown", None, reason=_varied_reason("3")).irregular
+    assert varied_clock("3").irregular
     # ...one rank's own jittery steps, or any known clock, do not
     assert not StepClock("unknown", None, reason="the steps vary too much for the 40 boundaries seen").irregular
-    assert not StepClock("comb", 100e6, reason=_varied_reason("3")).irregular
+    assert not replace(varied_clock("3"), method="comb", period_ns=100e6).irregular

@@ -39,6 +39,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from traceml_attach.ingest.model import Span
 from traceml_attach.policy import (
     MAX_ADJACENT,
     MAX_CHANCE,
@@ -56,8 +57,8 @@ from traceml_attach.policy import (
     SUGGESTED,
     VISITS_APART,
 )
-from traceml_attach.steps.batch_timeline import Segment, Timeline
-from traceml_attach.steps.clock import SHORT_STEPS, Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline
+from traceml_attach.steps.clock import SHORT, Step, StepClock, clock_of, edge_steps, expand
 from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen
 from traceml_attach.steps.phases import PHASES
 
@@ -174,8 +175,6 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     is then seen when it is small). None when no period fits."""
     if tl.loop is None:
         return None
-    visits = optimizer_visits(tl.segments)
-    starts = [a for a, _ in visits]
     groups: list[Step] = []
     lengths: list[int] = []    # each group's length between its visits' ends
     run: list[Step] = []
@@ -187,8 +186,7 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         end = iv.end_ns
         run.append(iv)
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
-            k = bisect.bisect_left(starts, iv.end_ns) - 1
-            at = visits[k][1] if k >= 0 else iv.end_ns
+            at = visit_end(tl.segments, iv)
             if at == mark and len(run) == 1:
                 # one visit across a return (``step()`` at the end of a step, ``zero_grad()`` at the
                 # start of the next): the later interval ends its step
@@ -217,18 +215,22 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
 
 
-def optimizer_visits(segments: Iterable[Segment]) -> list[tuple[int, int]]:
-    """(start, end) of each visit to the optimizer: a run of optimizer segments that follow each
-    other without a gap, in time order."""
-    visits: list[tuple[int, int]] = []
-    for seg in segments:
-        if seg.phase != "optimizer":
-            continue
-        if visits and seg.ts_ns <= visits[-1][1]:
-            visits[-1] = (visits[-1][0], max(visits[-1][1], seg.ts_ns + seg.dur_ns))
-        else:
-            visits.append((seg.ts_ns, seg.ts_ns + seg.dur_ns))
-    return visits
+def visit_end(segments: Sequence[Segment], iv: Step) -> int:
+    """The end of the last optimizer visit (a run of optimizer segments without a gap) that begins
+    in the interval ``iv``: it may run past the interval's end (``zero_grad()`` at the start of the
+    next step). Only the interval's own segments are read: a live window's are made on demand."""
+    # a live window's segments are found by their spans' starts, one to one, without making them
+    starts: Sequence[Segment] | Sequence[Span] = segments.spans if isinstance(segments, SegmentView) else segments
+    i = max(bisect.bisect_left(starts, iv.start_ns, key=lambda x: x.ts_ns) - 1, 0)
+    end: int | None = None
+    for k in range(i, len(segments)):
+        seg = segments[k]
+        optimizer = seg.phase == "optimizer"
+        if seg.ts_ns >= iv.end_ns and not (optimizer and end is not None and seg.ts_ns <= end):
+            break
+        if optimizer:
+            end = max(end, seg.ts_ns + seg.dur_ns) if end is not None and seg.ts_ns <= end else seg.ts_ns + seg.dur_ns
+    return end if end is not None else iv.end_ns
 
 
 def _below(stepped: Timeline, seen_step_ns: float) -> bool:
@@ -418,11 +420,11 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
 
 
 def _short_returns(tl: Timeline) -> Timeline:
-    """A clock unknown because the returns come too close together to tell apart ("short") says
+    """A clock unknown because the returns come too close together to tell apart (SHORT) says
     what they may be where the optimizer was seen in at most half of the intervals between them:
     micro-batches of longer optimizer steps (whose own visits fit no step here), not only steps."""
     clock = tl.clock
-    if clock.reason is None or not clock.reason.startswith(SHORT_STEPS):
+    if clock.cause != SHORT:
         return tl
     covered = [iv for iv in tl.intervals if iv.covered]
     seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)

@@ -54,11 +54,9 @@ class Step:
         return self.end_ns - self.start_ns
 
 
-# the words that begin the reason given where the returns come too close together to tell apart
-# (accumulation._short_returns says what they may be)
-SHORT_STEPS = "steps shorter than"
-# the words of the reason that synchronized ranks' steps vary too much for a typical one, where a
-# rank saw every boundary (steps/sync.py; StepClock.irregular)
+# the causes of an unknown clock that code acts on (StepClock.cause); IRREGULAR is also the words
+# its reason says
+SHORT = "short"
 IRREGULAR = "irregular steps"
 
 
@@ -81,6 +79,9 @@ class StepClock:
     unseen: float | None = None      # chance that sampling misses a boundary (e^-λ), when measurable
     # whole periods before the first and after the last wrap seen: steps too, without phase times
     edge_steps: int = 0
+    # why unknown, where code acts on it: SHORT (returns too close together to tell apart:
+    # ``unknown_clock``) or IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
+    cause: str | None = None
 
     @property
     def known(self) -> bool:
@@ -89,8 +90,8 @@ class StepClock:
     @property
     def irregular(self) -> bool:
         """Unknown because a synchronized rank saw every boundary and its steps vary too much for a
-        typical one (IRREGULAR in the reason: ``sync.share_period``)."""
-        return self.period_ns is None and self.reason is not None and IRREGULAR in self.reason
+        typical one (``sync.share_period``)."""
+        return self.period_ns is None and self.cause == IRREGULAR
 
     def shared(self, visible: float | None, unseen: float | None, edge_steps: int) -> StepClock:
         """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
@@ -163,6 +164,7 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
     # that doubles the samples outside the dominant place doubles λ); not regular long steps
     short = (upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
              or unseen is None or unseen > MOSTLY_UNSEEN)
+    cause = None
     if fit.why == "jittery":
         reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                   f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
@@ -174,9 +176,9 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
                   f"two at {rate_hz} Hz")
         short = True   # the blur of where the samples fell: a higher rate narrows it
     elif fit.why == "short":
-        reason = (f"{SHORT_STEPS} {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
+        reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
-        short = True
+        short, cause = True, SHORT
     elif short:
         reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
                   f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
@@ -185,4 +187,4 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
                   f"for {rate_hz} Hz: the steps are irregular, or most of their boundaries go unseen; a longer "
                   "window, or a [[loop]] rule naming the step's own loop frame, would help")
     rate = suggested_rate_hz(upper, rate_hz) if short and fit.why != "jittery" else None
-    return StepClock("unknown", None, None, fit.concentration, reason, rate, upper)
+    return StepClock("unknown", None, None, fit.concentration, reason, rate, upper, cause=cause)

@@ -63,7 +63,7 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     assert period is not None
     varied = [r for r, tl in timelines.items() if _saw_them_vary(tl.clock, len(tl.intervals))]
     if varied:
-        unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
+        unknown = varied_clock(varied[0])
         return {r: without_period(t, replace(unknown, unseen=t.clock.unseen)) for r, t in timelines.items()}
     for rank, tl in own.items():
         assert tl.clock.period_ns is not None
@@ -104,14 +104,15 @@ def _saw_them_vary(clock: StepClock, intervals: int) -> bool:
     return not clock.known and _saw_all(clock, intervals)
 
 
-def _varied_reason(rank: str) -> str:
-    """The ranks take the same steps: where one rank saw every boundary and found them too uneven
-    for a typical step, no other rank's clock stands for them, not even one that saw every boundary
-    too and found its own steady (steps of two lengths by turns put the median of a few more or
-    fewer of them on either length)."""
-    return (f"rank {rank} saw every boundary and its steps vary too much for a typical step ({IRREGULAR}); the "
-            "ranks step together, so no other rank's clock stands for them (an input pipeline that delivers in "
-            "bursts makes steps of two or more lengths)")
+def varied_clock(rank: str) -> StepClock:
+    """Every rank's clock where one rank saw every boundary and found its steps too uneven for a
+    typical step (``StepClock.irregular``). The ranks take the same steps, so no other rank's clock
+    stands for them, not even one that saw every boundary too and found its own steady (steps of
+    two lengths by turns put the median of a few more or fewer of them on either length)."""
+    reason = (f"rank {rank} saw every boundary and its steps vary too much for a typical step ({IRREGULAR}); the "
+              "ranks step together, so no other rank's clock stands for them (an input pipeline that delivers in "
+              "bursts makes steps of two or more lengths)")
+    return StepClock("unknown", None, reason=reason, cause=IRREGULAR)
 
 
 
@@ -141,7 +142,7 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None) -> t
         ref = best
     varied = [rank for rank, t in trackers.items() if _saw_them_vary(t.clock, t.intervals)]
     if varied:
-        unknown = StepClock("unknown", None, None, None, _varied_reason(varied[0]))
+        unknown = varied_clock(varied[0])
         for each in trackers.values():
             each.count_ones()
         return {r: each.timeline(replace(unknown, unseen=each.clock.unseen)) for r, each in trackers.items()}, ref
