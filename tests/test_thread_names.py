@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from traceml_agent.pyspy import find_pyspy, process_exe
+from traceml_agent.pyspy import PySpyError, find_pyspy, process_exe
 from traceml_agent.sampler import Sampler
-from traceml_agent.threads import ThreadDump, ThreadNames, reads_thread_names
+from traceml_agent.threads import ThreadDump, ThreadNames, dump, reads_thread_names
 from traceml_agent.writer import FrameWriter
 
 # real processes (busy loops) sampled by the real py-spy
@@ -101,3 +103,54 @@ def test_the_sampler_names_the_threads_of_a_real_process(python, code, expected)
     # THEN its main thread has the name Python gives it
     (threads,) = [f["threads"] for f in frames if f["k"] == "threads"]
     assert [name for _, _, name, _ in threads] == [expected]
+
+
+# -- a dump that races the running target -----------------------------------------------------
+
+RACE = ("echo 'Error: Failed to get stack traces' >&2; echo 'Caused by:' >&2; "
+        "echo '    1: Failed to copy PyFrameObject' >&2; echo '    2: Bad address (os error 14)' >&2; exit 1")
+
+
+def counting_pyspy(tmp_path: Path, fails: int, failure: str = RACE) -> Path:
+    """A py-spy whose dump fails ``fails`` times with ``failure`` (shell), then answers; every
+    call is counted in the file ``calls`` beside it."""
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    script = tmp_path / "py-spy"
+    script.write_text("#!/bin/sh\n"
+                      f"echo x >> {calls}\n"
+                      f"if [ $(wc -l < {calls}) -le {fails} ]; then {failure}; fi\n"
+                      "echo '[{\"thread_id\": 7, \"os_thread_id\": 7, \"thread_name\": \"MainThread\", "
+                      "\"active\": true, \"frames\": []}]'\n")
+    script.chmod(0o755)
+    return script
+
+
+def calls(tmp_path: Path) -> int:
+    return len((tmp_path / "calls").read_text().splitlines())
+
+
+def test_a_dump_that_lost_a_race_with_the_target_is_taken_again(tmp_path: Path):
+    # GIVEN a py-spy whose first three dumps read a frame freed under them (seen on 7 dumps in 60
+    # of a job slicing numpy arrays)
+    binary = counting_pyspy(tmp_path, fails=3)
+    # WHEN one dump is asked for
+    threads = dump(str(binary), os.getpid())
+    # THEN the fourth try answers it
+    assert [t.name for t in threads] == ["MainThread"]
+    assert calls(tmp_path) == 4
+
+
+def test_a_dump_that_keeps_losing_the_race_fails_with_what_pyspy_said(tmp_path: Path):
+    binary = counting_pyspy(tmp_path, fails=10)
+    with pytest.raises(PySpyError, match="Failed to copy PyFrameObject") as caught:
+        dump(str(binary), os.getpid())
+    assert caught.value.kind == "pyspy_failed"
+    assert calls(tmp_path) == 4
+
+
+def test_a_dump_failing_for_another_reason_is_not_tried_again(tmp_path: Path):
+    binary = counting_pyspy(tmp_path, fails=10, failure="echo 'Error: lost the thread state' >&2; exit 3")
+    with pytest.raises(PySpyError, match="lost the thread state"):
+        dump(str(binary), os.getpid())
+    assert calls(tmp_path) == 1
