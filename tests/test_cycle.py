@@ -155,10 +155,14 @@ def test_synchronized_ranks_pool_the_optimizers_gaps():
     weak = Plan(gaps=(2, 4, 2, 6, 2, 8, 4, 2), seen=0.2)
     pooled = shared_plans({str(r): weak for r in range(4)})
     assert {(p.k, p.doubt) for p in pooled.values()} == {(2, None)}
-    # seen in 1 of 10: a regular sampler's phase spaces visits that short by itself, alike on
-    # every rank, so such gaps are no evidence (as for one rank)
+    # seen in 1 of 10: too rarely for k to be counted (a few visits of a short optimizer keep apart
+    # by chance as often as not), but 32 even gaps are no chance either: the step time is unknown,
+    # and the reason names the k the gaps point to (it was taken for a step: `undecided`)
     rare = {str(r): replace(weak, seen=0.1) for r in range(4)}
-    assert shared_plans(rare) == rare
+    doubts = {(p.k, p.doubt) for p in shared_plans(rare).values()}
+    assert len(doubts) == 1 and next(iter(doubts))[0] == 1
+    assert "always 2 or a multiple of 2 steps apart" in (next(iter(doubts))[1] or "")
+    assert "on the 4 synchronized ranks together" in (next(iter(doubts))[1] or "")
     # odd gaps among them: nothing to pool, every rank keeps its steps
     mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1) for r in range(4)}
     assert shared_plans(mixed) == mixed
@@ -172,3 +176,18 @@ def test_one_synchronized_ranks_doubt_is_every_ranks():
     # ranks whose long intervals are slow steps keep that reason
     lumped = Plan(doubt="slow steps", lumped=True)
     assert shared_plans({"0": doubt, "1": lumped})["1"] == lumped
+
+
+def test_a_few_gaps_between_rare_visits_rule_accumulation_in_doubt_only_when_k_divides_them():
+    from traceml_attach.steps.doubts import undecided
+
+    # 4 visits among 61 micro-batches, 2, 10 and 8 apart: 8 times likelier with k = 2 than without
+    k, odds = undecided([2, 10, 8], 4 / 61) or (0, 0.0)
+    assert k == 2 and odds >= 8
+    # one odd gap among them, or two visits in a row: no k stands (a gap is miscounted 1 time in 10)
+    assert undecided([3, 10, 8], 4 / 61) is None
+    assert undecided([1, 2, 1, 4, 2], 0.5) is None
+    # multiples of 3, seen in 1 step of 10
+    assert (undecided([6, 12, 3], 0.1) or (0, 0.0))[0] == 3
+    # an optimizer seen in every other step: k = 2 would see it in all of them, so it is not asked
+    assert undecided([2, 2, 2, 2], 0.5) is None

@@ -335,6 +335,17 @@ MAX_CHANCE = 1e-5
 # from fewer than MIN_GAPS gaps, is not counted, but the step time is then unknown: a micro-batch
 # taken for a step is the one wrong answer
 SUGGESTED = 1e-3
+# Where the optimizer is seen too rarely for either, gradient accumulation of some k that its few
+# gaps make at least this many times likelier than none leaves the step time unknown (``undecided``)...
+UNDECIDED_ODDS = 8.0
+# ...with this share of the gaps taken as miscounted by a step (a return missed or doubled)
+MISCOUNTED = 0.1
+# A live view looks for accumulation every few seconds (diagnose/incremental.py), but every tick
+# while the optimizer's visits are this few gaps apart: each new one may settle it or turn it
+PROVISIONAL_GAPS = 12
+# The rate advised where accumulation is undecided shows the optimizer in this share of the steps
+# counted, were each a step: then most gaps are 1 without accumulation, none with it
+UNDECIDED_SEEN = 0.5
 # The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
 # its samples per step), and at least this share of the intervals between observed returns hold
 # none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own

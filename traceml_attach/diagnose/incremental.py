@@ -152,11 +152,12 @@ class IncrementalAnalyzer:
     def _plan(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Plan:
         """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the
         ranks) for a known clock: the micro-batches per step are a property of the job, and a walk
-        over every interval of the window."""
+        over every interval of the window. A provisional plan (``Plan.provisional``: a few gaps
+        between the optimizer's visits, which each new one may turn) is made again every tick."""
         if not tl.clock.known:
             return plan_of(tl)
         plan, due = self.micro.get(tracker.pid, (Plan(), 0))
-        if now_ns >= due:
+        if now_ns >= due or plan.provisional:
             plan = plan_of(tl)
             self.micro[tracker.pid] = (plan, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
         return plan

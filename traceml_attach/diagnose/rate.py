@@ -18,7 +18,9 @@ side). The batch analysis and the live trackers both follow ``stretch``.
 
 **Advice** (policy.RatePolicy). A rank whose step time is unknown because its steps are too
 short (every step is at most ``step_upper_ns``, and that is under ``raise_below_samples``
-samples at its rate) is advised the rate that gives such a step ``raise_to_samples``. A rank
+samples at its rate) is advised the rate that gives such a step ``raise_to_samples``; one whose
+step time is unknown because its optimizer is seen too rarely to tell gradient accumulation's
+micro-batches from steps (``UNDECIDED``) is advised the rate its clock suggests. A rank
 sampled faster than the base rate whose steps (micro-batches, with accumulation) would still get
 ``lower_from_samples`` at a lower rate is advised that rate. Never faster for steps already long
 enough, never from a stretch too young to say (``advise_after_s``), and never while a change is
@@ -35,6 +37,7 @@ from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_RATE_POLICY, RatePolicy
 from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import UNDECIDED
 
 _NS = 1_000_000_000
 
@@ -102,9 +105,14 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
 
 def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
     """The rate that would tell ``tl``'s steps apart, when they are unknown for being too short for
-    its rate; None otherwise (known, long enough, or unknown for another reason)."""
+    its rate or for an optimizer seen too rarely; None otherwise (known, long enough, or unknown
+    for another reason)."""
     clock = tl.clock
     upper = clock.step_upper_ns
+    if clock.cause == UNDECIDED and clock.suggested_rate_hz and len(tl.intervals) >= policy.min_intervals:
+        rate = min(clock.suggested_rate_hz, policy.most_hz)
+        return (rate, "the optimizer is seen too rarely to tell gradient accumulation's micro-batches from steps"
+                ) if rate > tl.rate_hz else None
     if clock.known or not clock.suggested_rate_hz or not upper or len(tl.intervals) < policy.min_intervals:
         return None
     samples = upper * tl.rate_hz / _NS

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -44,6 +45,7 @@ from traceml_attach.policy import (
     MAX_ADJACENT,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
+    MAX_RATE_HZ,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
     MIN_GAPS,
@@ -53,13 +55,15 @@ from traceml_attach.policy import (
     MIN_WITHOUT,
     MULTIPLE_SHARE,
     OPTIMIZER_UNSEEN,
+    PROVISIONAL_GAPS,
     SAME_GROUPS,
     SUGGESTED,
+    UNDECIDED_SEEN,
     VISITS_APART,
 )
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline
-from traceml_attach.steps.clock import SHORT, Step, StepClock, clock_of, edge_steps, expand
-from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen
+from traceml_attach.steps.clock import SHORT, UNDECIDED, Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen, undecided_doubt
 from traceml_attach.steps.phases import PHASES
 
 
@@ -260,10 +264,19 @@ class Plan:
     marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
     lumped: bool = False           # the doubt: long intervals are slow steps, not several (``lumped``)
+    # the doubt (if any) is only that the gaps between the optimizer's visits could not rule
+    # accumulation out (``undecided``): synchronized ranks weigh all their gaps together (``_pooled``)
+    undecided: bool = False
     # where nothing was decided, the evidence that synchronized ranks pool (``_pooled``): the gaps
     # in micro-batches between the optimizer's visits, and the share of micro-batches it was seen in
     gaps: tuple[int, ...] = ()
     seen: float = 0.0
+
+    @property
+    def provisional(self) -> bool:
+        """Whether a few more of the optimizer's visits may turn this plan (``undecided``): no k
+        was counted and no other doubt stands, on fewer than PROVISIONAL_GAPS gaps."""
+        return self.undecided and len(self.gaps) < PROVISIONAL_GAPS
 
 
 def plan_of(tl: Timeline) -> Plan:
@@ -278,7 +291,10 @@ def plan_of(tl: Timeline) -> Plan:
     k = _counted(*multiples)
     if k > 1 or marks is not None:
         return Plan(k, marks)
-    return Plan(1, None, doubt_of(tl, multiples), gaps=tuple(gaps), seen=seen)
+    doubt = doubt_of(tl, multiples)
+    if doubt is not None:
+        return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
+    return Plan(1, None, undecided_doubt(gaps, seen), gaps=tuple(gaps), seen=seen, undecided=True)
 
 
 def _whole_intervals(tl: Timeline, stepped: Timeline) -> bool:
@@ -315,6 +331,9 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     gaps = [g for p in pool.values() for g in p.gaps]
     if len(pool) < 2 or not gaps:
         return plans
+    # a rank's few gaps that could not rule accumulation out are weighed with the others' below
+    plans = {rank: replace(p, doubt=None) if rank in pool and p.undecided else p for rank, p in plans.items()}
+    pool = {rank: plans[rank] for rank in pool}
     seen = sum(p.seen * len(p.gaps) for p in pool.values()) / len(gaps)
     # seen in at least MIN_SEEN of the optimizer steps, as for one rank: a few visits of a shorter
     # optimizer are spaced apart by chance as often as not, as a real DDP stream showed (gaps of 10,
@@ -323,6 +342,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
+    undecided = False
     if chance <= SUGGESTED:
         doubt = (f"on the {len(pool)} synchronized ranks together, the optimizer was seen only every {k} or a "
                  f"multiple of {k} of the steps counted ({n} gaps), which points to gradient accumulation of {k} "
@@ -330,8 +350,12 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     elif doubts:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
     else:
-        return plans
-    return {rank: replace(p, doubt=doubt) if rank in pool and p.doubt is None else p for rank, p in plans.items()}
+        pooled = undecided_doubt(gaps, seen, len(pool))
+        if pooled is None:
+            return plans
+        doubt, undecided = pooled, True
+    return {rank: replace(p, doubt=doubt, undecided=undecided, seen=seen) if rank in pool and p.doubt is None else p
+            for rank, p in plans.items()}
 
 
 def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
@@ -391,8 +415,9 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
             stepped = None
         return stepped or _floor(_short_returns(tl))
     if plan.doubt is not None:
-        clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, None, None,
-                          unseen=tl.clock.unseen)
+        cause, rate = (UNDECIDED, _seen_more(tl.rate_hz, plan.seen)) if plan.undecided else (None, None)
+        clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, rate, None,
+                          unseen=tl.clock.unseen, cause=cause)
         return _floor(replace(tl, clock=clock, micro_batches=None))
     k = plan.k
     if k == 1:
@@ -417,6 +442,17 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
+
+
+def _seen_more(rate_hz: int, seen: float) -> int | None:
+    """A rate at which an optimizer seen in the share ``seen`` of the steps counted would be seen in
+    UNDECIDED_SEEN of them, were each a step (a visit this rare is shorter than a sample apart,
+    so its chance grows with the rate): its gaps then rule accumulation in or out. Rounded up
+    to 50 Hz, at most MAX_RATE_HZ; None where that is no faster."""
+    if seen <= 0:
+        return None
+    rate = min(MAX_RATE_HZ, math.ceil(rate_hz * UNDECIDED_SEEN / seen / 50) * 50)
+    return rate if rate > rate_hz else None
 
 
 def _short_returns(tl: Timeline) -> Timeline:

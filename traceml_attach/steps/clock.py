@@ -58,6 +58,7 @@ class Step:
 # its reason says
 SHORT = "short"
 IRREGULAR = "irregular steps"
+UNDECIDED = "accumulation undecided"
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ class StepClock:
     # whole periods before the first and after the last wrap seen: steps too, without phase times
     edge_steps: int = 0
     # why unknown, where code acts on it: SHORT (returns too close together to tell apart:
-    # ``unknown_clock``) or IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
+    # ``unknown_clock``), IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
+    # or UNDECIDED (the optimizer seen too rarely to tell micro-batches from steps: a faster rate
+    # shows it more often, ``accumulation.with_accumulation``)
     cause: str | None = None
 
     @property

@@ -14,7 +14,16 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from traceml_attach.policy import LUMPED_MIN_SAMPLES, MAX_CHANCE, MAX_MICRO_BATCHES, MIN_GAPS, SPACED_UNSEEN, SUGGESTED
+from traceml_attach.policy import (
+    LUMPED_MIN_SAMPLES,
+    MAX_CHANCE,
+    MAX_MICRO_BATCHES,
+    MIN_GAPS,
+    MISCOUNTED,
+    SPACED_UNSEEN,
+    SUGGESTED,
+    UNDECIDED_ODDS,
+)
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import Step
 from traceml_attach.steps.period import visit_samples
@@ -66,6 +75,49 @@ def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
                 "whose micro-batches per optimizer step could not be counted; sample longer")
     return None
 
+
+
+def undecided_doubt(gaps: Sequence[int], seen: float, ranks: int = 1) -> str | None:
+    """Why the steps may be micro-batches where the optimizer was seen too rarely to count k or to
+    rule it out (``undecided``); None where its gaps rule every k out."""
+    odds = undecided(gaps, seen)
+    if odds is None:
+        return None
+    k, ratio = odds
+    where = "" if ranks == 1 else f" on the {ranks} synchronized ranks together"
+    odds_words = f"{ratio:.0f} times" if ratio < 1000 else "over a thousand times"
+    return (f"the optimizer was seen in {seen:.0%} of the steps counted{where} ({len(gaps) + ranks} visits), always "
+            f"{k} or a multiple of {k} steps apart ({odds_words} likelier with gradient accumulation of {k} "
+            "micro-batches than without): too rarely to count the micro-batches or to rule them out, so a step "
+            "may be a micro-batch")
+
+
+def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
+    """The k of gradient accumulation that the gaps (in steps counted) between the optimizer's
+    visits make at least UNDECIDED_ODDS times likelier than none, and that likelihood ratio;
+    None where no k does. An optimizer seen rarely (a short optimizer step, at a low rate) is
+    too rare for ``_multiples_in`` to count k, and then its few gaps are all the evidence: without
+    accumulation they are geometric with the share ``seen``, with k they are k times geometric
+    with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
+    if not gaps or not 0.0 < seen < 1.0:
+        return None
+    best: tuple[int, float] | None = None
+    for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
+        seen_k = seen * k
+        if seen_k >= 1.0:
+            break
+        log_ratio = 0.0
+        for g in gaps:
+            # a miscounted gap is as likely as without accumulation
+            ratio = MISCOUNTED
+            if g % k == 0:
+                without = math.log(seen) + (g - 1) * math.log1p(-seen)
+                with_k = math.log1p(-MISCOUNTED) + math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
+                ratio += math.exp(with_k - without)
+            log_ratio += math.log(ratio)
+        if log_ratio >= math.log(UNDECIDED_ODDS) and (best is None or log_ratio > math.log(best[1])):
+            best = (k, math.exp(log_ratio))
+    return best
 
 
 def lumped(tl: Timeline) -> str | None:
