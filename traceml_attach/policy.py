@@ -340,6 +340,9 @@ SUGGESTED = 1e-3
 UNDECIDED_ODDS = 8.0
 # ...with this share of the gaps taken as miscounted by a step (a return missed or doubled)
 MISCOUNTED = 0.1
+# ...and a k at least this many times likelier (1 / MAX_CHANCE), seen in MIN_SEEN of its optimizer
+# steps, is counted though some gaps were miscounted (more than MULTIPLE_SHARE allows)
+COUNTED_ODDS = 1e5
 # A live view looks for accumulation every few seconds (diagnose/incremental.py), but every tick
 # while the optimizer's visits are this few gaps apart: each new one may settle it or turn it
 PROVISIONAL_GAPS = 12

@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 
 from traceml_attach.ingest.model import Span
 from traceml_attach.policy import (
+    COUNTED_ODDS,
     MAX_ADJACENT,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
@@ -63,7 +64,15 @@ from traceml_attach.policy import (
 )
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline
 from traceml_attach.steps.clock import SHORT, UNDECIDED, Step, StepClock, clock_of, edge_steps, expand
-from traceml_attach.steps.doubts import binom_tail, doubt_of, lumped, lumped_in, optimizer_unseen, undecided_doubt
+from traceml_attach.steps.doubts import (
+    binom_tail,
+    doubt_of,
+    lumped,
+    lumped_in,
+    optimizer_unseen,
+    undecided,
+    undecided_doubt,
+)
 from traceml_attach.steps.phases import PHASES
 
 
@@ -297,6 +306,21 @@ def plan_of(tl: Timeline) -> Plan:
     return Plan(1, None, undecided_doubt(gaps, seen), gaps=tuple(gaps), seen=seen, undecided=True)
 
 
+def decided(plan: Plan, gaps: Sequence[int] | None = None, seen: float | None = None) -> Plan:
+    """``plan`` with k counted where its gaps (or the pooled ``gaps`` and ``seen`` of synchronized
+    ranks) make one k at least COUNTED_ODDS times likelier than none and show the optimizer in
+    MIN_SEEN of its optimizer steps: the multiples were miscounted now and then (more than
+    MULTIPLE_SHARE allows), but they are beyond doubt all the same."""
+    if not plan.undecided:
+        return plan
+    gaps = plan.gaps if gaps is None else gaps
+    seen = plan.seen if seen is None else seen
+    odds = undecided(gaps, seen)
+    if odds is None or odds[1] < COUNTED_ODDS or odds[0] * seen < MIN_SEEN:
+        return plan
+    return replace(plan, k=odds[0], doubt=None, undecided=False)
+
+
 def _whole_intervals(tl: Timeline, stepped: Timeline) -> bool:
     """Whether an optimizer step fitted to the visits (``stepped``) spans several of the intervals
     between the returns, where those are every boundary (at least VISITS_APART times their mean):
@@ -341,6 +365,9 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     k, chance, n = _multiples_in(gaps, seen)
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
+    counted = {rank: decided(p, gaps, seen) if p.undecided else p for rank, p in pool.items()}
+    if any(p.k > 1 for p in counted.values()):
+        return {rank: counted.get(rank, p) for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
     undecided = False
     if chance <= SUGGESTED:
@@ -383,8 +410,7 @@ def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
 def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchronized: bool) -> dict[str, Timeline]:
     """Every rank's timeline in optimizer steps, on its ``plans`` (``plan_of``); synchronized ranks
     share their k and must agree on their step (``shared_plans``, ``agreeing``)."""
-    if synchronized:
-        plans = shared_plans(plans)
+    plans = shared_plans(plans) if synchronized else {rank: decided(p) for rank, p in plans.items()}
     shortest = _seen_step(timelines.values()) if synchronized else None
     out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
     return agreeing(out) if synchronized else out
@@ -402,7 +428,7 @@ def _seen_step(timelines: Iterable[Timeline]) -> float | None:
 def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: float | None = None) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks)."""
-    plan = plan or plan_of(tl)
+    plan = plan or decided(plan_of(tl))
     if plan.marks is not None or (plan.doubt is not None and not plan.lumped):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
         stepped = by_optimizer(tl, plan.marks)
