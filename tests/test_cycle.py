@@ -152,7 +152,7 @@ def test_the_module_level_loop_shape_is_found():
 def test_synchronized_ranks_pool_the_optimizers_gaps():
     # each rank saw the optimizer in 1 of 5 micro-batches, 8 gaps, every one even: alone, a chance
     # of ~3e-3 without accumulation (not enough); four ranks together, ~1e-10
-    weak = Plan(gaps=(2, 4, 2, 6, 2, 8, 4, 2), seen=0.2)
+    weak = Plan(gaps=(2, 4, 2, 6, 2, 8, 4, 2), seen=0.2, undecided=True)   # as plan_of leaves them
     pooled = shared_plans({str(r): weak for r in range(4)})
     assert {(p.k, p.doubt) for p in pooled.values()} == {(2, None)}
     # seen in 1 of 10: too rarely for k to be counted (a few visits of a short optimizer keep apart
@@ -161,10 +161,10 @@ def test_synchronized_ranks_pool_the_optimizers_gaps():
     rare = {str(r): replace(weak, seen=0.1) for r in range(4)}
     doubts = {(p.k, p.doubt) for p in shared_plans(rare).values()}
     assert len(doubts) == 1 and next(iter(doubts))[0] == 1
-    assert "always 2 or a multiple of 2 steps apart" in (next(iter(doubts))[1] or "")
+    assert "nearly always 2 or a multiple of 2 steps apart" in (next(iter(doubts))[1] or "")
     assert "on the 4 synchronized ranks together" in (next(iter(doubts))[1] or "")
     # odd gaps among them: nothing to pool, every rank keeps its steps
-    mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1) for r in range(4)}
+    mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1, undecided=True) for r in range(4)}
     assert shared_plans(mixed) == mixed
 
 

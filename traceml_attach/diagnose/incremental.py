@@ -50,6 +50,11 @@ GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
 MICRO_RECHECK_S = 5.0  # gradient accumulation's micro-batches per step are looked for this often
 
 
+def _visits(tl: Timeline) -> tuple[int, ...]:
+    """Where the intervals that hold optimizer time begin: what ``plan_of``'s gaps are made of."""
+    return tuple(iv.start_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0)
+
+
 @dataclass(frozen=True)
 class Tracked:
     """The ranks' half of a tick over [start_ns, end_ns): what ``conclude`` turns into an Analysis.
@@ -78,7 +83,8 @@ class IncrementalAnalyzer:
         self.reference: str | None = None   # the rank that sets a synchronized job's clock
         self.last_end_ns: int | None = None
         self.created = 0
-        self.micro: dict[int, tuple[Plan, int]] = {}   # pid -> (how its returns become steps, next check)
+        # pid -> (how its returns become steps, next check, the visits a provisional plan was made on)
+        self.micro: dict[int, tuple[Plan, int, tuple[int, ...] | None]] = {}
         self.since: dict[int, int] = {}   # pid -> where its tracker's stretch began (rate.stretch)
         self.replaced: dict[int, tuple[int, Timeline]] = {}   # pid -> Tracked.replaced's entry
         self._last: dict[int, Timeline] = {}   # pid -> its timeline at the last track
@@ -153,13 +159,15 @@ class IncrementalAnalyzer:
         """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the
         ranks) for a known clock: the micro-batches per step are a property of the job, and a walk
         over every interval of the window. A provisional plan (``Plan.provisional``: a few gaps
-        between the optimizer's visits, which each new one may turn) is made again every tick."""
+        between the optimizer's visits, which each new one may turn) is made again whenever the
+        optimizer's visits in the window changed (``_visits``)."""
         if not tl.clock.known:
             return plan_of(tl)
-        plan, due = self.micro.get(tracker.pid, (Plan(), 0))
-        if now_ns >= due or plan.provisional:
+        plan, due, visits = self.micro.get(tracker.pid, (Plan(), 0, None))
+        if now_ns >= due or (plan.provisional and _visits(tl) != visits):
             plan = plan_of(tl)
-            self.micro[tracker.pid] = (plan, now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger)))
+            due = now_ns + int(MICRO_RECHECK_S * 1e9 * (0.75 + 0.5 * tracker.stagger))
+            self.micro[tracker.pid] = (plan, due, _visits(tl) if plan.provisional else None)
         return plan
 
     def _fit(self, now_ns: int) -> None:

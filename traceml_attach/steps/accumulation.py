@@ -71,7 +71,7 @@ from traceml_attach.steps.doubts import (
     lumped_in,
     optimizer_unseen,
     undecided,
-    undecided_doubt,
+    undecided_words,
 )
 from traceml_attach.steps.phases import PHASES
 
@@ -280,6 +280,7 @@ class Plan:
     # in micro-batches between the optimizer's visits, and the share of micro-batches it was seen in
     gaps: tuple[int, ...] = ()
     seen: float = 0.0
+    odds: tuple[int, float] | None = None   # ``undecided`` of the gaps, where ``undecided``
 
     @property
     def provisional(self) -> bool:
@@ -303,20 +304,17 @@ def plan_of(tl: Timeline) -> Plan:
     doubt = doubt_of(tl, multiples)
     if doubt is not None:
         return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
-    return Plan(1, None, undecided_doubt(gaps, seen), gaps=tuple(gaps), seen=seen, undecided=True)
-
-
-def decided(plan: Plan, gaps: Sequence[int] | None = None, seen: float | None = None) -> Plan:
-    """``plan`` with k counted where its gaps (or the pooled ``gaps`` and ``seen`` of synchronized
-    ranks) make one k at least COUNTED_ODDS times likelier than none and show the optimizer in
-    MIN_SEEN of its optimizer steps: the multiples were miscounted now and then (more than
-    MULTIPLE_SHARE allows), but they are beyond doubt all the same."""
-    if not plan.undecided:
-        return plan
-    gaps = plan.gaps if gaps is None else gaps
-    seen = plan.seen if seen is None else seen
     odds = undecided(gaps, seen)
-    if odds is None or odds[1] < COUNTED_ODDS or odds[0] * seen < MIN_SEEN:
+    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None else None
+    return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
+
+
+def decided(plan: Plan) -> Plan:
+    """``plan`` with k counted where its gaps make one k at least COUNTED_ODDS times likelier than
+    none (``Plan.odds``) and show the optimizer in MIN_SEEN of its optimizer steps: the multiples
+    were miscounted now and then (more than MULTIPLE_SHARE allows), but are beyond doubt all the same."""
+    odds = plan.odds
+    if not plan.undecided or odds is None or odds[1] < COUNTED_ODDS or odds[0] * plan.seen < MIN_SEEN:
         return plan
     return replace(plan, k=odds[0], doubt=None, undecided=False)
 
@@ -365,24 +363,24 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     k, chance, n = _multiples_in(gaps, seen)
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
-    counted = {rank: decided(p, gaps, seen) if p.undecided else p for rank, p in pool.items()}
-    if any(p.k > 1 for p in counted.values()):
-        return {rank: counted.get(rank, p) for rank, p in plans.items()}
+    odds = undecided(gaps, seen) if any(p.undecided for p in pool.values()) else None
+    if odds is not None and decided(Plan(undecided=True, seen=seen, odds=odds)).k > 1:
+        return {rank: replace(p, k=odds[0], doubt=None, undecided=False) if rank in pool and p.undecided else p
+                for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
-    undecided = False
+    undecided_too = False
     if chance <= SUGGESTED:
         doubt = (f"on the {len(pool)} synchronized ranks together, the optimizer was seen only every {k} or a "
                  f"multiple of {k} of the steps counted ({n} gaps), which points to gradient accumulation of {k} "
                  "micro-batches, not yet certain in this window; sample longer")
     elif doubts:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
+    elif odds is not None:
+        doubt, undecided_too = undecided_words(odds, len(gaps) + len(pool), seen, len(pool)), True
     else:
-        pooled = undecided_doubt(gaps, seen, len(pool))
-        if pooled is None:
-            return plans
-        doubt, undecided = pooled, True
-    return {rank: replace(p, doubt=doubt, undecided=undecided, seen=seen) if rank in pool and p.doubt is None else p
-            for rank, p in plans.items()}
+        return plans
+    return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen) if rank in pool and p.doubt is None
+            else p for rank, p in plans.items()}
 
 
 def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:

@@ -77,16 +77,13 @@ def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
 
 
 
-def undecided_doubt(gaps: Sequence[int], seen: float, ranks: int = 1) -> str | None:
+def undecided_words(odds: tuple[int, float], visits: int, seen: float, ranks: int = 1) -> str:
     """Why the steps may be micro-batches where the optimizer was seen too rarely to count k or to
-    rule it out (``undecided``); None where its gaps rule every k out."""
-    odds = undecided(gaps, seen)
-    if odds is None:
-        return None
+    rule it out: ``odds`` as ``undecided`` gives them, from ``visits`` in the share ``seen``."""
     k, ratio = odds
     where = "" if ranks == 1 else f" on the {ranks} synchronized ranks together"
     odds_words = f"{ratio:.0f} times" if ratio < 1000 else "over a thousand times"
-    return (f"the optimizer was seen in {seen:.0%} of the steps counted{where} ({len(gaps) + ranks} visits), always "
+    return (f"the optimizer was seen in {seen:.0%} of the steps counted{where} ({visits} visits), nearly always "
             f"{k} or a multiple of {k} steps apart ({odds_words} likelier with gradient accumulation of {k} "
             "micro-batches than without): too rarely to count the micro-batches or to rule them out, so a step "
             "may be a micro-batch")
