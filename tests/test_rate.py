@@ -348,15 +348,23 @@ def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there
     assert tl.clock.known and tl.rate_hz == 300
     # 27 ms at 300 Hz: 8 samples; 20 would need 750 Hz: stay
     assert slower(tl, 100) is None
-    # 200 ms steps at 300 Hz get 20 samples at 100 Hz: back to --rate
+    # 200 ms steps at 300 Hz get 20 samples at 100 Hz: back to --rate (a 20 ms optimizer is still
+    # seen in 86% of the steps at 100 Hz)
     long_clock = StepClock("wraps", 200e6, typical_ns=200e6)
-    long = tl.__class__(**{**tl.__dict__, "clock": long_clock})
+    every = tuple(replace(s, phases_ns={**s.phases_ns, "optimizer": 20_000_000}) for s in tl.steps)
+    long = tl.__class__(**{**tl.__dict__, "clock": long_clock, "steps": every})
     assert slower(long, 100) == (100, "steps of 200 ms get 20 samples at 100 Hz")
+    # ...but a 2 ms optimizer sampled in 1 step of 3 (0.7 ms a step) is seen in 60% of the steps
+    # only from ~1,400 Hz: lower, its gaps could leave accumulation undecided again
+    # (doubts.undecided) and the rate would swing back up, so stay
+    rare = tuple(replace(s, phases_ns={**s.phases_ns, "optimizer": 2_000_000 if i % 3 == 0 else 0})
+                 for i, s in enumerate(tl.steps))
+    assert slower(tl.__class__(**{**tl.__dict__, "clock": long_clock, "steps": rare}), 100) is None
     # 60 ms steps: 20 samples at 350 Hz, above the 300 in use: stay
     mid = tl.__class__(**{**tl.__dict__, "clock": StepClock("wraps", 60e6, typical_ns=60e6)})
     assert slower(mid, 100) is None
     # 4 micro-batches of 50 ms in a 200 ms optimizer step: the micro-batches decide (400 Hz: stay)
-    accum = tl.__class__(**{**tl.__dict__, "clock": long_clock, "micro_batches": 4})
+    accum = tl.__class__(**{**tl.__dict__, "clock": long_clock, "steps": every, "micro_batches": 4})
     assert slower(accum, 100) is None
     # micro-batches that could not be counted: never lower
     uncounted = tl.__class__(**{**tl.__dict__, "clock": long_clock, "micro_batches": None})

@@ -346,9 +346,10 @@ COUNTED_ODDS = 1e5
 # A live view looks for accumulation every few seconds (diagnose/incremental.py), but every tick
 # while the optimizer's visits are this few gaps apart: each new one may settle it or turn it
 PROVISIONAL_GAPS = 12
-# The rate advised where accumulation is undecided shows the optimizer in this share of the steps
-# counted, were each a step: then most gaps are 1 without accumulation, none with it
-UNDECIDED_SEEN = 0.5
+# The rate advised where accumulation of k is undecided shows the optimizer in this share of its
+# optimizer steps, were they k steps each: above MIN_SEEN, so that k is counted, and without
+# accumulation the optimizer is then seen in steps one apart often enough to rule k out
+UNDECIDED_SEEN = 0.6
 # The optimizer is seen in every optimizer step but with at most this chance of missing one (e^-λ, λ
 # its samples per step), and at least this share of the intervals between observed returns hold
 # none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own

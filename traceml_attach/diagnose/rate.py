@@ -22,7 +22,8 @@ samples at its rate) is advised the rate that gives such a step ``raise_to_sampl
 step time is unknown because its optimizer is seen too rarely to tell gradient accumulation's
 micro-batches from steps (``UNDECIDED``) is advised the rate its clock suggests. A rank
 sampled faster than the base rate whose steps (micro-batches, with accumulation) would still get
-``lower_from_samples`` at a lower rate is advised that rate. Never faster for steps already long
+``lower_from_samples`` at a lower rate is advised that rate, if its optimizer is still seen in
+most steps there (else the rate would swing back up). Never faster for steps already long
 enough, never from a stretch too young to say (``advise_after_s``), and never while a change is
 settling (the rank is still read at another rate than its sampler's). Ranks that synchronize
 every step share one step: the fastest rate one of them is advised is advised to all of them.
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 
 from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import DEFAULT_RATE_POLICY, RatePolicy
+from traceml_attach.policy import DEFAULT_RATE_POLICY, UNDECIDED_SEEN, RatePolicy
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import UNDECIDED
 
@@ -128,17 +129,30 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
 
 def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
     """A lower rate (at least ``base_hz``) at which ``tl``'s known steps, or their micro-batches,
-    still get ``lower_from_samples``; None when there is none."""
+    still get ``lower_from_samples``, and its optimizer is still seen in UNDECIDED_SEEN of them
+    (``_optimizer_floor``); None when there is none."""
     clock = tl.clock
     step = clock.typical_ns or clock.period_ns
     if not clock.known or not step or not tl.micro_batches or tl.rate_hz <= base_hz:
         return None   # micro_batches None: optimizer steps whose micro-batches were too short to count
     unit = step / tl.micro_batches
-    rate = max(base_hz, _round_up(policy.lower_from_samples * _NS / unit, policy.step_hz))
+    rate = max(base_hz, _round_up(policy.lower_from_samples * _NS / unit, policy.step_hz),
+               _round_up(_optimizer_floor(tl), policy.step_hz))
     if rate >= tl.rate_hz:
         return None
     what = "steps" if tl.micro_batches == 1 else "micro-batches"
     return rate, f"{what} of {unit / 1e6:.0f} ms get {unit * rate / _NS:.0f} samples at {rate} Hz"
+
+
+def _optimizer_floor(tl: Timeline) -> float:
+    """The lowest rate at which the optimizer would still be seen in UNDECIDED_SEEN of the steps:
+    its sampled time per step, d, is its true mean (samples times the interval), and a step's
+    optimizer is seen with chance 1 - e^-(d·rate). Below it, its gaps could leave gradient
+    accumulation undecided again (``doubts.undecided``), and the rate would go back up. 0 where
+    the optimizer was not seen at all (nothing to keep)."""
+    covered = [s for s in tl.steps if s.covered]
+    d_ns = sum(s.phases_ns.get("optimizer", 0) for s in covered) / len(covered) if covered else 0.0
+    return -math.log1p(-UNDECIDED_SEEN) * _NS / d_ns if d_ns > 0 else 0.0
 
 
 def _round_up(rate: float, step: int) -> int:

@@ -379,8 +379,8 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
         doubt, undecided_too = undecided_words(odds, len(gaps) + len(pool), seen, len(pool)), True
     else:
         return plans
-    return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen) if rank in pool and p.doubt is None
-            else p for rank, p in plans.items()}
+    return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen, odds=odds)
+            if rank in pool and p.doubt is None else p for rank, p in plans.items()}
 
 
 def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
@@ -439,7 +439,8 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
             stepped = None
         return stepped or _floor(_short_returns(tl))
     if plan.doubt is not None:
-        cause, rate = (UNDECIDED, _seen_more(tl.rate_hz, plan.seen)) if plan.undecided else (None, None)
+        odds = plan.odds if plan.undecided else None
+        cause, rate = (UNDECIDED, _seen_more(tl.rate_hz, plan.seen, odds[0])) if odds else (None, None)
         clock = StepClock("unknown", None, None, tl.clock.concentration, plan.doubt, rate, None,
                           unseen=tl.clock.unseen, cause=cause)
         return _floor(replace(tl, clock=clock, micro_batches=None))
@@ -468,14 +469,15 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     return replace(tl, steps=steps, clock=clock, micro_batches=k)
 
 
-def _seen_more(rate_hz: int, seen: float) -> int | None:
+def _seen_more(rate_hz: int, seen: float, k: int) -> int | None:
     """A rate at which an optimizer seen in the share ``seen`` of the steps counted would be seen in
-    UNDECIDED_SEEN of them, were each a step (a visit this rare is shorter than a sample apart,
-    so its chance grows with the rate): its gaps then rule accumulation in or out. Rounded up
-    to 50 Hz, at most MAX_RATE_HZ; None where that is no faster."""
+    UNDECIDED_SEEN of its optimizer steps, were they k of those steps (a visit this rare is shorter
+    than a sample apart, so its chance grows with the rate): there k is counted (``_multiples_in``),
+    and without accumulation the gaps of one step that k never makes rule it out. Rounded up to
+    50 Hz, at most MAX_RATE_HZ; None where that is no faster."""
     if seen <= 0:
         return None
-    rate = min(MAX_RATE_HZ, math.ceil(rate_hz * UNDECIDED_SEEN / seen / 50) * 50)
+    rate = min(MAX_RATE_HZ, math.ceil(rate_hz * UNDECIDED_SEEN / (seen * k) / 50) * 50)
     return rate if rate > rate_hz else None
 
 
