@@ -191,3 +191,6 @@ def test_a_few_gaps_between_rare_visits_rule_accumulation_in_doubt_only_when_k_d
     assert (undecided([6, 12, 3], 0.1) or (0, 0.0))[0] == 3
     # an optimizer seen in every other step: k = 2 would see it in all of them, so it is not asked
     assert undecided([2, 2, 2, 2], 0.5) is None
+    # 630 gaps (synchronized ranks pooled over a long window): odds beyond a float are held, not raised
+    k, odds = undecided([4] * 600 + [3] * 30, 0.13) or (0, 0.0)
+    assert k == 4 and 1e300 < odds < float("inf")

@@ -89,6 +89,9 @@ def undecided_words(odds: tuple[int, float], visits: int, seen: float, ranks: in
             "may be a micro-batch")
 
 
+_MAX_LOG_ODDS = 700.0
+
+
 def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     """The k of gradient accumulation that the gaps (in steps counted) between the optimizer's
     visits make at least UNDECIDED_ODDS times likelier than none, and that likelihood ratio;
@@ -98,7 +101,7 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
     if not gaps or not 0.0 < seen < 1.0:
         return None
-    best: tuple[int, float] | None = None
+    best: tuple[int, float] | None = None   # k and its log odds
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
         seen_k = seen * k
         if seen_k >= 1.0:
@@ -112,9 +115,10 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
                 with_k = math.log1p(-MISCOUNTED) + math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
                 ratio += math.exp(with_k - without)
             log_ratio += math.log(ratio)
-        if log_ratio >= math.log(UNDECIDED_ODDS) and (best is None or log_ratio > math.log(best[1])):
-            best = (k, math.exp(log_ratio))
-    return best
+        if log_ratio >= math.log(UNDECIDED_ODDS) and (best is None or log_ratio > best[1]):
+            best = (k, log_ratio)
+    # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
+    return (best[0], math.exp(min(best[1], _MAX_LOG_ODDS))) if best is not None else None
 
 
 def lumped(tl: Timeline) -> str | None:
