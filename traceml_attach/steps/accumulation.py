@@ -314,9 +314,13 @@ def decided(plan: Plan) -> Plan:
     none (``Plan.odds``) and show the optimizer in MIN_SEEN of its optimizer steps: the multiples
     were miscounted now and then (more than MULTIPLE_SHARE allows), but are beyond doubt all the same."""
     odds = plan.odds
-    if not plan.undecided or odds is None or odds[1] < COUNTED_ODDS or odds[0] * plan.seen < MIN_SEEN:
+    if not plan.undecided or not _beyond_doubt(odds, plan.seen):
         return plan
-    return replace(plan, k=odds[0], doubt=None, undecided=False)
+    return replace(plan, k=odds[0], doubt=None, undecided=False) if odds is not None else plan
+
+
+def _beyond_doubt(odds: tuple[int, float] | None, seen: float) -> bool:
+    return odds is not None and odds[1] >= COUNTED_ODDS and odds[0] * seen >= MIN_SEEN
 
 
 def _whole_intervals(tl: Timeline, stepped: Timeline) -> bool:
@@ -364,7 +368,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
     odds = undecided(gaps, seen) if any(p.undecided for p in pool.values()) else None
-    if odds is not None and decided(Plan(undecided=True, seen=seen, odds=odds)).k > 1:
+    if odds is not None and _beyond_doubt(odds, seen):
         return {rank: replace(p, k=odds[0], doubt=None, undecided=False) if rank in pool and p.undecided else p
                 for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
