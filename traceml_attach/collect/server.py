@@ -258,7 +258,7 @@ class Collector:
             seq = msg.get("seq")
             if kind != "ctx" and (not isinstance(seq, int) or isinstance(seq, bool)):
                 raise ValueError("seq")
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):   # int(inf): OverflowError
             self.stats.bad_messages += 1
             return
         with self._lock:
