@@ -4,8 +4,10 @@ forward again), and optimizer steps marked by the optimizer's own visits under a
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from testkit.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
+from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
 from traceml_attach.steps.batch_timeline import CYCLE_RANK, build_timeline, returns
@@ -194,3 +196,17 @@ def test_a_few_gaps_between_rare_visits_rule_accumulation_in_doubt_only_when_k_d
     # 630 gaps (synchronized ranks pooled over a long window): odds beyond a float are held, not raised
     k, odds = undecided([4] * 600 + [3] * 30, 0.13) or (0, 0.0)
     assert k == 4 and 1e300 < odds < float("inf")
+
+
+def test_visits_one_step_apart_keep_a_few_even_gaps_from_being_a_doubt():
+    # GIVEN a recorded input-bound job without accumulation (examples/input_bound.py --input-share
+    # 0.6, 10 s at 100 Hz) whose optimizer's 9 gaps were 4, 2, 1, 2, 6, 4, 2, 2, 2 steps: 123 times
+    # likelier with k = 2 than without, but for the gap of 1 that _multiples_in takes as no accumulation
+    from traceml_attach.ingest.stream import read_recording
+
+    rec, problem = read_recording(Path(__file__).parent / "fixtures" / "input_bound_even_gaps.msgpack")
+    assert problem is None
+    # THEN its step time is given (it was unknown: "a step may be a micro-batch"), within 5% of the
+    # job's own median over the window (184.1 ms, 32 steps)
+    r = analyze(rec, load_rules()).ranks[0]
+    assert r.step_ms is not None and abs(r.step_ms / 184.1 - 1) <= 0.05, r.clock

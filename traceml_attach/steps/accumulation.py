@@ -305,8 +305,16 @@ def plan_of(tl: Timeline) -> Plan:
     if doubt is not None:
         return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
     odds = undecided(gaps, seen)
-    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None else None
+    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps) else None
     return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
+
+
+def _unjudged(gaps: Sequence[int]) -> bool:
+    """Whether odds from ``undecided`` may be a doubt: not where the optimizer was seen in steps one
+    apart more often than MAX_ADJACENT allows, which ``_multiples_in`` takes as no accumulation
+    (an input-bound job without it had 8 of 9 gaps even by chance, 123:1, and one of 1). There
+    only odds beyond doubt count k (``decided``)."""
+    return sum(1 for g in gaps if g == 1) <= MAX_ADJACENT * len(gaps)
 
 
 def decided(plan: Plan) -> Plan:
@@ -379,7 +387,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
                  "micro-batches, not yet certain in this window; sample longer")
     elif doubts:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
-    elif odds is not None:
+    elif odds is not None and _unjudged(gaps):
         doubt, undecided_too = undecided_words(odds, len(gaps) + len(pool), seen, len(pool)), True
     else:
         return plans
