@@ -63,6 +63,9 @@ TRUTHED = {
     # data flow alone (steps/dataflow.py), input-bound (~43% of a ~31 ms step)
     "truth_hand_written_text": ("hand_written", ("--loader", "text", "--vocab", "32", "--hidden", "8",
                                                  "--batch", "4096", "--block", "4"), 1),
+    # 32 DataLoader workers: each epoch's first batch waits ~1 s for them to start, the main thread
+    # blocked, then its compute slowed by them (runnable, not running): one slow step, not a drop-out
+    "truth_workers32": ("input_bound", ("--workers", "32", "--input-share", "0.2"), 1),
 }
 
 

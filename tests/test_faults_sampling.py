@@ -125,11 +125,12 @@ def test_an_interpreter_pyspy_cannot_read_is_named_in_one_line(tmp_path: Path):
 @pytest.mark.quiet   # its cost, with 1,000 threads or 32 workers to read: nothing else beside it
 @pytest.mark.parametrize("shape", ["threads", "workers"])
 def test_a_wide_job_is_sampled_at_a_bounded_cost(tmp_path: Path, shape: str):
-    # a job with 1,000 threads (a big thread pool), or 32 DataLoader worker processes
+    # a job with 1,000 threads (a big thread pool), or 32 DataLoader worker processes, recording its own steps
+    truth = tmp_path / "truth.jsonl"
     if shape == "threads":
-        job = start_example("balanced", env={**os.environ, "TRACEML_IDLE_THREADS": "1000"})
+        job = start_example("balanced", truth=truth, env={**os.environ, "TRACEML_IDLE_THREADS": "1000"})
     else:
-        job = start_example("input_bound", "--workers", "32", "--input-share", "0.2")
+        job = start_example("input_bound", "--workers", "32", "--input-share", "0.2", truth=truth)
     try:
         out = traceml("snapshot", "--pid", str(job.pid), "--seconds", "10", "--quiet", "--logs-dir", str(tmp_path),
                       "--run-name", "run")
@@ -140,13 +141,31 @@ def test_a_wide_job_is_sampled_at_a_bounded_cost(tmp_path: Path, shape: str):
             assert proc["threads"] >= 1000
         else:
             assert proc["workers"] >= 32
-        # THEN the job's steps are found (counted over the session: with 1,000 threads py-spy reaches
-        # the main thread at uneven times, and an honest window may leave its step time unknown,
-        # its count then a lower bound), and the sampling is said: its samples and no failed window
-        assert doc["session"]["ranks"]["0"]["steps"] >= 10
+        # THEN the loop is found and its steps counted over the session, and the sampling is said:
+        # its samples and no failed window
+        rank = doc["step_time"]["ranks"]["0"]
+        assert rank["loop"].startswith("main (") and rank["thread"] == "MainThread"
+        assert doc["session"]["ranks"]["0"]["steps"] >= 3
         assert doc["sampling"]["samples"] > 500
         assert not [p for p in doc["sampling"]["problems"] if p["kind"] == "pyspy_failed"]
         assert job.poll() is None
+        # and against the job's own steps: the count never above them (a lower bound where the step
+        # time is unknown), a known step time within 10%. Known wrong (issue "Every step counted"),
+        # now and then: with 1,000 threads py-spy reaches the main thread a few times a second, not
+        # at the rate the clock assumes (a 201 ms step for 132 ms seen once); with 32 workers, two
+        # epochs' starts (0.8 and 1.3 s, compute slowed behind the workers) read as sampler drop-outs
+        # over steps (136 for 119 seen once)
+        window = doc["sampling"]["window"]
+        rows = [json.loads(line) for line in truth.read_text().splitlines()]
+        own = [r for r in rows if r["end"] > window["start"] and r["start"] < window["end"]]
+        own_ms = sorted((r["end"] - r["start"]) * 1e3 for r in own)[len(own) // 2]
+        wrong = []
+        if doc["session"]["ranks"]["0"]["steps"] > len(own) + 1:
+            wrong.append(f"{doc['session']['ranks']['0']['steps']} steps for {len(own)}")
+        if rank["step_ms"] is not None and abs(rank["step_ms"] - own_ms) > 0.10 * own_ms:
+            wrong.append(f"a {rank['step_ms']:.0f} ms step for {own_ms:.0f} ms")
+        if wrong:
+            pytest.xfail("known wrong: " + ", ".join(wrong))
     finally:
         stop_example(job)
 

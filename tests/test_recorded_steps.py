@@ -55,7 +55,8 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
 # the diagnosis each of them must get
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
              "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND",
-             "truth_hand_written_log": "COMPUTE_BOUND", "truth_hf_trainer_accum4": "COMPUTE_BOUND"}
+             "truth_hand_written_log": "COMPUTE_BOUND", "truth_hf_trainer_accum4": "COMPUTE_BOUND",
+             "truth_workers32": "COMPUTE_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

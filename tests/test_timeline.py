@@ -188,3 +188,50 @@ def test_only_the_synchronized_ranks_irregular_steps_mark_a_clock_irregular():
     # ...one rank's own jittery steps, or any known clock, do not
     assert not StepClock("unknown", None, reason="the steps vary too much for the 40 boundaries seen").irregular
     assert not replace(varied_clock("3"), method="comb", period_ns=100e6).irregular
+
+
+def test_chance_hides_few_boundaries_where_every_boundary_shows():
+    from traceml_attach.steps.clock import chance_depth, edge_steps, hidden_by_chance
+
+    # where a boundary goes unseen 1 time in 150, two in a row (1 in 22,500) is beyond chance
+    # (e^-8, 1 in 2,981); 1 in 10,000 leaves not even one
+    assert chance_depth(1 / 150) == 1 and chance_depth(1e-4) == 0
+    assert [hidden_by_chance(k, 1 / 150) for k in range(3)] == [True, True, False]
+    # boundaries that go unseen often (an average over visits of uneven length), or unmeasured:
+    # any number may be missed
+    assert chance_depth(0.3) is None and chance_depth(None) is None and hidden_by_chance(40, 0.3)
+    # a window that begins 1.1 s before the first wrap of 100 ms steps: 10 whole steps where
+    # boundaries go unseen often; where every one shows, the rest of one slow step
+    bounds, ms = [2_100_000_000, 2_200_000_000], 1_000_000
+    assert edge_steps(bounds, 1_000_000_000, 2_250_000_000, 100 * ms, 100, 0.5) == 10
+    assert edge_steps(bounds, 1_000_000_000, 2_250_000_000, 100 * ms, 100, 1 / 150) == 0
+    assert edge_steps(bounds, 1_950_000_000, 2_250_000_000, 100 * ms, 100, 1 / 150) == 1
+
+
+def test_a_long_span_is_a_drop_out_only_if_the_thread_worked_through_it():
+    # GIVEN 100 ms steps, every boundary seen, the main thread on a CPU all of each step; then a
+    # fetch of 1 s...
+    def job(on_cpu_in_stall: float):
+        spans = steps(PATTERN, 61, tid=1)
+        # the 31st step's fetch (one stack object throughout, as py-spy's frames are interned)
+        fetch = spans[150]
+        stall = Span(42, 1, fetch.ts_ns, 1_000_000_000, spans[0].stack)
+        shift = stall.dur_ns - fetch.dur_ns
+        spans = spans[:150] + [stall] + [Span(42, 1, s.ts_ns + shift, s.dur_ns, spans[i % 5].stack)
+                                         for i, s in enumerate(spans[151:], 151)]
+        rows, on = [], 0
+        for ts in range(spans[0].ts_ns, spans[-1].end_ns + 20_000_000, 20_000_000):
+            in_stall = stall.ts_ns <= ts < stall.end_ns
+            rows.append((ts, on, 0))
+            on += int(20_000_000 * (on_cpu_in_stall if in_stall else 1.0))
+        return build_timeline(42, spans, {1: ThreadInfo(1, 42, "MainThread", True)}, RULES, 100, 0, 10**13, rows)
+    # ...through which the thread was blocked (a DataLoader's queue): one slow step
+    blocked = job(0.0)
+    assert blocked.clock.method == "wraps"
+    assert max(s.dur_ns for s in blocked.steps) >= 1_000_000_000
+    assert all(s.covered for s in blocked.steps)
+    # ...through which it ran (the sampler dropped out over about ten steps): the steps it hid, uncovered
+    ran = job(1.0)
+    assert ran.clock.method == "wraps"
+    hidden = len(ran.steps) - len(blocked.steps)
+    assert hidden >= 9 and sum(not s.covered for s in ran.steps) == hidden + 1

@@ -6,6 +6,7 @@ work of a tick must not grow with the session."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 from pathlib import Path
@@ -209,3 +210,22 @@ def test_a_shared_clock_is_the_reference_clock_as_sync_builds_it():
     clock = StepClock("wraps", 150e6, 0.9, 0.7, None, None, None, 140e6, 0.01, 3)
     assert clock.shared(0.5, 0.2, 1) == replace(clock, method="joint", visible=0.5, concentration=None,
                                                 unseen=0.2, edge_steps=1)
+
+
+def test_a_stall_behind_starting_workers_is_one_step_at_every_tick():
+    # GIVEN 32 DataLoader workers: an epoch's first batch waits ~1 s for them, the main thread
+    # blocked, then runnable behind them for its forward (a long span, little time on a CPU)
+    rec, live = Recording(), IncrementalAnalyzer(RULES)
+    truth = json.loads((FIXTURES / "truth_workers32.truth.json").read_text())["ranks"]["0"]
+    got = None
+    for end in ticks(repeated(FIXTURES / "truth_workers32.msgpack", 14), rec):
+        got = live.tick(rec, end)
+        # THEN the live engine counts as the batch does at every tick (the stall's spans are no
+        # sampler drop-out: each did less than a step's time on a CPU)...
+        want = analyze(rec, RULES, start_ns=end - WINDOW_NS)
+        problems = differences(got, want)
+        assert not problems, (round((end - rec.time_range()[0]) / NS, 1), problems)
+    # ...with the job's own step time (its count against the job's own: test_recorded_steps.py)
+    assert got is not None
+    rank = got.ranks[0]
+    assert rank.step_ms is not None and abs(rank.step_ms / truth["step_ms"] - 1) <= 0.05

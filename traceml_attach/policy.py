@@ -302,8 +302,12 @@ MAX_UNSEEN = 0.01
 # A boundary that Poisson sampling hides with less than this probability (e^-8: eight sampling
 # intervals outside the dominant line went unsampled) was hidden by a drop-out of the sampler...
 DROPOUT_UNSEEN = math.exp(-8.0)
-# ...which shows as a span this many times its stack's median span, and at least 8 intervals long.
+# ...which shows as a span this many times its stack's median span, and at least 8 intervals long,
 SWALLOW_RATIO = 2.0
+# and in which the thread was on a CPU at least this many times a typical step's time on a CPU,
+# where its counters say: a thread blocked that long (on a DataLoader's queue, a lock), or runnable
+# behind other processes (32 DataLoader workers starting), ran no step that a drop-out hid
+SWALLOW_WORK = 1.0
 
 # -- batch_timeline.py: the sampler's holes
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step

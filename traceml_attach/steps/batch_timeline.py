@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import overload
 
 from traceml_attach.ingest.model import Span, ThreadInfo, os_pid
-from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO
+from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO, SWALLOW_WORK
 from traceml_attach.steps.classify import Rules, classifier
 from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
 from traceml_attach.steps.dataflow import feeding_lines
@@ -180,20 +180,45 @@ SYNC_PHASES = {("backward", None), ("wait", "collective")}
 
 
 class CpuCounter:
-    """Interpolates a thread's cumulative busy time (on a CPU or waiting for one)."""
+    """Interpolates a thread's cumulative busy time (on a CPU or waiting for one), and its time on
+    a CPU alone."""
 
     def __init__(self, rows: Sequence[tuple[int, int, int]]) -> None:
         self.ts = [r[0] for r in rows]
         self.busy = [r[1] + r[2] for r in rows]
+        self.on = [r[1] for r in rows]
 
-    def at(self, ts_ns: int) -> float | None:
+    def at(self, ts_ns: int, series: Sequence[int] | None = None) -> float | None:
+        values = self.busy if series is None else series
         if not self.ts or ts_ns < self.ts[0] or ts_ns > self.ts[-1]:
             return None
         i = bisect.bisect_left(self.ts, ts_ns)
         if self.ts[i] == ts_ns:
-            return self.busy[i]
-        t0, t1, b0, b1 = self.ts[i - 1], self.ts[i], self.busy[i - 1], self.busy[i]
+            return values[i]
+        t0, t1, b0, b1 = self.ts[i - 1], self.ts[i], values[i - 1], values[i]
         return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
+
+    def step_work(self, bounds: Sequence[int]) -> float | None:
+        """The thread's typical time on a CPU between consecutive ``bounds`` (the median)."""
+        ons = [self.at(b, self.on) for b in bounds]
+        work = [b - a for a, b in itertools.pairwise(ons) if a is not None and b is not None]
+        return statistics.median(work) if work else None
+
+
+def blocked_through(on_ns: float | None, step_on_ns: float | None) -> bool:
+    """Whether a long span, through which the thread was on a CPU for ``on_ns``, did too little
+    work to have hidden a step: less than the typical interval's (``step_on_ns``) times
+    SWALLOW_WORK. It is then a real wait (blocked, or runnable behind other processes), not a
+    sampler drop-out over steps. Without counters, it may be either."""
+    return on_ns is not None and step_on_ns is not None and on_ns < SWALLOW_WORK * step_on_ns
+
+
+def _on(counter: CpuCounter | None, start_ns: int, end_ns: int) -> float | None:
+    """The thread's time on a CPU through [start_ns, end_ns), where its counters cover it."""
+    if counter is None:
+        return None
+    on0, on1 = counter.at(start_ns, counter.on), counter.at(end_ns, counter.on)
+    return None if on0 is None or on1 is None else on1 - on0
 
 
 def _around(rows: Sequence[tuple[int, int, int]], start_ns: int, end_ns: int) -> Sequence[tuple[int, int, int]]:
@@ -274,7 +299,7 @@ def build_timeline(
         # real long step taken for two; with every boundary seen, the median step
         typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
         clock = replace(clock, typical_ns=typical,
-                        edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz))
+                        edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz, clock.unseen))
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
@@ -308,6 +333,7 @@ def _intervals(
     for seg in segments:
         by_stack.setdefault(id(seg.span.stack), []).append(seg.dur_ns)
     usual = {k: statistics.median(v) for k, v in by_stack.items()}
+    step_on = counter.step_work(bounds) if counter is not None else None
     gap_ns = 8 * 1e9 / max(rate_hz, 1)
     for start, end in itertools.pairwise(bounds):
         if any(h0 < end and h1 > start for h0, h1 in holes):
@@ -322,7 +348,8 @@ def _intervals(
         while j < len(segments) and segments[j].ts_ns < end:
             seg = segments[j]
             lo, hi = max(seg.ts_ns, start), min(seg.ts_ns + seg.dur_ns, end)
-            if seg.dur_ns >= gap_ns and seg.dur_ns >= SWALLOW_RATIO * usual[id(seg.span.stack)]:
+            if (seg.dur_ns >= gap_ns and seg.dur_ns >= SWALLOW_RATIO * usual[id(seg.span.stack)]
+                    and not blocked_through(_on(counter, seg.ts_ns, seg.ts_ns + seg.dur_ns), step_on)):
                 swallowing = True
             if hi > lo:
                 phases[seg.phase] += hi - lo

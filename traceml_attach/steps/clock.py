@@ -10,6 +10,7 @@ what would help: a higher rate only where it would (``unknown_clock``).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -104,27 +105,57 @@ class StepClock:
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
-                rate_hz: int) -> int:
+               rate_hz: int, unseen: float | None = None) -> int:
     """Whole steps between the window's edges and the first and last wrap seen. Each edge ends
     or starts at a boundary, so it holds floor(length / period) of them; a wrap is seen on
-    average one sampling interval after its boundary, which moves that boundary back."""
+    average one sampling interval after its boundary, which moves that boundary back. An edge
+    that would hide more boundaries than chance can (``hidden_by_chance``) holds none: it is the
+    rest of one slow step (a DataLoader's workers starting, a stall the window began in)."""
     if not bounds or first_ns is None or last_ns is None or not period_ns:
         return 0
     lag = 1e9 / max(rate_hz, 1)
-    return (int(max(bounds[0] - lag - first_ns, 0) // period_ns)
-            + int(max(last_ns - bounds[-1] + lag, 0) // period_ns))
+    before = int(max(bounds[0] - lag - first_ns, 0) // period_ns)
+    after = int(max(last_ns - bounds[-1] + lag, 0) // period_ns)
+    return sum(k for k in (before, after) if hidden_by_chance(k, unseen))
+
+
+def chance_depth(unseen: float | None) -> int | None:
+    """The most boundaries in a row that sampling can miss by chance (``hidden_by_chance``);
+    None: any number."""
+    if unseen is None or unseen > MAX_UNSEEN:
+        return None
+    if unseen <= 0.0:
+        return 0
+    k = int(math.log(DROPOUT_UNSEEN) / math.log(unseen))
+    while unseen ** (k + 1) >= DROPOUT_UNSEEN:
+        k += 1
+    while k > 0 and unseen ** k < DROPOUT_UNSEEN:
+        k -= 1
+    return k
+
+
+def hidden_by_chance(k: int, unseen: float | None) -> bool:
+    """Whether sampling can have missed ``k`` boundaries in a row by chance. Where every boundary
+    shows (``unseen``, e^-λ, at most MAX_UNSEEN), each goes unseen with that probability, and all
+    k must with at least DROPOUT_UNSEEN; beyond that, a stretch that long without a wrap is one
+    slow step, or the sampler dropped out (a span that swallowed the stacks in between). Where
+    boundaries go unseen more often, λ is an average over visits of uneven length (the short
+    ones are missed far more often than e^-λ), and any number may be missed (None: unmeasured)."""
+    depth = chance_depth(unseen)
+    return depth is None or k <= depth
 
 
 def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None) -> tuple[Step, ...]:
     """Each interval as its ``count`` steps: equal parts of its time and of each phase.
 
-    When sampling cannot have missed a boundary by chance (``unseen`` below DROPOUT_UNSEEN), an
-    interval as long as several steps is either a sampler drop-out, which shows as a span that
-    swallowed the stacks in between (its steps count, their time is not covered), or one slow
-    step (a checkpoint, an eval): with every boundary visible, no boundary is invented in it."""
-    certain = unseen is not None and unseen < DROPOUT_UNSEEN
+    Where sampling cannot have missed the interval's count - 1 boundaries by chance
+    (``hidden_by_chance``), an interval as long as several steps is either a sampler drop-out,
+    which shows as a span that swallowed the stacks in between (its steps count, their time is
+    not covered), or one slow step (a checkpoint, an eval, a DataLoader refilling): with every
+    boundary visible, no boundary is invented in it."""
     out: list[Step] = []
     for step, n in zip(intervals, counts, strict=True):
+        certain = not hidden_by_chance(n - 1, unseen)
         if n == 1 or (certain and not step.swallowing):
             out.append(step)
             continue

@@ -29,9 +29,10 @@ class CounterJoin:
         """Whether an interval ending at ``end_ns`` is to wait for the counters to reach it."""
         return bool(self.rows) and self.rows[-1][0] < end_ns and now_ns - end_ns < PENDING_S * NS
 
-    def busy_at(self, ts_ns: int) -> float | None:
+    def busy_at(self, ts_ns: int, on_only: bool = False) -> float | None:
         """``CpuCounter.at`` on the recording's rows, without copying them; looked up from where
-        the last lookup landed (intervals close in time order)."""
+        the last lookup landed (intervals close in time order). ``on_only``: the time on a CPU,
+        without the time waiting for one."""
         rows, i = self.rows, self.at
         if 0 < i < len(rows) and rows[i - 1][0] < ts_ns <= rows[i][0]:
             pass
@@ -43,11 +44,17 @@ class CounterJoin:
         if i == len(rows) or (i == 0 and rows[0][0] != ts_ns):
             return None
         t1, on1, rq1 = rows[i]
+        b1 = on1 if on_only else on1 + rq1
         if t1 == ts_ns:
-            return on1 + rq1
+            return b1
         t0, on0, rq0 = rows[i - 1]
-        b0, b1 = on0 + rq0, on1 + rq1
+        b0 = on0 if on_only else on0 + rq0
         return b0 + (b1 - b0) * (ts_ns - t0) / (t1 - t0)
+
+    def on(self, start_ns: int, end_ns: int) -> float | None:
+        """The thread's time on a CPU through [start_ns, end_ns), where the rows cover it."""
+        on0, on1 = self.busy_at(start_ns, True), self.busy_at(end_ns, True)
+        return None if on0 is None or on1 is None else on1 - on0
 
     def blocked(self, sync: Sequence[tuple[int, int, str]]) -> dict[str, int] | None:
         """As ``timeline._intervals``: the time blocked in each synchronizing phase."""
@@ -68,5 +75,10 @@ class CounterJoin:
                 still.append(record)
                 continue
             record.pending = False
-            window.restep(record, replace(record.step, blocked_sync_ns=self.blocked(record.sync)))
+            # its long spans are judged again with the counters through them (a blocked thread
+            # swallowed no steps)
+            swallowing = (window.spans.swallowing(record.long_spans) if window.certain and record.long_spans
+                          else record.step.swallowing)
+            window.restep(record, replace(record.step, blocked_sync_ns=self.blocked(record.sync),
+                                          swallowing=swallowing))
         self.pending = still

@@ -24,7 +24,6 @@ from operator import attrgetter
 from typing import Protocol
 
 from traceml_attach.policy import (
-    DROPOUT_UNSEEN,
     HARMONIC_KEEP,
     INLIER,
     MAX_AMBIGUOUS,
@@ -34,7 +33,7 @@ from traceml_attach.policy import (
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
 )
-from traceml_attach.steps.clock import Step, StepClock, clock_of, expand
+from traceml_attach.steps.clock import Step, StepClock, chance_depth, clock_of, expand
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
 from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median
@@ -56,7 +55,7 @@ class Swallowing(Protocol):
     """Whether an interval's long spans are far longer than their stacks' usual spans (the
     tracker knows the spans; see ``timeline._intervals``)."""
 
-    def swallowing(self, long_spans: Sequence[tuple[int, int]]) -> bool: ...
+    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> bool: ...
 
     def forget_usual(self) -> None: ...
 
@@ -77,7 +76,7 @@ class Interval:
         self.trig: tuple[float, ...] | None = None   # cos, sin of kθ, k = 1..3, θ = 2π dur / trig period
         self.n = 1               # steps it counts as (own, shared or one each)
         self.steps: tuple[Step, ...] = (step,)
-        self.long_spans: tuple[tuple[int, int], ...] = ()  # (id(stack), ns) of its spans ≥ 8 sampling intervals
+        self.long_spans: tuple[tuple[int, int, int], ...] = ()  # (id(stack), ns, start) of its spans ≥ 8 intervals
         self.sync: tuple[tuple[int, int, str], ...] = ()   # (lo, hi, phase) to read blocked time from
         self.pending = False     # its CPU counter has not reached its end yet
         self.alive = True        # still in the window
@@ -107,7 +106,10 @@ class IntervalWindow:
         self.n_total = 0                      # the steps the intervals count as
         self.clock = StepClock("unknown", None)
         self.unseen: float | None = None
+        # the most boundaries chance can hide (clock.chance_depth); while it is known, an interval
+        # of more steps is one slow step unless it swallowed a drop-out, which is judged then
         self.certain = False
+        self.depth: int | None = None
         self.count_period: float | None = None   # own counts were made with this period...
         self.spread = 0.0                         # ...and this posterior spread
         self.trig_period: float | None = None
@@ -130,7 +132,7 @@ class IntervalWindow:
     # --- intervals coming and going ----------------------------------------------------------
 
     def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
-            long_spans: Sequence[tuple[int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
+            long_spans: Sequence[tuple[int, int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
             aside: int = 0) -> Interval:
         swallowing = self.certain and bool(long_spans) and self.spans.swallowing(long_spans)
         self.rid += 1
@@ -303,11 +305,12 @@ class IntervalWindow:
         if unseen != self.unseen:
             self.unseen = unseen
             self._counters()
-        certain = unseen is not None and unseen < DROPOUT_UNSEEN
-        if certain == self.certain:
+        depth = chance_depth(unseen)
+        if depth == self.depth:
             return
-        self.certain = certain   # a sampler drop-out's steps are expanded otherwise
-        if certain:
+        old, self.depth = self.depth, depth
+        was, self.certain = self.certain, depth is not None
+        if self.certain and not was:   # a sampler drop-out's steps are expanded otherwise
             self.spans.forget_usual()
             for record in self.records:
                 if record.long_spans:
@@ -315,6 +318,11 @@ class IntervalWindow:
                     if swallowing != record.step.swallowing:
                         record.step = replace(record.step, swallowing=swallowing)
                         self.intervals[self._index(record)] = record.step
+        elif old is not None and depth is not None:
+            # only the intervals of more steps than the shallower depth allows change
+            least = min(old, depth)
+            if not any(record.n - 1 > least for record in self.records):
+                return
         self._reexpand()
 
     def keep(self, now_ns: int, unseen: Callable[[], float | None]) -> None:

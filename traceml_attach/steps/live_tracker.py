@@ -29,7 +29,8 @@ part of the window's first span before the window counts for the thread and loop
 the dominant line (the batch clips it); the thread and loop keep their choice near ties; a
 clock that passes its warm checks is refined, not fitted afresh, and is checked every few
 seconds, not every tick; the hot frames are up to HOT_S old; an interval's ``swallowing`` (a
-sampler drop-out) is judged only while it can matter (the clock is certain, ``expand``); and a
+sampler drop-out) is judged only while it can matter (the chance of an unseen boundary is measured,
+``expand``); and a
 synchronized rank's intervals are counted on the reference's period, not aligned with its
 boundaries (sync.share_tracked).
 """
@@ -52,6 +53,7 @@ from traceml_attach.steps.batch_timeline import (
     Place,
     SegmentView,
     Timeline,
+    blocked_through,
     framework_of,
     inside,
     loop_feeding,
@@ -93,6 +95,7 @@ class RankTracker(SpanWindow):
         self.counters = CounterJoin()        # the main thread's CPU counters, joined to the intervals
         self.sources: Mapping[str, str] = {}    # the job's own files (the loop's data flow: dataflow.py)
         self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
+        self._work: tuple[tuple[int, int], float | None] | None = None   # (window key, step_work)
         self._out: tuple = ()                # this tick's clipped edges, per-stack times and wait labels
         self._joint: tuple | None = None     # (what it was made of, the shared clock as this rank's)
         self._hot: dict[str, list[HotFrame]] | None = None
@@ -291,7 +294,7 @@ class RankTracker(SpanWindow):
             lo = ts if ts > start else start
             hi = ts + dur if ts + dur < end else end
             if dur >= long_ns:
-                long_spans.append((id(span.stack), dur))
+                long_spans.append((id(span.stack), dur, ts))
             if hi > lo:
                 phases[info.phase] += hi - lo
                 if info.phase == "wait" and info.label in ASIDE_LABELS:
@@ -304,17 +307,29 @@ class RankTracker(SpanWindow):
         if pending:
             self.counters.pending.append(record)
 
-    def swallowing(self, long_spans: Sequence[tuple[int, int]]) -> bool:
-        """A span far longer than its stack's usual span (its median on the thread), as in
-        ``timeline._intervals``; the medians are kept until ``forget_usual``."""
-        for key, ns in long_spans:
+    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> bool:
+        """A span far longer than its stack's usual span (its median on the thread), in which the
+        thread did a step's work, as in ``timeline._intervals``; the medians are kept until
+        ``forget_usual``."""
+        counter = self._uses_counter()
+        for key, ns, ts in long_spans:
             usual = self.usual.get(key)
             if usual is None:
                 durs = [span.dur_ns for span in self._thread_spans() if id(span.stack) == key]
                 usual = self.usual[key] = statistics.median(durs) if durs else float(ns)
-            if ns >= SWALLOW_RATIO * usual:
+            if ns >= SWALLOW_RATIO * usual and not (
+                    counter and blocked_through(self.counters.on(ts, ts + ns), self._step_work())):
                 return True
         return False
+
+    def _step_work(self) -> float | None:
+        """``CpuCounter.step_work`` over the window's intervals, kept while they stay the same."""
+        records = self.window.records
+        key = (self.window.rid, len(records))
+        if self._work is None or self._work[0] != key:
+            work = [w for w in (self.counters.on(r.step.start_ns, r.step.end_ns) for r in records) if w is not None]
+            self._work = (key, statistics.median(work) if work else None)
+        return self._work[1]
 
     def forget_usual(self) -> None:
         self.usual = {}
@@ -373,7 +388,7 @@ class RankTracker(SpanWindow):
         if not clock.known or clock.period_ns is None:
             return clock
         typical = clock.period_ns if clock.method == "comb" else self.window.median_step()
-        edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz)
+        edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)
         return clock
@@ -386,7 +401,7 @@ class RankTracker(SpanWindow):
         first = spans[0].ts_ns + head_cut if spans else None
         last = spans[-1].end_ns - tail_cut if spans else None
         key = (reference, self.window.visible, self.window.clock.unseen,
-               edge_steps(self.bounds, first, last, reference.period_ns, self.rate_hz))
+               edge_steps(self.bounds, first, last, reference.period_ns, self.rate_hz, self.window.clock.unseen))
         if self._joint is None or self._joint[0] != key:
             self._joint = (key, reference.shared(key[1], key[2], key[3]))
         return self._joint[1]

@@ -87,7 +87,7 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
             counts = _aligned_counts(tl, ref_bounds)
         else:
             counts = map_counts([float(s.counted_ns) for s in tl.intervals], period, tl.clock.unseen, tl.rate_hz)
-        edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz)
+        edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz, tl.clock.unseen)
         clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
         out[rank] = replace(tl, steps=expand(tl.intervals, counts, tl.clock.unseen), clock=clock)
