@@ -301,7 +301,9 @@ class Sampler:
             self.writer.write_spans(self.pid, index, rows)
         self.writer.write({"k": "window", "pid": self.pid, "w": index,
                            "start": result.first_ns, "end": result.last_ns,
-                           "samples": result.samples, "errors": result.errors})
+                           "samples": result.samples, "errors": result.errors,
+                           # the threads py-spy read at each sample (it counts a sample per thread)
+                           "threads": len({span.tid for span in result.spans}) or None})
         if result.last_ns is not None:
             self._covered_until = max(self._covered_until or 0, result.last_ns)
 

@@ -25,7 +25,7 @@ from traceml_agent.writer import FrameWriter, StateFrames
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
-from traceml_attach.diagnose.rate import advise_rates, faster, slower, stretch
+from traceml_attach.diagnose.rate import advise_rates, faster, lag_of, slower, stretch
 from traceml_attach.ingest.model import Span
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.render import render_text
@@ -149,6 +149,8 @@ def test_the_sampler_records_a_change_where_the_new_windows_spans_begin():
     rate = frames[2]
     assert rate == {"k": "rate", "t": 2_000_000_000, "pid": PID, "rate_hz": 300, "why": "short steps"}
     assert frames[3]["spans"][0][1] == rate["t"]
+    # and each window says how many threads its trace holds (py-spy counts a sample per thread)
+    assert [f["threads"] for f in frames if f["k"] == "window"] == [1, 1, 1]
 
 
 # --- the recording ----------------------------------------------------------------------------
@@ -423,3 +425,33 @@ def test_compare_warns_when_two_runs_steps_were_found_at_other_rates(tmp_path: P
     warnings = compare(fixed, raised).warnings
     assert any("steps found at 100 and 300 Hz" in w for w in warnings), warnings
     assert compare(raised, raised).warnings == ()
+
+
+def test_a_process_py_spy_reaches_less_often_than_asked_is_read_at_the_rate_reached():
+    # GIVEN a 130 ms-step job sampled at 100 Hz, whose py-spy windows took 16 samples of each of
+    # its 1,001 threads in 2 s (8 a second: a thousand threads to read at each sample)
+    rec, _ = simulate(job(130, "input", 0.5, rng=random.Random(2), jitter=0.05), 100, 12.0, seed=1)
+    span_range = rec.time_range()
+    assert span_range is not None
+    lo, hi = span_range
+    pid = next(iter(rec.spans))
+    fast, _ = simulate(job(130, "input", 0.5, rng=random.Random(2), jitter=0.05), 100, 12.0, seed=1)
+    for k, t in enumerate(range(lo, hi - 2 * NS + 1, 2 * NS)):
+        rec.add({"k": "window", "pid": pid, "w": k, "start": t, "end": t + 2 * NS, "samples": 16 * 1001,
+                 "errors": 0, "threads": 1001})
+    # THEN its steps are found at the rate reached, and its step time is unknown for it: no faster
+    # rate is advised, and the reason says why
+    assert stretch(rec, pid, lo, hi) == (lo, 8)
+    assert lag_of(rec, pid, lo, hi) == (8, 100, 1001)
+    analysis = analyze(rec, RULES)
+    rank = analysis.ranks[0]
+    assert analysis.timelines[rank.rank].rate_hz == 8 and rank.step_ms is None and rank.clock is not None
+    assert "py-spy reached this process about 8 times a second of the 100 asked" in (rank.clock.reason or "")
+    assert rank.clock.suggested_rate_hz is None
+    note = analysis.report.step_time.step_time_note or ""
+    assert "faster rate cannot help" in note and "sample faster" not in note
+    # while windows that kept up (200 samples of one thread in 2 s) change nothing
+    for k, t in enumerate(range(lo, hi - 2 * NS + 1, 2 * NS)):
+        fast.add({"k": "window", "pid": pid, "w": k, "start": t, "end": t + 2 * NS, "samples": 200, "errors": 0,
+                  "threads": 1})
+    assert stretch(fast, pid, lo, hi) == (lo, 100) and lag_of(fast, pid, lo, hi) is None

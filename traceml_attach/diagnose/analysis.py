@@ -15,7 +15,7 @@ from traceml_attach.diagnose.hang import detect_hang, detect_stopped
 from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
-from traceml_attach.diagnose.rate import faster, stretch
+from traceml_attach.diagnose.rate import faster, lag_of, stretch
 from traceml_attach.diagnose.report import ProcessReport, Projection, Report
 from traceml_attach.diagnose.sections import (
     net_report,
@@ -159,8 +159,11 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
                                         timelines, step_s)
     seen = problems(rec)
     recent = [p for p in seen if start is None or p.ts * 1e9 >= start]   # reported once the window began
+    lags = {rank: lag for rank, pid in pids.items() if (lag := lag_of(rec, pid, lo, hi)) is not None}
+    stats = [_lagging(s, lags[s.rank]) if s.rank in lags else s for s in stats]
     step_time = step_time_section(stats, findings, recent, _stretches(rec, pids, lo, hi),
-                                  {rank: advice[0] for rank, tl in timelines.items() if (advice := faster(tl))},
+                                  {rank: advice[0] for rank, tl in timelines.items()
+                                   if rank not in lags and (advice := faster(tl))},
                                   rec.max_rate_hz if (rec.max_rate_hz or 0) > rec.rate_hz else None)
     system, process = system_section(rec, lo, hi, findings[0].kind, pids), process_section(rec, pids, gpu, lo, hi)
     step_time = replace(step_time, whatif=_whatif(rec, lo, hi, step_time.findings, stats, timelines, process),
@@ -174,6 +177,18 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
         node_rows(rec), net_report(rec),
     )
     return Analysis(report, start, end, timelines, stats, pids, gpu, series)
+
+
+def _lagging(stats: RankStepStats, lag: tuple[int, int, int]) -> RankStepStats:
+    """A rank py-spy reached less often than asked (rate.lag_of): where its step time is unknown,
+    the reason says so, and that no faster rate would help."""
+    clock = stats.clock
+    if clock is None or clock.known:
+        return stats
+    reached, asked, threads = lag
+    why = (f"{clock.reason}; py-spy reached this process about {reached} times a second of the {asked} asked "
+           f"(it reads {threads} threads at each sample), so a faster rate cannot help")
+    return replace(stats, clock=replace(clock, reason=why, suggested_rate_hz=None))
 
 
 def _whatif(rec: Recording, lo: int, hi: int, findings: tuple[Finding, ...], stats: list[RankStepStats],

@@ -16,6 +16,12 @@ sampled at the new one; then from the change on, at the new rate. After a loweri
 window is read at the lower rate at once (a span sampled faster than assumed errs on the safe
 side). The batch analysis and the live trackers both follow ``stretch``.
 
+**A sampler that lags.** py-spy reads every thread at each sample: with a thousand threads it
+reaches a process a few times a second whatever rate it was asked. The windows say how many
+samples it took and of how many threads (``reached_hz``); where that falls under
+``lagging_share`` of the rate, the steps are found at the rate reached (``lagging``), and no
+faster rate is advised: it cannot help.
+
 **Advice** (policy.RatePolicy). A rank whose step time is unknown because its steps are too
 short (every step is at most ``step_upper_ns``, and that is under ``raise_below_samples``
 samples at its rate) is advised the rate that gives such a step ``raise_to_samples``; one whose
@@ -36,7 +42,7 @@ from dataclasses import dataclass
 
 from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import DEFAULT_RATE_POLICY, UNDECIDED_SEEN, RatePolicy
+from traceml_attach.policy import DEFAULT_RATE_POLICY, LAGGING_GRID, UNDECIDED_SEEN, RatePolicy
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import UNDECIDED
 
@@ -47,6 +53,21 @@ def stretch(rec: Recording, pid: int, start_ns: int, end_ns: int,
             policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, int]:
     """(from_ns, rate_hz): where in [start_ns, end_ns) ``pid``'s steps are found, and at what rate
     (see the module doc)."""
+    since, rate = _asked(rec, pid, start_ns, end_ns, policy)
+    return since, _reached(rec, pid, since, end_ns, rate, policy)
+
+
+def lag_of(rec: Recording, pid: int, start_ns: int, end_ns: int,
+           policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, int, int] | None:
+    """(the rate reached, the rate asked, threads a sample) where ``stretch`` reads ``pid`` at the
+    rate py-spy reached, not the one asked (``lagging``); None where it kept up."""
+    since, rate = _asked(rec, pid, start_ns, end_ns, policy)
+    lag = lagging(rec, pid, since, end_ns, rate, policy)
+    return None if lag is None else (lag[0], rate, lag[1])
+
+
+def _asked(rec: Recording, pid: int, start_ns: int, end_ns: int, policy: RatePolicy) -> tuple[int, int]:
+    """``stretch`` at the rates the sampler was asked."""
     changes = rec.rates.get(pid)
     if not changes:
         return start_ns, rec.rate_hz
@@ -60,6 +81,39 @@ def stretch(rec: Recording, pid: int, start_ns: int, end_ns: int,
         if rate > best[1]:
             best = (change.ts_ns, rate)
     return best
+
+
+def reached_hz(rec: Recording, pid: int, start_ns: int, end_ns: int) -> tuple[float, int] | None:
+    """(samples a second, threads a sample) that py-spy reached on ``pid``'s threads over its
+    windows in [start_ns, end_ns): py-spy counts a sample for each thread it reads, so each
+    window gave samples / threads of them. None where no window says (older recordings)."""
+    ticks = seconds = 0.0
+    threads = 0
+    for w in rec.windows.get(pid, ()):
+        if (w.samples is None or not w.threads or w.start_ns is None or w.end_ns is None
+                or w.end_ns <= start_ns or w.start_ns >= end_ns or w.end_ns - w.start_ns < _NS // 2):
+            continue
+        ticks += w.samples / w.threads
+        seconds += (w.end_ns - w.start_ns) / _NS
+        threads = max(threads, w.threads)
+    return (ticks / seconds, threads) if seconds else None
+
+
+def lagging(rec: Recording, pid: int, start_ns: int, end_ns: int, rate_hz: int,
+            policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, int] | None:
+    """(the rate reached, threads a sample) where py-spy reached ``pid``'s threads less than
+    ``lagging_share`` of ``rate_hz``'s samples a second; None where it kept up."""
+    reached = reached_hz(rec, pid, start_ns, end_ns)
+    if reached is None or reached[0] >= policy.lagging_share * rate_hz:
+        return None
+    floor = max((g for g in LAGGING_GRID if g <= reached[0]), default=1)
+    return floor, reached[1]
+
+
+def _reached(rec: Recording, pid: int, start_ns: int, end_ns: int, rate_hz: int, policy: RatePolicy) -> int:
+    """``rate_hz``, or the rate py-spy reached where it lags behind it (``lagging``)."""
+    lag = lagging(rec, pid, start_ns, end_ns, rate_hz, policy)
+    return rate_hz if lag is None else lag[0]
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,9 @@ class WindowInfo:
     index: int
     start_ns: int | None
     end_ns: int | None
-    samples: int | None
+    samples: int | None       # py-spy's count: one a thread read at each sample
     errors: int | None
+    threads: int | None = None   # the threads its trace holds (recordings before it: None)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
+    CHANCE_UNSEEN,
     DROPOUT_UNSEEN,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
@@ -122,7 +123,7 @@ def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None,
 def chance_depth(unseen: float | None) -> int | None:
     """The most boundaries in a row that sampling can miss by chance (``hidden_by_chance``);
     None: any number."""
-    if unseen is None or unseen > MAX_UNSEEN:
+    if unseen is None or unseen > CHANCE_UNSEEN:
         return None
     if unseen <= 0.0:
         return 0
@@ -136,13 +137,23 @@ def chance_depth(unseen: float | None) -> int | None:
 
 def hidden_by_chance(k: int, unseen: float | None) -> bool:
     """Whether sampling can have missed ``k`` boundaries in a row by chance. Where every boundary
-    shows (``unseen``, e^-λ, at most MAX_UNSEEN), each goes unseen with that probability, and all
+    shows (``unseen``, e^-λ, at most CHANCE_UNSEEN), each goes unseen with that probability, and all
     k must with at least DROPOUT_UNSEEN; beyond that, a stretch that long without a wrap is one
     slow step, or the sampler dropped out (a span that swallowed the stacks in between). Where
     boundaries go unseen more often, λ is an average over visits of uneven length (the short
     ones are missed far more often than e^-λ), and any number may be missed (None: unmeasured)."""
     depth = chance_depth(unseen)
     return depth is None or k <= depth
+
+
+def shared_unseen(unseen: float | None) -> float | None:
+    """The ``unseen`` a synchronized rank's intervals are expanded with when they are counted on
+    another rank's steps (its period or its boundaries, ``sync.share_period``): those counts are
+    the job's steps, and a long interval holds them (a slow step holds every rank), so no count
+    is taken for one slow step of its own (``hidden_by_chance``); but where no boundary can go
+    unseen by chance (e^-λ < DROPOUT_UNSEEN), a long interval without a swallowing span still
+    is one step."""
+    return unseen if unseen is not None and unseen < DROPOUT_UNSEEN else None
 
 
 def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None) -> tuple[Step, ...]:

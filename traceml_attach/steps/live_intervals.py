@@ -33,7 +33,7 @@ from traceml_attach.policy import (
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
 )
-from traceml_attach.steps.clock import Step, StepClock, chance_depth, clock_of, expand
+from traceml_attach.steps.clock import Step, StepClock, chance_depth, clock_of, expand, shared_unseen
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
 from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median
@@ -190,7 +190,8 @@ class IntervalWindow:
     def _expand(self, record: Interval) -> tuple[Step, ...]:
         if record.n == 1:
             return (record.step,)
-        return expand((record.step,), (record.n,), self.unseen)
+        # a synchronized rank counted on the reference's period: as sync.share_period
+        return expand((record.step,), (record.n,), shared_unseen(self.unseen) if self.mode == "joint" else self.unseen)
 
     def _set_steps(self, record: Interval, steps: tuple[Step, ...]) -> None:
         old = record.steps
@@ -291,8 +292,10 @@ class IntervalWindow:
         if self.mode == "own" or (self.mode == "joint" and self.joint_same):
             self._recount(lambda r: r.n_own)
 
-    def _recount(self, count: Callable[[Interval], int]) -> None:
-        changed = False
+    def _recount(self, count: Callable[[Interval], int], force: bool = False) -> None:
+        """Count every interval again; expand them again where a count changed (``force``: in any
+        case, as a change between own and joint counting changes how they expand)."""
+        changed = force
         for record in self.records:
             n = count(record)
             if n != record.n:
@@ -404,8 +407,8 @@ class IntervalWindow:
 
     def count_own(self) -> None:
         if self.mode != "own":
-            self.mode = "own"
-            self._recount(lambda r: r.n_own)
+            joint, self.mode = self.mode == "joint", "own"
+            self._recount(lambda r: r.n_own, force=joint)
 
     def count_ones(self) -> None:
         if self.mode != "ones":
@@ -416,14 +419,14 @@ class IntervalWindow:
         """Count the intervals in steps of another rank's ``period`` (synchronized ranks)."""
         if self.mode == "joint" and self.joint_period and abs(period / self.joint_period - 1) <= RECOUNT:
             return
-        self.mode = "joint"
+        joined, self.mode = self.mode != "joint", "joint"
         self.joint_period = period
         near = self.count_period is not None and abs(period / self.count_period - 1) <= SAME_PERIOD
         self.joint_spread = self.spread if near else count_spread([float(r.dur) for r in self.records], period,
                                                                    self.rate_hz)
         self._counters()
         count = self.joint_count
-        self._recount(lambda r: r.n_own if count is None else count(r.dur)[0])
+        self._recount(lambda r: r.n_own if count is None else count(r.dur)[0], force=joined)
 
     @property
     def quality(self) -> tuple[float, float]:
