@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 
 from traceml_attach.ingest.model import Span
 from traceml_attach.policy import (
+    ADJACENT_ODDS,
     COUNTED_ODDS,
     MAX_ADJACENT,
     MAX_CHANCE,
@@ -305,16 +306,17 @@ def plan_of(tl: Timeline) -> Plan:
     if doubt is not None:
         return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
     odds = undecided(gaps, seen)
-    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps) else None
+    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps, odds) else None
     return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
 
 
-def _unjudged(gaps: Sequence[int]) -> bool:
-    """Whether odds from ``undecided`` may be a doubt: not where the optimizer was seen in steps one
-    apart more often than MAX_ADJACENT allows, which ``_multiples_in`` takes as no accumulation
-    (an input-bound job without it had 8 of 9 gaps even by chance, 123:1, and one of 1). There
-    only odds beyond doubt count k (``decided``)."""
-    return sum(1 for g in gaps if g == 1) <= MAX_ADJACENT * len(gaps)
+def _unjudged(gaps: Sequence[int], odds: tuple[int, float]) -> bool:
+    """Whether odds from ``undecided`` may be a doubt: where the optimizer was seen in steps one
+    apart more often than MAX_ADJACENT allows, which ``_multiples_in`` takes as no accumulation,
+    only odds of ADJACENT_ODDS or more (an input-bound job without it had 8 of 9 gaps even by
+    chance, 123:1, and one of 1; HF Trainer with 4 micro-batches, whose optimizer frames show in
+    other micro-batches too, 6 gaps of 1 in 48 and 5,733:1). Odds beyond doubt count k (``decided``)."""
+    return sum(1 for g in gaps if g == 1) <= MAX_ADJACENT * len(gaps) or odds[1] >= ADJACENT_ODDS
 
 
 def decided(plan: Plan) -> Plan:
@@ -387,7 +389,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
                  "micro-batches, not yet certain in this window; sample longer")
     elif doubts:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
-    elif odds is not None and _unjudged(gaps):
+    elif odds is not None and _unjudged(gaps, odds):
         doubt, undecided_too = undecided_words(odds, len(gaps) + len(pool), seen, len(pool)), True
     else:
         return plans
