@@ -302,8 +302,10 @@ class Sampler:
         self.writer.write({"k": "window", "pid": self.pid, "w": index,
                            "start": result.first_ns, "end": result.last_ns,
                            "samples": result.samples, "errors": result.errors,
-                           # the threads py-spy read at each sample (it counts a sample per thread)
-                           "threads": len({span.tid for span in result.spans}) or None})
+                           # py-spy counts a sample for each thread it reads: the threads its trace
+                           # holds, and the time each was there in all (short-lived threads count for
+                           # their lives), give the rate it reached
+                           **_threads_seen(result.spans)})
         if result.last_ns is not None:
             self._covered_until = max(self._covered_until or 0, result.last_ns)
 
@@ -440,3 +442,13 @@ def _remove_dir(path: Path) -> None:
         path.rmdir()
     except OSError as exc:
         print(f"traceml: could not remove {path}: {exc}", file=sys.stderr)
+
+
+def _threads_seen(spans: list[RawSpan]) -> dict[str, int | None]:
+    """The window frame's ``threads`` (those its trace holds) and ``thread_ns`` (the time each was
+    seen, first span's start to last span's end, summed over them)."""
+    lives: dict[int, tuple[int, int]] = {}
+    for span in spans:
+        first, last = lives.get(span.tid, (span.ts_ns, span.ts_ns + span.dur_ns))
+        lives[span.tid] = (min(first, span.ts_ns), max(last, span.ts_ns + span.dur_ns))
+    return {"threads": len(lives) or None, "thread_ns": sum(b - a for a, b in lives.values()) or None}

@@ -20,9 +20,10 @@ Frame kinds (key ``k``)::
              a span is a stack observed continuously for dur_ns; stacks list frames
              outermost first; ``src`` is the source line, ``ctx`` the enclosing
              ``with`` items of that line (for ``no_grad``), both None when unreadable
-    window   {pid, w, start, end, samples, errors, threads}
+    window   {pid, w, start, end, samples, errors, threads, thread_ns}
              one py-spy recording window; samples: py-spy's count, one per thread read at each
-             sample; threads: the threads its trace holds (None before this field was added)
+             sample; threads: the threads its trace holds; thread_ns: the time each of them was
+             seen, summed (both absent before they were added)
     rate     {t, pid, rate_hz, why}
              the sampler changed the process's rate (agent/rate.py): its spans from t on were
              sampled at rate_hz, those before at its previous rate; written before them. why:

@@ -151,6 +151,7 @@ def test_the_sampler_records_a_change_where_the_new_windows_spans_begin():
     assert frames[3]["spans"][0][1] == rate["t"]
     # and each window says how many threads its trace holds (py-spy counts a sample per thread)
     assert [f["threads"] for f in frames if f["k"] == "window"] == [1, 1, 1]
+    assert [f["thread_ns"] for f in frames if f["k"] == "window"] == [2_000_000_000, 2_300_000_000, 2_300_000_000]
 
 
 # --- the recording ----------------------------------------------------------------------------
@@ -438,7 +439,7 @@ def test_a_process_py_spy_reaches_less_often_than_asked_is_read_at_the_rate_reac
     fast, _ = simulate(job(130, "input", 0.5, rng=random.Random(2), jitter=0.05), 100, 12.0, seed=1)
     for k, t in enumerate(range(lo, hi - 2 * NS + 1, 2 * NS)):
         rec.add({"k": "window", "pid": pid, "w": k, "start": t, "end": t + 2 * NS, "samples": 16 * 1001,
-                 "errors": 0, "threads": 1001})
+                 "errors": 0, "threads": 1001, "thread_ns": 1001 * 2 * NS})
     # THEN its steps are found at the rate reached, and its step time is unknown for it: no faster
     # rate is advised, and the reason says why
     assert stretch(rec, pid, lo, hi) == (lo, 8)
@@ -450,8 +451,9 @@ def test_a_process_py_spy_reaches_less_often_than_asked_is_read_at_the_rate_reac
     assert rank.clock.suggested_rate_hz is None
     note = analysis.report.step_time.step_time_note or ""
     assert "faster rate cannot help" in note and "sample faster" not in note
-    # while windows that kept up (200 samples of one thread in 2 s) change nothing
+    # while windows that kept up change nothing: 200 samples of the main thread in 2 s, and 2 each of
+    # 50 threads that lived 20 ms (a thread a step: 51 threads, but 3 thread-seconds, not 102)
     for k, t in enumerate(range(lo, hi - 2 * NS + 1, 2 * NS)):
-        fast.add({"k": "window", "pid": pid, "w": k, "start": t, "end": t + 2 * NS, "samples": 200, "errors": 0,
-                  "threads": 1})
+        fast.add({"k": "window", "pid": pid, "w": k, "start": t, "end": t + 2 * NS, "samples": 300, "errors": 0,
+                  "threads": 51, "thread_ns": 3 * NS})
     assert stretch(fast, pid, lo, hi) == (lo, 100) and lag_of(fast, pid, lo, hi) is None

@@ -18,7 +18,7 @@ side). The batch analysis and the live trackers both follow ``stretch``.
 
 **A sampler that lags.** py-spy reads every thread at each sample: with a thousand threads it
 reaches a process a few times a second whatever rate it was asked. The windows say how many
-samples it took and of how many threads (``reached_hz``); where that falls under
+samples it took, of how many threads, seen for how long in all (``reached_hz``); where that falls under
 ``lagging_share`` of the rate, the steps are found at the rate reached (``lagging``), and no
 faster rate is advised: it cannot help.
 
@@ -85,18 +85,20 @@ def _asked(rec: Recording, pid: int, start_ns: int, end_ns: int, policy: RatePol
 
 def reached_hz(rec: Recording, pid: int, start_ns: int, end_ns: int) -> tuple[float, int] | None:
     """(samples a second, threads a sample) that py-spy reached on ``pid``'s threads over its
-    windows in [start_ns, end_ns): py-spy counts a sample for each thread it reads, so each
-    window gave samples / threads of them. None where no window says (older recordings)."""
-    ticks = seconds = 0.0
-    threads = 0
+    windows in [start_ns, end_ns): py-spy counts a sample for each thread it reads at each
+    sample, so samples over the time its threads were seen (``thread_ns``, summed over them: a
+    short-lived thread counts for its life) is the rate reached. None where no window says
+    (older recordings)."""
+    samples = 0
+    thread_ns = threads = 0
     for w in rec.windows.get(pid, ()):
-        if (w.samples is None or not w.threads or w.start_ns is None or w.end_ns is None
+        if (w.samples is None or not w.thread_ns or not w.threads or w.start_ns is None or w.end_ns is None
                 or w.end_ns <= start_ns or w.start_ns >= end_ns or w.end_ns - w.start_ns < _NS // 2):
             continue
-        ticks += w.samples / w.threads
-        seconds += (w.end_ns - w.start_ns) / _NS
+        samples += w.samples
+        thread_ns += w.thread_ns
         threads = max(threads, w.threads)
-    return (ticks / seconds, threads) if seconds else None
+    return (samples * _NS / thread_ns, threads) if thread_ns else None
 
 
 def lagging(rec: Recording, pid: int, start_ns: int, end_ns: int, rate_hz: int,

@@ -109,6 +109,7 @@ class WindowInfo:
     samples: int | None       # py-spy's count: one a thread read at each sample
     errors: int | None
     threads: int | None = None   # the threads its trace holds (recordings before it: None)
+    thread_ns: int | None = None   # the time each of them was seen, summed
 
 
 @dataclass(frozen=True)

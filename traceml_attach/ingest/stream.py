@@ -135,7 +135,8 @@ class Recording:
                                          _int(f.get("mem_total")), int(f.get("n") or 0), _count(f.get("cpus"))))
         elif kind == "window":
             window = WindowInfo(int(f["pid"]), int(f["w"]), _int(f.get("start")), _int(f.get("end")),
-                                _int(f.get("samples")), _int(f.get("errors")), _int(f.get("threads")))
+                                _int(f.get("samples")), _int(f.get("errors")), _int(f.get("threads")),
+                                _int(f.get("thread_ns")))
             self.windows.setdefault(window.pid, []).append(window)
             self.totals["windows"] += 1
             self.totals["samples"] += window.samples or 0
