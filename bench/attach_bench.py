@@ -8,13 +8,18 @@ Slowdown compares the median step of all unattached stretches with that of all a
 (alternating cancels most of this machine's slow drift in speed).
 Prints a Markdown table (the one in docs/accuracy.md).
 
-    python bench/attach_bench.py [--seconds 10] [--baseline 8] [--cycles 3] [--rate 100] [examples...]
+    python bench/attach_bench.py [--seconds 10] [--baseline 8] [--cycles 3] [--rate 100] [--device cuda]
+                                 [examples...]
+
+With --device cuda the job's truth is its host thread's own time (TRACEML_GROUND_TRUTH_SYNC=0: no
+synchronize at each mark, so the job still runs ahead of the GPU as it would unattached).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -56,10 +61,12 @@ def _steps_ms(truth: Path, spans: list[tuple[float, float]]) -> list[float]:
             if any(a <= r["start"] and r["end"] <= b for a, b in spans)]
 
 
-def bench_one(name: str, seconds: float, baseline: float, rate: int, cycles: int, work: Path) -> dict:
+def bench_one(name: str, seconds: float, baseline: float, rate: int, cycles: int, work: Path,
+              device: str = "auto") -> dict:
     """Alternate `baseline` s unattached and a `seconds` s snapshot, `cycles` times, in one job."""
     truth = work / f"{name}.jsonl"
-    job = start_example(name, truth=truth)
+    env = dict(os.environ, TRACEML_GROUND_TRUTH_SYNC="0") if device == "cuda" else None
+    job = start_example(name, "--device", device, truth=truth, env=env)
     off, on, errs, cpus, rows = [], [], [], [], []
     try:
         time.sleep(2.0)
@@ -81,12 +88,13 @@ def bench_one(name: str, seconds: float, baseline: float, rate: int, cycles: int
     summary, rank, gt = rows[0]
     unattached = statistics.median(_steps_ms(truth, off))
     attached = statistics.median(_steps_ms(truth, on))
-    step_errs = [100 * abs((r["step_ms"] or 0) - g.step_ms) / g.step_ms for _, r, g in rows]
+    step_errs = [100 * abs(r["step_ms"] - g.step_ms) / g.step_ms for _, r, g in rows if r["step_ms"] is not None]
     return {
         "example": name,
         "diagnosis": "/".join(sorted({s["step_time"]["diagnosis"]["status"] for s, _, _ in rows})),
         "steps": sum(r["steps"] for _, r, _ in rows),
-        "step_err_pct": max(step_errs),
+        "step_err_pct": max(step_errs) if step_errs else None,   # None: unknown in every window
+        "unknown": len(rows) - len(step_errs),
         "max_share_err_pp": max(errs),
         "unattached_ms": unattached,
         "attached_ms": attached,
@@ -104,19 +112,25 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, default=8.0, help="unattached time before each snapshot")
     parser.add_argument("--cycles", type=int, default=3, help="unattached/attached alternations per job")
     parser.add_argument("--rate", type=int, default=100)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="the examples' --device (cuda: a GPU job, its truth the host thread's time)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.examples:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
-            rows.append(bench_one(name, args.seconds, args.baseline, args.rate, args.cycles, Path(tmp)))
-    print(f"rate {args.rate} Hz; per example one job, {args.cycles} x ({args.baseline:.0f} s unattached, "
-          f"{args.seconds:.0f} s snapshot)\n")
+            rows.append(bench_one(name, args.seconds, args.baseline, args.rate, args.cycles, Path(tmp),
+                                   args.device))
+    print(f"device {args.device}; rate {args.rate} Hz; per example one job, {args.cycles} x "
+          f"({args.baseline:.0f} s unattached, {args.seconds:.0f} s snapshot)\n")
     print("| example | diagnosis | steps | worst step-time error | worst share error | median step unattached → "
           "attached | slowdown | attacher CPU (1 core = 100%) | samples / errors |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['example']} | {r['diagnosis']} | {r['steps']} | {r['step_err_pct']:.1f}% "
+        err = "unknown" if r["step_err_pct"] is None else f"{r['step_err_pct']:.1f}%"
+        if r["unknown"] and r["step_err_pct"] is not None:
+            err += f" ({r['unknown']} unknown)"
+        print(f"| {r['example']} | {r['diagnosis']} | {r['steps']} | {err} "
               f"| {r['max_share_err_pp']:.1f} pp | {r['unattached_ms']:.1f} → {r['attached_ms']:.1f} ms "
               f"| {r['slowdown_pct']:+.1f}% | {r['agent_cpu_pct']:.1f}% | {r['samples']} / {r['errors']} |")
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 ENV_VAR = "TRACEML_GROUND_TRUTH"
+SYNC_VAR = "TRACEML_GROUND_TRUTH_SYNC"
 PHASES = ("input", "h2d", "forward", "backward", "optimizer", "wait")
 
 
@@ -40,11 +41,16 @@ class GroundTruth:
 
     @classmethod
     def from_env(cls, sync: Callable[[], None] | None = None) -> GroundTruth:
-        """``{rank}`` in the path becomes the process's RANK (one file per DDP rank)."""
+        """``{rank}`` in the path becomes the process's RANK (one file per DDP rank).
+
+        ``TRACEML_GROUND_TRUTH_SYNC=0`` leaves ``sync`` out: on a GPU each phase is then the host
+        thread's own time (kernel launches in forward, the wait at ``.item()`` in wait), which is
+        what its stacks show, and the job keeps its asynchronous shape. With it, every mark
+        synchronizes, so a phase holds its device time but the job no longer runs ahead."""
         path = os.environ.get(ENV_VAR) or None
         if path:
             path = path.replace("{rank}", os.environ.get("RANK", "0"))
-        return cls(path, sync)
+        return cls(path, None if os.environ.get(SYNC_VAR) == "0" else sync)
 
     @property
     def enabled(self) -> bool:

@@ -25,7 +25,10 @@ EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
             # real framework jobs (tests/record_fixtures.py FRAMEWORKS)
             "fw_hf_trainer": "COMPUTE_BOUND", "fw_hf_trainer_accum4": "COMPUTE_BOUND",
             "fw_lightning_input": "INPUT_BOUND", "fw_accelerate": "INPUT_BOUND", "fw_deepspeed": "COMPUTE_BOUND",
-            "fw_grad_accum4": "COMPUTE_BOUND", "fw_closure": "COMPUTE_BOUND", "fw_compile": "COMPUTE_BOUND"}
+            "fw_grad_accum4": "COMPUTE_BOUND", "fw_closure": "COMPUTE_BOUND", "fw_compile": "COMPUTE_BOUND",
+            # on an H100 (tests/test_gpu.py's runs; tests/test_gpu_recorded.py holds them to the jobs' truth)
+            "cuda_input_bound": "INPUT_BOUND", "cuda_wait_heavy": "WAIT_HEAVY", "cuda_compute_bound": "COMPUTE_BOUND",
+            "cuda_mem_eval_loss": "INPUT_BOUND", "cuda_mem_flat": "INPUT_BOUND"}
 # what each framework fixture's loop is: (loop function, framework named, micro-batches per step)
 LOOPS = {
     "fw_hf_trainer": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),

@@ -25,7 +25,7 @@ from traceml_agent.writer import FrameWriter, StateFrames
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
-from traceml_attach.diagnose.rate import advise_rates, faster, lag_of, slower, stretch
+from traceml_attach.diagnose.rate import GAVE_UP, advise_rates, faster, lag_of, slower, stretch
 from traceml_attach.ingest.model import Span
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.render import render_text
@@ -384,6 +384,27 @@ def test_synchronized_ranks_are_advised_the_rate_one_of_them_needs():
     # THEN rank 1, which shares its step, is advised the same rate
     assert [(a.rank, a.rate_hz) for a in advice] == [("0", advice[0].rate_hz), ("1", advice[0].rate_hz)]
     assert advice[1].why.endswith("on rank 0, whose step it shares")
+
+
+def test_a_rate_that_cannot_tell_the_steps_apart_even_at_the_most_goes_back_and_stays_back():
+    # GIVEN a real GPU job (tests/test_gpu_recorded.py) raised to --max-rate's 400 Hz, whose ~5.7 ms
+    # steps are still under 5 samples there (they would take 1,000 Hz)
+    pipeline, _ = replay_file(Path(__file__).parent / "fixtures" / "cuda_input_bound.msgpack", RULES)
+    rec = pipeline.rec
+    pid = next(iter(rec.targets))
+    end = rec.time_range()[1]
+    tl = analyze(rec, RULES).timelines["0"]
+    assert (tl.rate_hz, rec.max_rate_hz, tl.clock.suggested_rate_hz) == (400, 400, 1000)
+    # WHEN advised: THEN back to --rate, since the faster rate bought no step time
+    [advice] = advise_rates(rec, {"0": pid}, {"0": tl}, end)
+    assert (advice.rate_hz, advice.seen_at_hz) == (100, 400)
+    assert advice.why == f"{GAVE_UP}: they would take 1000 Hz, and --max-rate is 400"
+    # ...and once the sampler took that, the same short steps at 100 Hz are not raised again
+    # (without it they would be: the looser bound at 100 Hz asks for more samples)
+    slow = replace(tl, rate_hz=100, clock=replace(tl.clock, step_upper_ns=14e6, suggested_rate_hz=1000))
+    assert faster(slow) is not None
+    rec.add({"k": "rate", "t": end - 1, "pid": pid, "rate_hz": 100, "why": advice.why})
+    assert advise_rates(rec, {"0": pid}, {"0": slow}, end) == []
 
 
 def test_no_advice_while_a_change_settles():

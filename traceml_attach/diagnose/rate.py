@@ -31,7 +31,10 @@ sampled faster than the base rate whose steps (micro-batches, with accumulation)
 ``lower_from_samples`` at a lower rate is advised that rate, if its optimizer is still seen in
 most steps there (else the rate would swing back up). Never faster for steps already long
 enough, never from a stretch too young to say (``advise_after_s``), and never while a change is
-settling (the rank is still read at another rate than its sampler's). Ranks that synchronize
+settling (the rank is still read at another rate than its sampler's). A rank at --max-rate whose
+steps are still too short there goes back to the base rate (``futile``): the faster rate bought no
+step time; that return is recorded with its reason (GAVE_UP), and while it is the rank's rate in
+effect the rank is not raised again (``gave_up``). Ranks that synchronize
 every step share one step: the fastest rate one of them is advised is advised to all of them.
 """
 
@@ -44,8 +47,10 @@ from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_RATE_POLICY, LAGGING_GRID, UNDECIDED_SEEN, RatePolicy
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import UNDECIDED
+from traceml_attach.steps.clock import SHORT, UNDECIDED
 
+# The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
+GAVE_UP = "its steps are too short for every rate the sampler may take"
 _NS = 1_000_000_000
 
 
@@ -142,7 +147,8 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
         rate = rec.rate_at(pid, end_ns)
         if tl.rate_hz != rate or tl.end_ns - tl.start_seen_ns < policy.advise_after_s * _NS:
             continue   # a change still settling, or too little data at this rate to say
-        advice = faster(tl, policy) or slower(tl, rec.rate_hz, policy)
+        raise_it = None if gave_up(rec, pid, end_ns) else faster(tl, policy)
+        advice = futile(tl, rec.rate_hz, rec.max_rate_hz) or raise_it or slower(tl, rec.rate_hz, policy)
         if advice is not None and advice[0] != rate:
             out[rank] = RateAdvice(pid, rank, *advice, rate)
     raises = [a for a in out.values() if a.rate_hz > rec.rate_at(a.pid, end_ns)]
@@ -152,7 +158,7 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
             tl = timelines.get(rank)
             settling = tl is not None and tl.rate_hz != rec.rate_at(pid, end_ns)
             own = out.get(rank)
-            if own is top or settling or rec.rate_at(pid, end_ns) >= top.rate_hz:
+            if own is top or settling or rec.rate_at(pid, end_ns) >= top.rate_hz or gave_up(rec, pid, end_ns):
                 continue
             if own is None or own.rate_hz < top.rate_hz:
                 out[rank] = RateAdvice(pid, rank, top.rate_hz, f"{top.why} on rank {top.rank}, whose step it shares",
@@ -181,6 +187,26 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
         return None   # as fast as it goes
     return rate, (f"steps of at most {upper / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, "
                   f"under {policy.raise_below_samples:.0f}")
+
+
+def futile(tl: Timeline, base_hz: int, max_hz: int | None) -> tuple[int, str] | None:
+    """Back to ``base_hz`` for a rank raised as far as the sampler may go (``max_hz``, --max-rate)
+    whose steps are still too short to tell apart there (SHORT): the faster rate bought no step
+    time, and cost py-spy's reads of the job (4-5 ms steps on an H100 at 400 Hz: 2.6 to 4.3% of
+    the job, 25% of a core). None otherwise."""
+    clock = tl.clock
+    need = clock.suggested_rate_hz
+    if (clock.known or clock.cause != SHORT or not need or max_hz is None or tl.rate_hz < max_hz
+            or need <= max_hz or tl.rate_hz <= base_hz):
+        return None
+    return base_hz, f"{GAVE_UP}: they would take {need} Hz, and --max-rate is {max_hz}"
+
+
+def gave_up(rec: Recording, pid: int, end_ns: int) -> bool:
+    """Whether ``pid``'s rate in effect at ``end_ns`` is a ``futile`` return to the base rate: it
+    is not raised again while that stands (its steps were too short for every rate it may take)."""
+    changes = [c for c in rec.rates.get(pid, ()) if c.ts_ns <= end_ns]
+    return bool(changes) and (changes[-1].why or "").startswith(GAVE_UP)
 
 
 def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:

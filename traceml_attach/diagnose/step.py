@@ -313,9 +313,11 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
     """CUDA kernels run asynchronously, so the Python thread waits at sync points (.item(),
     .cpu(), synchronize) rather than in the phase whose kernels run. Per-process GPU
     utilization tells a saturated GPU (compute-bound) from a starving one."""
-    head = next((f for f in findings if f.kind == Kind.WAIT_HEAVY), None)
-    if head is None or not sm_util:
+    if not sm_util:
         return findings
+    head = next((f for f in findings if f.kind == Kind.WAIT_HEAVY), None)
+    if head is None:
+        return _saturated_compute(findings, ranks, statistics.median(sm_util.values()), policy)
     sync_share = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks)
     util = statistics.median(sm_util.values())
     if sync_share < policy.device_sync_share:
@@ -336,6 +338,26 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
             _with_gpu(head, util, sync_share))
         return [starving if f is head else f for f in findings]
     return findings
+
+
+def _saturated_compute(findings: list[Finding], ranks: list[RankStepStats], util: float,
+                       policy: StepTimePolicy) -> list[Finding]:
+    """A COMPUTE-BOUND head on a saturated GPU, told where its phase shares come from: the host
+    runs ahead of the GPU and waits wherever its launches queue up (an H100 job syncing every 50
+    steps waited in the optimizer's foreach kernels 83% of the step), so they say where the thread
+    waited, not which phase's kernels take the GPU's time."""
+    head = next((f for f in findings if f.kind == Kind.COMPUTE_BOUND), None)
+    if head is None or util < policy.gpu_saturated or not isinstance(head.evidence, StepEvidence):
+        return findings
+    shares = next((r.shares for r in ranks if r.rank == str(head.worst_rank) and r.shares), None)
+    top = max(("forward", "backward", "optimizer"), key=lambda p: shares.get(p, 0.0)) if shares else None
+    where = f" ({top} {100 * shares[top]:.0f}%)" if shares and top else ""
+    told = replace(head, why=f"{head.why}; the GPU is {util:.0f}% busy, so the Python thread runs ahead of it "
+                             f"and waits wherever its kernel launches queue up: the phase shares say where it "
+                             f"waited{where}, not which phase's kernels take the GPU's time",
+                   action="optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
+                   evidence=replace(head.evidence, gpu_sm_util=util))
+    return [told if f is head else f for f in findings]
 
 
 def _with_gpu(head: Finding, util: float, sync_share: float) -> StepEvidence | None:

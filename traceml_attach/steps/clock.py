@@ -190,7 +190,12 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
         whole = sorted(d for d, n in zip(floats, counts, strict=True) if n == 1)
         if pinned(floats, counts, period, rate_hz) and steady_median(whole, sum(counts)):
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
-        fit = PeriodFit(None, ones, None, min(floats), why="jittery")
+        # a tenth of the intervals under MIN_SAMPLES_PER_STEP: steps that short go unseen whatever
+        # λ says (it is counted per interval seen, each then many steps: ~4 ms steps at 400 Hz on
+        # a GPU gave e^-λ = 1e-7), so that is why the steps vary, and no longer window would help
+        tenth = sorted(floats)[len(floats) // 10]
+        short = tenth * rate_hz / 1e9 < MIN_SAMPLES_PER_STEP
+        fit = PeriodFit(None, ones, None, tenth if short else min(floats), why="short" if short else "jittery")
         return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)
     if fit.known:
