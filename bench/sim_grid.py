@@ -263,6 +263,24 @@ def reasons(outcomes: list[Outcome], families: list[str]) -> None:
             print(f"    {n:4d}  {words}  (--point {example[words].spec})")
 
 
+OUTSIDE_BANDS = ((0.0, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 5.0), (5.0, float("inf")))
+
+
+def outside(outcomes: list[Outcome]) -> None:
+    """The classic family's known share by the samples a step spends outside its dominant phase
+    ((1 - share) x samples per step): under one, most boundaries cannot be seen at that rate."""
+    classic = [o for o in outcomes if o.family == "classic" and o.samples_per_step >= TARGET_SAMPLES]
+    if not classic:
+        return
+    print(f"\nclassic, steps at least {TARGET_SAMPLES} samples long, by the samples a step spends outside its "
+          "dominant phase:")
+    for lo, hi in OUTSIDE_BANDS:
+        band = [o for o in classic if lo <= (1 - float(o.point.knob)) * o.samples_per_step < hi]
+        if band:
+            known = sum(o.known for o in band)
+            print(f"  {lo:g}-{hi:g}: {known} of {len(band)} known ({100 * known / len(band):.0f}%)")
+
+
 def worst_points(outcomes: list[Outcome], n: int) -> None:
     bad: dict[Point, Outcome] = {}
     for o in outcomes:
@@ -329,6 +347,7 @@ def main() -> None:
     worst_points(outcomes, args.worst)
     if args.reasons:
         reasons(outcomes, families)
+        outside(outcomes)
     print(f"\n{time.monotonic() - t0:.0f} s")
 
 

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from traceml_attach.policy import MIN_INTERVALS
-from traceml_attach.steps.period import fit_period, suggested_rate_hz, visit_samples
+from traceml_attach.steps.clock import SHORT, unknown_clock
+from traceml_attach.steps.period import PeriodFit, fit_period, suggested_rate_hz, visit_samples
 
 MS = 1_000_000
 
@@ -79,3 +80,24 @@ def test_visit_samples_inverts_the_poisson_mean_of_visits_seen(lam):
     mean_seen = lam / (1 - math.exp(-lam))
     assert visit_samples(mean_seen) == pytest.approx(lam, rel=1e-6)
     assert visit_samples(1.0) == 0.0
+
+
+def test_most_boundaries_unseen_is_said_where_it_is_why_no_period_fits():
+    ones = (1,) * 11
+    # a short period fitted to 11 long intervals (the shortest tenth 333 ms, 33 samples at 100 Hz)
+    # while ~80% of the boundaries go unseen (a 50-ms step 99% in one phase): a harmonic of the few
+    # seen, not steps under 5 samples
+    clock = unknown_clock(PeriodFit(None, ones, 0.9, 333e6, why="short"), 11, 100, unseen=0.8)
+    assert clock.reason == ("the 11 boundaries seen fit no step period: 80% or more of the step boundaries go "
+                            "unseen, as a step spends too little time outside its main phase for 100 Hz to catch "
+                            "it there")
+    assert clock.cause is None and clock.suggested_rate_hz is not None   # a faster rate catches more
+    # ...but where the shortest intervals themselves are under 5 samples, the steps may be that short
+    assert unknown_clock(PeriodFit(None, ones, 0.9, 30e6, why="short"), 11, 100, unseen=0.8).cause == SHORT
+    # and with boundaries mostly seen, the old words
+    seen = unknown_clock(PeriodFit(None, ones, 0.9, 333e6, why="short"), 11, 100, unseen=0.05)
+    assert seen.cause == SHORT and seen.reason.startswith("steps shorter than 5 samples")
+    # too few boundaries, most of them unseen: a longer window, and a faster rate
+    few = unknown_clock(PeriodFit(None, (1,) * 8, None, 180e6, why="few"), 8, 100, unseen=0.48)
+    assert few.reason.startswith("only 8 step boundaries were seen (a period needs 10): sample longer; 48% or more")
+    assert few.reason.endswith("so a faster rate would show more of them")

@@ -203,6 +203,13 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
     return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
 
 
+def _mostly_unseen(unseen: float, rate_hz: int) -> str:
+    """Why most boundaries go unseen, in words. ``unseen`` (e^-λ) is counted over the intervals
+    between the boundaries seen, each one or more steps, so it errs low: "or more"."""
+    return (f"{100 * unseen:.0f}% or more of the step boundaries go unseen, as a step spends too little time "
+            f"outside its main phase for {rate_hz} Hz to catch it there")
+
+
 def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | None = None) -> StepClock:
     """Why no step time can be given, and what would give one: a higher rate only where the
     steps may be too short for this one (the shortest intervals seen are under
@@ -221,14 +228,21 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
     elif observed < MIN_INTERVALS:
         reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
                   f"(a period needs {MIN_INTERVALS}): sample longer")
+        if unseen is not None and unseen > MOSTLY_UNSEEN:
+            reason += f"; {_mostly_unseen(unseen, rate_hz)}, so a faster rate would show more of them"
     elif fit.why == "ambiguous":
         reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
                   f"two at {rate_hz} Hz")
         short = True   # the blur of where the samples fell: a higher rate narrows it
-    elif fit.why == "short":
+    elif fit.why == "short" and not (unseen is not None and unseen > MOSTLY_UNSEEN and upper is not None
+                                     and upper * rate_hz / 1e9 >= MIN_SAMPLES_PER_STEP):
+        # (a short period fitted to intervals that are all long, most boundaries unseen, is a
+        # harmonic of the few seen: the next branch says why)
         reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
         short, cause = True, SHORT
+    elif short and unseen is not None and unseen > MOSTLY_UNSEEN:
+        reason = f"the {observed} boundaries seen fit no step period: {_mostly_unseen(unseen, rate_hz)}"
     elif short:
         reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "
                   f"{MIN_SAMPLES_PER_STEP:.0f} samples, {shortest_ms:.0f} ms at {rate_hz} Hz, or too irregular)")
