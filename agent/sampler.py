@@ -3,8 +3,9 @@
 Recording windows overlap: window k+1 starts ``window_s - overlap_s`` after window k,
 and window k is stopped ``overlap_s`` after that, so one recorder is always sampling
 while the next one attaches. The first window is ``first_window_s`` long, so a first look
-at the job is out within about 1.5 s of attaching. Spans are stitched at the end of what was already covered;
-any uncovered time between windows is visible in the ``window`` frames as data.
+at the job is out within about 1.5 s of attaching (1.2 s measured: docs/tui.md). Spans are
+stitched at the end of what was already covered; any uncovered time between windows is visible
+in the ``window`` frames as data.
 
 Each window is sampled at the rate the node's RateGovernor gives (agent/rate.py; fixed without
 one). When that rate is to change, the next window starts at once, and a ``rate`` frame says
@@ -49,7 +50,7 @@ class SamplerConfig:
     rate_hz: int = 100           # py-spy samples per second per thread (the floor when adaptive)
     max_rate_hz: int | None = None   # the most the analysis's advice may raise it to; None: rate_hz (fixed)
     window_s: float = 2.0        # length of one py-spy record window (latency of live data)
-    first_window_s: float = 1.0  # the first one's: a first look within 1.5 s of attaching
+    first_window_s: float = 0.8  # the first one's: a first look within 1.5 s of attaching (~1.25 s here)
     overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu, unknown_step_note
+from traceml_attach.runtime.pipeline import replay_file
+from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.clock import StepClock
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import COMPONENTS, RankStepStats
@@ -45,6 +49,23 @@ def test_critical_needs_twenty_steps():
 
 def test_one_step_is_warmup():
     assert diagnose_step_time([stats(steps=1, input=0.5)])[0].kind == "WARMUP"
+
+
+def test_a_first_look_with_one_sure_step_but_several_cycles_is_judged():
+    # the first 0.8-s window of a job whose count is unsure (its returns may be micro-batches: 1
+    # optimizer visit) holds 4 complete cycles of the loop, which the shares rest on
+    assert diagnose_step_time([replace(stats(steps=1, input=0.5), cycles=4)])[0].kind == "INPUT_BOUND"
+    assert diagnose_step_time([replace(stats(steps=1, input=0.5), cycles=1)])[0].kind == "WARMUP"
+
+
+def test_the_recorded_examples_first_look_is_their_verdict():
+    fixtures = Path(__file__).parent / "fixtures"
+    expected = {"input_bound": "INPUT_BOUND", "wait_heavy": "WAIT_HEAVY", "compute_bound": "COMPUTE_BOUND"}
+    for name, kind in expected.items():
+        pipeline, _ = replay_file(fixtures / f"{name}.msgpack", load_rules())
+        start = pipeline.rec.time_range()[0]
+        analysis = analyze(pipeline.rec, load_rules(), start_ns=start, end_ns=start + 800_000_000)   # the first window
+        assert analysis.report.step_time.diagnosis.kind == kind, name
 
 
 def test_both_input_and_wait_the_larger_leads():

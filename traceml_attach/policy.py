@@ -8,7 +8,7 @@ from dataclasses import dataclass
 # Live views and the final diagnosis look at this much of the newest data: a longer stretch
 # reacts slowly to a change, a shorter one holds too few steps of a slow job.
 LIVE_WINDOW_S = 30.0
-# Fewer seconds of samples than this are a first look (the first py-spy window is 1 s long, then
+# Fewer seconds of samples than this are a first look (the first py-spy window is 0.8 s long, then
 # 2-s windows): its numbers come from the first window or two and move as more arrive. The header
 # and the text view say so.
 FIRST_LOOK_S = 5.0

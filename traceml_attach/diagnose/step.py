@@ -133,8 +133,11 @@ def diagnose_step_time(
     ranks = [r for r in all_ranks if r.shares is not None]
     steps = min(r.steps for r in ranks)
     worst = _worst(ranks)
-    if steps < policy.min_steps_warn:
-        return [Finding(Kind.WARMUP, "info", f"warming up ({steps} complete step seen)",
+    # the shares rest on the loop's complete cycles: a first look of 1 s holds several even where
+    # the steps surely counted are fewer (a count unsure of micro-batches: the optimizer's visits)
+    seen = min(max(r.steps, r.cycles) for r in ranks)
+    if seen < policy.min_steps_warn:
+        return [Finding(Kind.WARMUP, "info", f"warming up ({seen} complete step seen)",
                         f"a diagnosis needs {policy.min_steps_warn} complete steps",
                         "keep sampling", worst.rank)]
     inp = _median_component(ranks, "input")

@@ -43,6 +43,9 @@ class RankStepStats:
     # the typical steps' spread: their interquartile range / 1.349 (a standard deviation that an
     # occasional long step does not move); the batch analysis only (a live tick keeps sums)
     step_sd_ms: float | None = None
+    # the loop's complete cycles whose time is attributed (covered steps or, where the count is
+    # unsure, the intervals between returns, each a step or a micro-batch): what the shares rest on
+    cycles: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
         rank, tl.pid, tl.step_count, step_ms, phases_ms, shares, component, labels, tl.clock, loop,
         tl.thread_name,
         None if sync_share is None or step_ms is None else sync_share * step_ms,
-        coverage, sync_share, active_shares, tl.framework, tl.micro_batches, tl.traits,
+        coverage, sync_share, active_shares, tl.framework, tl.micro_batches, tl.traits, cycles=totals.covered,
     )
 
 
