@@ -10,6 +10,7 @@ tell them apart.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 
 from traceml_attach.diagnose.report import Arrival
@@ -63,14 +64,16 @@ def last_arrivals(steps: Mapping[str, Sequence[Step]], lo: int, hi: int,
 
 
 def _timed_tail(steps: Sequence[Step], lo: int, hi: int, since: int) -> list[Step]:
-    """The covered steps with blocked time that end in [max(lo, since), hi), walked from the newest back."""
+    """The covered steps with blocked time that end in [max(lo, since), hi): found by bisection
+    (their ends only grow), then read forward from there."""
     out = []
-    for s in reversed(steps):
-        if s.end_ns < max(lo, since):
+    for i in range(bisect.bisect_left(steps, max(lo, since), key=lambda s: s.end_ns), len(steps)):
+        s = steps[i]
+        if s.end_ns >= hi:
             break
-        if s.end_ns < hi and s.covered and s.blocked_sync_ns is not None:
+        if s.covered and s.blocked_sync_ns is not None:
             out.append(s)
-    return out[::-1]
+    return out
 
 
 def arrival(judged: int, last: Mapping[str, int], policy: WhatIfPolicy = DEFAULT_WHATIF_POLICY) -> Arrival | None:
