@@ -152,6 +152,15 @@ def test_without_a_device_no_wait_is_a_device_sync():
     assert cpu.wait_labels["other"] == pytest.approx(2 / 3, abs=0.02)      # .item(): other work
     assert cpu.wait_labels["logging"] == pytest.approx(1 / 3, abs=0.02)    # formatting: logging
     assert cpu.shares == stats.shares                                      # the phases stand
+    # a live window's segments (a SegmentView: its spans and their stacks' verdicts) split alike
+    from dataclasses import replace
+
+    from traceml_attach.steps.batch_timeline import SegmentView
+
+    segs = tl.segments
+    verdicts = {id(seg.span.stack): (seg.phase, seg.label, seg.decider) for seg in segs}
+    view = SegmentView([seg.span for seg in segs], verdicts, segs[0].ts_ns, segs[-1].ts_ns + segs[-1].dur_ns)
+    assert without_device(stats, replace(tl, segments=view)).wait_labels == cpu.wait_labels
 
 
 def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
