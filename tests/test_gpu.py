@@ -33,6 +33,15 @@ def snapshot_of(pid: int, tmp_path: Path, name: str, seconds: int = 10) -> dict:
     return json.loads((tmp_path / name / "final_summary.json").read_text())
 
 
+def judged(example, tmp_path: Path, name: str, kind: str) -> dict:
+    """A 10-s snapshot of examples/<name>.py on the GPU, its summary; its verdict must be ``kind``."""
+    job = example(name, "--device", "cuda")
+    time.sleep(2)
+    summary = snapshot_of(job.pid, tmp_path, f"gpu-{name}")
+    assert summary["step_time"]["diagnosis"]["kind"] == kind, summary["step_time"]["diagnosis"]
+    return summary
+
+
 def assert_known_within(summary: dict, truth_file: Path, share: str, share_pp: float) -> None:
     """A known step time within 10% of the job's own; ``share`` within ``share_pp`` points."""
     window = summary["sampling"]["window"]
@@ -44,10 +53,7 @@ def assert_known_within(summary: dict, truth_file: Path, share: str, share_pp: f
 
 
 def test_input_bound_cuda_job(example, tmp_path: Path):
-    job = example("input_bound", "--device", "cuda")
-    time.sleep(2)
-    summary = snapshot_of(job.pid, tmp_path, "gpu")
-    assert summary["step_time"]["diagnosis"]["kind"] == "INPUT_BOUND", summary["step_time"]["diagnosis"]
+    summary = judged(example, tmp_path, "input_bound", "INPUT_BOUND")
     assert_known_within(summary, tmp_path / "input_bound.jsonl", "input", 0.05)
     rank = summary["step_time"]["ranks"]["0"]    # ~5 ms steps on an H100: under 5 samples at 400 Hz
     assert rank["step_ms"] is not None or "samples apart" in rank["clock"]["reason"], rank["clock"]
@@ -57,10 +63,7 @@ def test_compute_bound_cuda_job_is_compute_bound_not_wait_heavy(example, tmp_pat
     # syncs only every 50 steps (loss.item() for its log line): the host runs ahead of the GPU and
     # waits for it there, in device sync, while the GPU is busy. (Its own step times are the
     # host's: 49 short ones and a long one, no truth for a step time.)
-    job = example("compute_bound", "--device", "cuda")
-    time.sleep(2)
-    summary = snapshot_of(job.pid, tmp_path, "gpu-compute")
-    assert summary["step_time"]["diagnosis"]["kind"] == "COMPUTE_BOUND", summary["step_time"]["diagnosis"]
+    summary = judged(example, tmp_path, "compute_bound", "COMPUTE_BOUND")
     rank = summary["process"]["ranks"]["0"]
     assert rank["gpu_mem_peak_bytes"] > 0                 # NVML's PID matched the rank
     assert summary["step_memory"]["gpu"] is not None
@@ -69,10 +72,7 @@ def test_compute_bound_cuda_job_is_compute_bound_not_wait_heavy(example, tmp_pat
 
 def test_wait_heavy_cuda_job(example, tmp_path: Path):
     # loss.item() every step: the host waits for the GPU there, then runs its metrics
-    job = example("wait_heavy", "--device", "cuda")
-    time.sleep(2)
-    summary = snapshot_of(job.pid, tmp_path, "gpu-wait")
-    assert summary["step_time"]["diagnosis"]["kind"] == "WAIT_HEAVY", summary["step_time"]["diagnosis"]
+    summary = judged(example, tmp_path, "wait_heavy", "WAIT_HEAVY")
     assert_known_within(summary, tmp_path / "wait_heavy.jsonl", "wait", 0.05)
 
 
