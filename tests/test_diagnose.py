@@ -174,3 +174,14 @@ def test_signed_numbers_print_one_sign():
     assert top.kind == "STRAGGLER", top
     assert "+-" not in top.why and "+-" not in top.summary
     assert "-" in top.why
+
+
+def test_a_compute_bound_rank_on_a_gpu_that_sets_the_pace_is_told_its_shares_are_where_it_waited():
+    ranks = [stats(input=0.03, optimizer=0.8)]
+    head = diagnose_step_time(ranks)[0]
+    assert head.kind == "COMPUTE_BOUND"
+    # a GPU 80% busy: the host may still be working where its stacks are (no claim)
+    assert refine_with_gpu([head], ranks, {"0": 80.0})[0] == head
+    told = refine_with_gpu([head], ranks, {"0": 99.0})[0]
+    assert "the GPU is 99% busy" in told.why and "waited (optimizer 80%)" in told.why
+    assert told.action.startswith("optimize GPU compute") and told.evidence.gpu_sm_util == 99.0

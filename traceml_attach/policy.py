@@ -61,6 +61,10 @@ class StepTimePolicy:
     gpu_saturated: float = 70.0
     # ...a GPU busy less than this: the GPU is starving and the host side is to blame.
     gpu_starving: float = 30.0
+    # A COMPUTE-BOUND rank whose GPU is busy at least this much waits for it: its phase shares say
+    # where the host waited for the launch queue, and the finding says so (an H100 job syncing
+    # every 50 steps: 99% busy, 83% of its step in the optimizer's launches; docs/gpu.md)
+    gpu_paces: float = 90.0
     # No loop frame found, but at least this share of the training thread's time is in
     # training phases: NO DATA says the loop lives in a library and how to name it.
     loopless_work: float = 0.3

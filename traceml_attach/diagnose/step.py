@@ -350,7 +350,7 @@ def _saturated_compute(findings: list[Finding], ranks: list[RankStepStats], util
     steps waited in the optimizer's foreach kernels 83% of the step), so they say where the thread
     waited, not which phase's kernels take the GPU's time."""
     head = next((f for f in findings if f.kind == Kind.COMPUTE_BOUND), None)
-    if head is None or util < policy.gpu_saturated or not isinstance(head.evidence, StepEvidence):
+    if head is None or util < policy.gpu_paces or not isinstance(head.evidence, StepEvidence):
         return findings
     shares = next((r.shares for r in ranks if r.rank == str(head.worst_rank) and r.shares), None)
     top = max(("forward", "backward", "optimizer"), key=lambda p: shares.get(p, 0.0)) if shares else None
