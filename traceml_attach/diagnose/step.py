@@ -353,8 +353,10 @@ def _saturated_compute(findings: list[Finding], ranks: list[RankStepStats], util
     if head is None or util < policy.gpu_paces or not isinstance(head.evidence, StepEvidence):
         return findings
     shares = next((r.shares for r in ranks if r.rank == str(head.worst_rank) and r.shares), None)
-    top = max(("forward", "backward", "optimizer"), key=lambda p: shares.get(p, 0.0)) if shares else None
-    where = f" ({top} {100 * shares[top]:.0f}%)" if shares and top else ""
+    where = ""
+    if shares:
+        top = max(("forward", "backward", "optimizer"), key=lambda p: shares.get(p, 0.0))
+        where = f" ({top} {100 * shares[top]:.0f}%)"
     told = replace(head, why=f"{head.why}; the GPU is {util:.0f}% busy, so the Python thread runs ahead of it "
                              f"and waits wherever its kernel launches queue up: the phase shares say where it "
                              f"waited{where}, not which phase's kernels take the GPU's time",

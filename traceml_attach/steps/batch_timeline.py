@@ -22,11 +22,11 @@ import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import overload
 
-from traceml_attach.ingest.model import Span, ThreadInfo, os_pid
+from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
 from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO, SWALLOW_WORK
 from traceml_attach.steps.classify import Rules, classifier
 from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
@@ -84,6 +84,20 @@ class SegmentView(Sequence[Segment]):
         if isinstance(index, slice):
             return tuple(self._segment(span) for span in self.spans[index])
         return self._segment(self.spans[index])
+
+
+def labelled(segments: Sequence[Segment], labels: Container[str | None]) -> Iterator[tuple[str | None, Stack, int]]:
+    """The label, stack and time in the window of each segment whose label is one of ``labels``: a
+    SegmentView's from its spans and verdicts, without making a Segment of each (a live window at
+    64 ranks: 17,000 spans a rank)."""
+    if not isinstance(segments, SegmentView):
+        yield from ((seg.label, seg.span.stack, seg.dur_ns) for seg in segments if seg.label in labels)
+        return
+    lo, hi, verdicts = segments.start_ns, segments.end_ns, segments.verdicts
+    for span in segments.spans:
+        label = verdicts[id(span.stack)][1]
+        if label in labels:
+            yield label, span.stack, min(span.end_ns, hi) - max(span.ts_ns, lo)
 
 
 @dataclass(frozen=True)

@@ -219,8 +219,11 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
     upper = fit.upper_bound_ns
     # a higher rate helps steps that may be short, and boundaries that mostly go unseen (a rate
     # that doubles the samples outside the dominant place doubles λ); not regular long steps
-    short = (upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP
-             or unseen is None or unseen > MOSTLY_UNSEEN)
+    mostly_unseen = unseen is not None and unseen > MOSTLY_UNSEEN
+    short = upper is None or upper * rate_hz / 1e9 < TARGET_SAMPLES_PER_STEP or unseen is None or mostly_unseen
+    # a short period fitted to intervals that are all long, most boundaries unseen, is a harmonic
+    # of the few seen, not steps under MIN_SAMPLES_PER_STEP
+    harmonic = mostly_unseen and upper is not None and upper * rate_hz / 1e9 >= MIN_SAMPLES_PER_STEP
     cause = None
     if fit.why == "jittery":
         reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
@@ -228,20 +231,17 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
     elif observed < MIN_INTERVALS:
         reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
                   f"(a period needs {MIN_INTERVALS}): sample longer")
-        if unseen is not None and unseen > MOSTLY_UNSEEN:
+        if unseen is not None and mostly_unseen:
             reason += f"; {_mostly_unseen(unseen, rate_hz)}, so a faster rate would show more of them"
     elif fit.why == "ambiguous":
         reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
                   f"two at {rate_hz} Hz")
         short = True   # the blur of where the samples fell: a higher rate narrows it
-    elif fit.why == "short" and not (unseen is not None and unseen > MOSTLY_UNSEEN and upper is not None
-                                     and upper * rate_hz / 1e9 >= MIN_SAMPLES_PER_STEP):
-        # (a short period fitted to intervals that are all long, most boundaries unseen, is a
-        # harmonic of the few seen: the next branch says why)
+    elif fit.why == "short" and not harmonic:
         reason = (f"steps shorter than {MIN_SAMPLES_PER_STEP:.0f} samples ({shortest_ms:.0f} ms at {rate_hz} Hz) "
                   "cannot be told apart, and the boundaries seen fit no longer period")
         short, cause = True, SHORT
-    elif short and unseen is not None and unseen > MOSTLY_UNSEEN:
+    elif unseen is not None and mostly_unseen:
         reason = f"the {observed} boundaries seen fit no step period: {_mostly_unseen(unseen, rate_hz)}"
     elif short:
         reason = (f"the {observed} boundaries seen fit no step period (steps may be shorter than "

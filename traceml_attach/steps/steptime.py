@@ -6,9 +6,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from traceml_attach.ingest.model import CodeFrame
 from traceml_attach.policy import TYPICAL_MAX
-from traceml_attach.steps.batch_timeline import SegmentView, Timeline
+from traceml_attach.steps.batch_timeline import Timeline, labelled
 from traceml_attach.steps.clock import Step, StepClock
 from traceml_attach.steps.loopframe import loop_hint
 from traceml_attach.steps.phases import COMPONENTS, PHASES
@@ -180,29 +179,14 @@ FORMATTING = ("Tensor.__format__", "Tensor.__repr__", "Tensor.__str__", "_tensor
 
 def _formatting_split(tl: Timeline, labels: Iterable[str]) -> dict[str, dict[str, int]]:
     """The time of each of ``labels``' segments, split by whether the stack formats a tensor
-    ("logging") or not ("other"). A live window's segments (SegmentView) are read from its spans
-    and verdicts without making a Segment of each (64 ranks' windows: 17,000 spans a rank a tick),
-    and each stack is looked at once."""
+    ("logging") or not ("other"); each stack is looked at once."""
     split: dict[str, dict[str, int]] = {label: {"logging": 0, "other": 0} for label in labels}
     formats: dict[int, str] = {}
-
-    def kind(stack: tuple[CodeFrame, ...]) -> str:
+    for label, stack, dur_ns in labelled(tl.segments, split):
         to = formats.get(id(stack))
         if to is None:
-            to = formats[id(stack)] = ("logging" if any(f.name.startswith(FORMATTING) for f in stack) else "other")
-        return to
-
-    segments = tl.segments
-    if isinstance(segments, SegmentView):
-        lo, hi, verdicts = segments.start_ns, segments.end_ns, segments.verdicts
-        for span in segments.spans:
-            label = verdicts[id(span.stack)][1]
-            if label in split:
-                split[label][kind(span.stack)] += min(span.end_ns, hi) - max(span.ts_ns, lo)
-        return split
-    for seg in segments:
-        if seg.label in split:
-            split[seg.label][kind(seg.span.stack)] += seg.dur_ns
+            to = formats[id(stack)] = "logging" if any(f.name.startswith(FORMATTING) for f in stack) else "other"
+        split[str(label)][to] += dur_ns
     return split
 
 
