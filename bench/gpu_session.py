@@ -31,7 +31,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "bench")]
+from first_look_bench import first_lines  # noqa: E402
+
 from launch import start_example, stop_example  # noqa: E402
 
 
@@ -73,18 +75,7 @@ def first_diagnosis(out: Path, runs: int, device: str) -> None:
         util_log = subprocess.Popen(smi("--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader", "-l", "1"),
                                     stdout=subprocess.PIPE, text=True)
         with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.monotonic()
-            att = subprocess.Popen([sys.executable, "-m", "traceml_attach", "attach", "--pid", str(job.pid),
-                                    "--no-tui", "--logs-dir", tmp, "--run-name", "first"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-            seen = []
-            assert att.stdout is not None
-            for line in att.stdout:
-                seen.append(f"{time.monotonic() - t0:6.2f} s  {line.rstrip()}")
-                if time.monotonic() - t0 > 8:
-                    break
-            att.terminate()
-            att.wait(timeout=60)
+            seen = [f"{t:6.2f} s  {line}" for t, line in first_lines(job.pid, Path(tmp))]
             apps = subprocess.run(smi("--query-compute-apps=pid,used_memory", "--format=csv"),
                                   capture_output=True, text=True, check=False).stdout
             util_log.terminate()
