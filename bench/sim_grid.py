@@ -37,6 +37,7 @@ the steps wholly in the window); the issue's target over the rank-windows whose 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import sys
@@ -313,6 +314,8 @@ def main() -> None:
     parser.add_argument("--worst", type=int, default=20, help="worst points listed (default 20)")
     parser.add_argument("--reasons", action="store_true",
                         help="also tally why the step time is unknown where the steps are long enough")
+    parser.add_argument("--dump", metavar="FILE", type=Path,
+                        help="also write each rank-window's outcome as a JSON line (to compare two runs)")
     parser.add_argument("--point", metavar="SPEC", help="run one point (as the worst points print it), rank by rank")
     args = parser.parse_args()
     rules = load_rules()
@@ -345,6 +348,12 @@ def main() -> None:
           f"beyond 5%: {len(over5)}, beyond 10%: {len(over10)}")
     print(f"worst disagreement between synchronized ranks: {100 * max(spreads, default=0.0):.1f}%")
     worst_points(outcomes, args.worst)
+    if args.dump:
+        with args.dump.open("w") as out:
+            for o in outcomes:
+                out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
+                                      "known": o.known, "step_error": o.step_error, "count_error": o.count_error,
+                                      "reason": o.reason}) + "\n")
     if args.reasons:
         reasons(outcomes, families)
         outside(outcomes)

@@ -165,8 +165,9 @@ def test_without_a_device_no_wait_is_a_device_sync():
 
 def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
     # nanoGPT: every few iterations, @torch.no_grad() estimate_loss() (forward passes) and a
-    # checkpoint at the top of the iteration, 700 ms where a step is 100 ms. At 10 Hz a boundary
-    # could go unseen (a period is fitted): that interval is still one long step, not eight
+    # checkpoint at the top of the iteration, 700 ms where a step is 100 ms. At 50 Hz (5 samples a
+    # step; at 10 Hz one sample a step could not show every boundary) a boundary could go unseen (a
+    # period is fitted): that interval is still one long step, not eight
     evaluate = (19, "losses = estimate_loss()", (
         torch_frame("context_decorator.<locals>.decorate_context", "torch/utils/_contextlib.py", 116),
         f("estimate_loss", line=60, src="logits, loss = model(X, Y)"),
@@ -178,7 +179,7 @@ def test_an_iteration_that_evaluates_and_checkpoints_is_one_step():
         part = steps(pattern, 1, t0_ns=t)
         spans += part
         t = part[-1].end_ns
-    tl = timeline(spans, rate=10)
+    tl = timeline(spans, rate=50)
     # 38 intervals between the 39 returns after the first iteration: 38 steps, 4 of them 800 ms long
     assert len(tl.steps) == 38, [round(s.dur_ns / 1e6) for s in tl.steps]
     assert tl.clock.known and tl.clock.typical_ns == pytest.approx(100_000_000, rel=0.01), tl.clock

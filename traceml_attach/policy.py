@@ -395,6 +395,12 @@ SAME_GROUPS = 0.9
 # Without accumulation it is their mean (bursty delivery: the grid's fits read 0.9-1.18 of it; with
 # accumulation, 1.32-7.6)
 VISITS_APART = 1.25
+# A comb clock whose optimizer visits fit a step at least WHOLE_APART times its period counts
+# micro-batches (``accumulation._visits_apart``): k of them where the ratio is within WHOLE_SLACK of
+# a whole k (the grid's misses read 2.93-2.99 for k = 3: the last micro-batch holds the all-reduce's
+# wait, the optimizer and the next fetch), otherwise no step (a bursty job's visits read 1.7)
+WHOLE_APART = 1.5
+WHOLE_SLACK = 0.15
 # ``_lumped`` compares the compute of long intervals with k steps' (its phases), given at least this
 # many samples of it a step: with fewer, the steps whose boundaries went unseen are those whose
 # compute went unsampled

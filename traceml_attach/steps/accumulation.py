@@ -60,8 +60,11 @@ from traceml_attach.policy import (
     PROVISIONAL_GAPS,
     SAME_GROUPS,
     SUGGESTED,
+    TARGET_SAMPLES_PER_STEP,
     UNDECIDED_SEEN,
     VISITS_APART,
+    WHOLE_APART,
+    WHOLE_SLACK,
 )
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline
 from traceml_attach.steps.clock import SHORT, UNDECIDED, Step, StepClock, clock_of, edge_steps, expand
@@ -273,7 +276,9 @@ class Plan:
     k: int = 1                     # micro-batches per optimizer step (1: no accumulation counted)
     marks: float | None = None     # the optimizer's chance of going unseen, where its visits mark the steps
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
-    lumped: bool = False           # the doubt: long intervals are slow steps, not several (``lumped``)
+    # the doubt leaves the optimizer's visits no step either: long intervals are slow steps, not
+    # several (``lumped``), or the visits fit no whole number of the returns (``_visits_apart``)
+    lumped: bool = False
     # the doubt (if any) is only that the gaps between the optimizer's visits could not rule
     # accumulation out (``undecided``): synchronized ranks weigh all their gaps together (``_pooled``)
     undecided: bool = False
@@ -305,9 +310,56 @@ def plan_of(tl: Timeline) -> Plan:
     doubt = doubt_of(tl, multiples)
     if doubt is not None:
         return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
+    apart = _visits_apart(tl)
+    if apart is not None:
+        return Plan(1, None, apart[0], lumped=not apart[1], gaps=tuple(gaps), seen=seen)
     odds = undecided(gaps, seen)
     doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps, odds) else None
     return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
+
+
+def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
+    """Why the returns are not optimizer steps where the optimizer's own visits fit a step at
+    least WHOLE_APART times the returns' period (``by_optimizer``), and whether that step is the
+    optimizer step: where the ratio is a whole number k within WHOLE_SLACK, the returns are
+    micro-batches, k of them to a step (counted too unevenly for ``_gaps``: the last micro-batch
+    holds the all-reduce's wait, the optimizer and the next fetch); otherwise the returns and the
+    visits fit no one step. Without accumulation the visits fall at whole steps, and a period fitted
+    to them is the returns' own. None where the visits fit no step, or the returns'."""
+    # where every boundary is seen (method "wraps"), micro-batches are counted exactly and k with
+    # them (``_multiples_in``); a period fitted to a few visits there is noise (a recorded DDP
+    # stream's short optimizer, ddp_input_straggler, fitted no whole number of its 128 ms steps)
+    if tl.clock.method not in ("comb", "joint"):
+        return None
+    # cheap before the fit (a live view plans every rank every few seconds): the visits must be
+    # enough for a period (one fewer gaps than visits), and in at most 1/WHOLE_APART of the
+    # intervals, as k >= 2 micro-batches to one visit make them
+    covered = sum(1 for iv in tl.intervals if iv.covered)
+    ends = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
+    period = tl.clock.period_ns
+    if not period or len(ends) <= MIN_INTERVALS or len(ends) * WHOLE_APART > covered:
+        return None
+    # and the returns under TARGET_SAMPLES_PER_STEP samples apart: micro-batches that short are
+    # counted by their lengths, each blurred by a sample at either end, and uneven ones (the last holds the
+    # all-reduce's wait, the optimizer, the next fetch) are miscounted; longer ones are counted
+    # right (``_gaps``), and the fit costs a live view's tick (13 ms at 64 ranks, where the
+    # returns of a recorded DDP stream were 13 samples apart). There, too, a period fitted to
+    # the returns may be no step at all (bursty delivery at 3.6 samples a step), which visits at
+    # no whole number of them show
+    if period * tl.rate_hz / 1e9 > TARGET_SAMPLES_PER_STEP:
+        return None
+    stepped = by_optimizer(tl)
+    if stepped is None or not stepped.clock.period_ns:
+        return None
+    ratio = stepped.clock.period_ns / period
+    if ratio < WHOLE_APART:
+        return None
+    whole = abs(ratio - round(ratio)) <= WHOLE_SLACK
+    why = (f"the optimizer's visits fit a step of {stepped.clock.period_ns / 1e6:.0f} ms, {ratio:.1f} times the "
+           f"{period / 1e6:.0f} ms between the loop's returns")
+    if whole:
+        return why + f": those are micro-batches, about {round(ratio)} to an optimizer step", True
+    return why + ", and no whole number of them: the returns and the optimizer fit no one step", False
 
 
 def _unjudged(gaps: Sequence[int], odds: tuple[int, float]) -> bool:

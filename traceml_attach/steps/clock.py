@@ -188,13 +188,18 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
         floats = [float(d) for d in durations]
         period, counts = refine_map(floats, statistics.median(durations), unseen, rate_hz)
         whole = sorted(d for d, n in zip(floats, counts, strict=True) if n == 1)
-        if pinned(floats, counts, period, rate_hz) and steady_median(whole, sum(counts)):
-            return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
         # a tenth of the intervals under MIN_SAMPLES_PER_STEP: steps that short go unseen whatever
         # λ says (it is counted per interval seen, each then many steps: ~4 ms steps at 400 Hz on
         # a GPU gave e^-λ = 1e-7), so that is why the steps vary, and no longer window would help
         tenth = sorted(floats)[len(floats) // 10]
         short = tenth * rate_hz / 1e9 < MIN_SAMPLES_PER_STEP
+        # under half that, the short steps are too many to be the blur of longer ones (a sample's
+        # lag at each end takes 2.5 of them off a 5-sample step 4% of the time): steps that short
+        # hide their boundaries, and the intervals seen are not every step, however steady
+        # (bursty delivery at 500 Hz: two 4 ms steps in three, the median interval 12 times theirs)
+        hiding = tenth * rate_hz / 1e9 < MIN_SAMPLES_PER_STEP / 2
+        if not hiding and pinned(floats, counts, period, rate_hz) and steady_median(whole, sum(counts)):
+            return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
         fit = PeriodFit(None, ones, None, tenth if short else min(floats), why="short" if short else "jittery")
         return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
     fit = fit_period(durations, rate_hz, unseen)

@@ -25,7 +25,7 @@ from traceml_attach.policy import (
     UNDECIDED_ODDS,
 )
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import Step
+from traceml_attach.steps.clock import Step, hidden_by_chance
 from traceml_attach.steps.period import visit_samples
 
 # the phases whose samples ``_lumped`` counts as a step's compute
@@ -124,35 +124,55 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
 def lumped(tl: Timeline) -> str | None:
     """Why a period fitted to the intervals' lengths miscounts them (None: it does not). The fit
     takes an interval k periods long for k steps whose boundaries went unseen; those k steps then
-    hold k steps' compute. Where the long intervals hold far less (chance at most MAX_CHANCE),
-    they are slow steps, not several: a DataLoader whose workers deliver in bursts (every w-th
-    step waits for the next batch), a checkpoint, an eval; and the steps are not one length."""
+    hold k steps' compute. Where the long intervals hold far less (chance at most MAX_CHANCE), or
+    about one step's each (that far likelier than k steps'), they are slow steps, not several: a
+    DataLoader whose workers deliver in bursts (every w-th step waits for the next batch), a
+    checkpoint, an eval; and the steps are not one length. Where every boundary is seen (method
+    "wraps"), an interval counted as two steps because one boundary may go unseen by chance is
+    tried the same way: a bursty rank's stall counted so on the grid made its steps 11% long."""
     clock = tl.clock
-    if clock.method not in ("comb", "joint") or not clock.period_ns:
+    if clock.method not in ("comb", "joint", "wraps") or not clock.period_ns:
         return None
-    return lumped_in(tl.intervals, clock.period_ns, tl.rate_hz)
+    # where every boundary is seen, only the intervals counted as several steps by chance matter: a
+    # longer one is one slow step or a drop-out already (``clock.expand``)
+    chance = clock.unseen if clock.method == "wraps" else None
+    return lumped_in(tl.intervals, clock.period_ns, tl.rate_hz, chance)
 
 
-def lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int) -> str | None:
+def lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int, unseen: float | None = None) -> str | None:
     per_sample = 1e9 / rate_hz
     one: list[float] = []
-    long_samples, long_steps = 0.0, 0
+    long_samples, long_steps, longs = 0.0, 0, 0
     for iv in intervals:
         if not iv.covered:
             continue
         n = max(round(iv.counted_ns / period_ns), 1)
-        compute = sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) / per_sample
+        if unseen is not None and n > 1 and not hidden_by_chance(n - 1, unseen):
+            continue
+        # the time blocked in the all-reduce (where CPU counters measured it) is no step's compute:
+        # it is another rank's stall
+        blocked = sum((iv.blocked_sync_ns or {}).values())
+        compute = max(sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) - blocked, 0) / per_sample
         if n == 1:
             one.append(compute)
         else:
             long_samples += compute
             long_steps += n
+            longs += 1
     # a boundary is seen where the step's compute was sampled: with few samples of it per step,
     # the steps whose boundaries went unseen are those whose compute went unsampled
     if len(one) < MIN_GAPS or not long_steps or statistics.fmean(one) < LUMPED_MIN_SAMPLES:
         return None
     expected = statistics.fmean(one) * long_steps
-    if expected <= 0 or long_samples >= expected / 2 or poisson_cdf(long_samples, expected) > MAX_CHANCE:
+    if expected <= 0:
+        return None
+    # far less than n steps' compute by chance; or, where each long interval holds about one step's
+    # compute (a slow step whose stall is its input, every boundary seen), that is far likelier than
+    # n steps' (the Poisson likelihood ratio beyond 1/MAX_CHANCE)
+    single = statistics.fmean(one) * longs
+    ratio = long_samples * math.log(single / expected) + expected - single
+    if not ((long_samples < expected / 2 and poisson_cdf(long_samples, expected) <= MAX_CHANCE)
+            or ratio >= -math.log(MAX_CHANCE)):
         return None
     return (f"the long intervals between the boundaries seen hold {long_samples / expected:.0%} of the compute that "
             f"{long_steps} steps of {period_ns / 1e6:.0f} ms would: they are slow steps (an input pipeline that "
