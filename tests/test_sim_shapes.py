@@ -296,6 +296,14 @@ def test_estimator_bursty_input_120ms_at_100hz(seed):
     # bursty, 3 workers at 500 Hz: two 4 ms steps (2 samples) in three hide their boundaries, yet
     # e^-λ, measured on the slow steps' long visits, said every boundary was seen (was +1,080%)
     "bursty:20:3:500:1:336000",
+    # k = 2 on 4 ranks at 50 Hz with a straggler: one rank's gaps were all even (566:1), the
+    # others' micro-batches uneven and miscounted, and each rank saw its optimizer ~10 times, too
+    # few for a period of its own; the visits of the 4 ranks together fit 200 ms (was -50%)
+    "accum:200:2/short:50:4:1682000",
+    # k = 8 on 2 ranks with a straggler, 800 ms steps, 11 in the window: one rank's 7 visits were
+    # multiples of 8 apart (104:1), the other's miscounted (was -91%, on a seed the checks were
+    # not built on)
+    "accum:800:8/short:100:2:2685001",
 ])
 def test_grid_points_once_wrong(spec):
     from bench.sim_grid import Point, build

@@ -192,6 +192,26 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     is then seen when it is small). None when no period fits."""
     if tl.loop is None:
         return None
+    groups, lengths = _visit_groups(tl)
+    if unseen is None and len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
+        # the optimizer ends (nearly) every interval: its visits are the returns already fitted,
+        # and a period fitted to them without the returns' own chance of going unseen would split
+        # every slow step into several
+        return None
+    # counted between the visits' own ends, which end their optimizer steps to within a sample: the
+    # returns after them lag by however many micro-batches went by unseen
+    clock, counts = clock_of(lengths, unseen, tl.rate_hz)
+    if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
+        return None
+    steps = expand(groups, counts)
+    typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
+    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
+    return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
+    """The runs of intervals between the optimizer's visits (``by_optimizer``), and each one's
+    length between its visits' ends, less its eval and checkpoints."""
     groups: list[Step] = []
     lengths: list[int] = []    # each group's length between its visits' ends
     run: list[Step] = []
@@ -216,20 +236,7 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
                 groups.append(group)
                 lengths.append(max(at - mark - group.aside_ns, 1))
             run, mark = [], at
-    if unseen is None and len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
-        # the optimizer ends (nearly) every interval: its visits are the returns already fitted,
-        # and a period fitted to them without the returns' own chance of going unseen would split
-        # every slow step into several
-        return None
-    # counted between the visits' own ends, which end their optimizer steps to within a sample: the
-    # returns after them lag by however many micro-batches went by unseen
-    clock, counts = clock_of(lengths, unseen, tl.rate_hz)
-    if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
-        return None
-    steps = expand(groups, counts)
-    typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
-    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
-    return replace(tl, steps=steps, clock=clock, micro_batches=None)
+    return groups, lengths
 
 
 def visit_end(segments: Sequence[Segment], iv: Step) -> int:
@@ -351,15 +358,57 @@ def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
     stepped = by_optimizer(tl)
     if stepped is None or not stepped.clock.period_ns:
         return None
-    ratio = stepped.clock.period_ns / period
+    return _apart(stepped.clock.period_ns, period)
+
+
+def _apart(visits_ns: float, period_ns: float, where: str = "") -> tuple[str, bool] | None:
+    """``_visits_apart``'s verdict on a period fitted to the optimizer's visits against the
+    returns' period ``period_ns``; ``where``: whose visits, in words."""
+    ratio = visits_ns / period_ns
     if ratio < WHOLE_APART:
         return None
-    whole = abs(ratio - round(ratio)) <= WHOLE_SLACK
-    why = (f"the optimizer's visits fit a step of {stepped.clock.period_ns / 1e6:.0f} ms, {ratio:.1f} times the "
-           f"{period / 1e6:.0f} ms between the loop's returns")
-    if whole:
+    why = (f"the optimizer's visits{where} fit a step of {visits_ns / 1e6:.0f} ms, {ratio:.1f} times the "
+           f"{period_ns / 1e6:.0f} ms between the loop's returns")
+    if abs(ratio - round(ratio)) <= WHOLE_SLACK:
         return why + f": those are micro-batches, about {round(ratio)} to an optimizer step", True
     return why + ", and no whole number of them: the returns and the optimizer fit no one step", False
+
+
+def _pooled_visits(timelines: dict[str, Timeline], plans: dict[str, Plan]) -> dict[str, Plan]:
+    """Synchronized ranks step their optimizers together: where no rank counted k, none marks its
+    steps by its visits and none has another doubt, but each saw its optimizer too few times for a
+    period of its own (``_visits_apart``), the lengths between the visits of all of them are one
+    fit. A period at least WHOLE_APART times their returns' (``_apart``) leaves each rank's step
+    to its own visits where they give one, else unknown: a straggler's fast ranks hold the
+    all-reduce's wait in the last micro-batch, miscounted, and their gaps outweighed a rank whose
+    gaps were all multiples of k (k = 2 on 4 ranks at 50 Hz, the optimizer seen ~10 times a rank,
+    read the micro-batch: -50%; k = 8 on 2 ranks, 11 optimizer steps in the window: -91%)."""
+    if any(p.k > 1 or p.marks is not None or (p.doubt is not None and not p.undecided) for p in plans.values()):
+        return plans
+    lengths: list[int] = []
+    periods, rates = set(), set()
+    for tl in timelines.values():
+        period = tl.clock.period_ns
+        if tl.loop is None or not tl.clock.known or not period:
+            return plans
+        if period * tl.rate_hz / 1e9 > TARGET_SAMPLES_PER_STEP:
+            return plans   # counted right by their lengths (``_visits_apart``)
+        groups, own = _visit_groups(tl)
+        if len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
+            continue
+        lengths += own
+        periods.add(period)
+        rates.add(tl.rate_hz)
+    if len(rates) != 1 or len(periods) != 1 or len(lengths) < MIN_INTERVALS:
+        return plans
+    clock, _ = clock_of(lengths, None, rates.pop())
+    if not clock.known or not clock.period_ns:
+        return plans
+    verdict = _apart(clock.period_ns, periods.pop(), f" on the {len(timelines)} synchronized ranks together")
+    if verdict is None:
+        return plans
+    # each rank's own visits may still give its step (``with_accumulation``), else it is unknown
+    return {rank: replace(p, doubt=verdict[0], lumped=not verdict[1], undecided=False) for rank, p in plans.items()}
 
 
 def _unjudged(gaps: Sequence[int], odds: tuple[int, float]) -> bool:
@@ -474,7 +523,8 @@ def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
 def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchronized: bool) -> dict[str, Timeline]:
     """Every rank's timeline in optimizer steps, on its ``plans`` (``plan_of``); synchronized ranks
     share their k and must agree on their step (``shared_plans``, ``agreeing``)."""
-    plans = shared_plans(plans) if synchronized else {rank: decided(p) for rank, p in plans.items()}
+    plans = shared_plans(_pooled_visits(timelines, plans)) if synchronized else {
+        rank: decided(p) for rank, p in plans.items()}
     shortest = _seen_step(timelines.values()) if synchronized else None
     out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
     return agreeing(out) if synchronized else out
