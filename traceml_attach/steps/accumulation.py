@@ -385,6 +385,10 @@ def _pooled_visits(timelines: dict[str, Timeline], plans: dict[str, Plan]) -> di
     read the micro-batch: -50%; k = 8 on 2 ranks, 11 optimizer steps in the window: -91%)."""
     if any(p.k > 1 or p.marks is not None or (p.doubt is not None and not p.undecided) for p in plans.values()):
         return plans
+    # only where some rank's own gaps left it in doubt (``undecided``), which ``_pooled`` would
+    # drop: a live view pools every tick, and the visits' walk costs each rank a walk of its window
+    if not any(p.undecided and p.doubt is not None for p in plans.values()):
+        return plans
     lengths: list[int] = []
     periods, rates = set(), set()
     for tl in timelines.values():
