@@ -176,7 +176,7 @@ def test_one_synchronized_ranks_doubt_is_every_ranks():
     assert all(p.doubt for p in plans.values())
     assert "another rank" in (plans["1"].doubt or "")
     # ranks whose long intervals are slow steps keep that reason
-    lumped = Plan(doubt="slow steps", lumped=True)
+    lumped = Plan(doubt="slow steps", no_visit_step=True)
     assert shared_plans({"0": doubt, "1": lumped})["1"] == lumped
 
 

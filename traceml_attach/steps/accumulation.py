@@ -193,10 +193,9 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     if tl.loop is None:
         return None
     groups, lengths = _visit_groups(tl)
-    if unseen is None and len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
-        # the optimizer ends (nearly) every interval: its visits are the returns already fitted,
-        # and a period fitted to them without the returns' own chance of going unseen would split
-        # every slow step into several
+    if unseen is None and _ends_every_interval(tl, groups):
+        # its visits are the returns already fitted, and a period fitted to them without the
+        # returns' own chance of going unseen would split every slow step into several
         return None
     # counted between the visits' own ends, which end their optimizer steps to within a sample: the
     # returns after them lag by however many micro-batches went by unseen
@@ -207,6 +206,23 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def _ends_every_interval(tl: Timeline, groups: Sequence[Step]) -> bool:
+    """Whether the optimizer's visits (``_visit_groups``) end (nearly) every interval between the
+    returns: then they are the returns themselves, no step of their own."""
+    return len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered)
+
+
+def _returns_close(tl: Timeline) -> bool:
+    """Whether the returns are under TARGET_SAMPLES_PER_STEP samples apart: micro-batches that
+    short are counted by their lengths, each blurred by a sample at either end, and uneven ones (the
+    last holds the all-reduce's wait, the optimizer, the next fetch) are miscounted; longer ones are
+    counted right (``_gaps``). Only there are the optimizer's visits fitted against them
+    (``_visits_apart``, ``_pooled_visits``): the fit on every plan cost a live view's tick 17 ms at
+    64 ranks, where a recorded DDP stream's returns were 13 samples apart."""
+    period = tl.clock.period_ns
+    return period is not None and period * tl.rate_hz / 1e9 <= TARGET_SAMPLES_PER_STEP
 
 
 def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
@@ -285,7 +301,7 @@ class Plan:
     doubt: str | None = None       # why the steps may be micro-batches, though k could not be counted
     # the doubt leaves the optimizer's visits no step either: long intervals are slow steps, not
     # several (``lumped``), or the visits fit no whole number of the returns (``_visits_apart``)
-    lumped: bool = False
+    no_visit_step: bool = False
     # the doubt (if any) is only that the gaps between the optimizer's visits could not rule
     # accumulation out (``undecided``): synchronized ranks weigh all their gaps together (``_pooled``)
     undecided: bool = False
@@ -308,7 +324,7 @@ def plan_of(tl: Timeline) -> Plan:
         return Plan(1, marks)
     slow = lumped(tl)
     if slow is not None:
-        return Plan(1, None, slow, lumped=True)
+        return Plan(1, None, slow, no_visit_step=True)
     gaps, seen = _gaps(tl.intervals, tl.clock.period_ns) if tl.clock.period_ns else ([], 0.0)
     multiples = _multiples_in(gaps, seen)
     k = _counted(*multiples)
@@ -319,7 +335,7 @@ def plan_of(tl: Timeline) -> Plan:
         return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen)
     apart = _visits_apart(tl)
     if apart is not None:
-        return Plan(1, None, apart[0], lumped=not apart[1], gaps=tuple(gaps), seen=seen)
+        return Plan(1, None, apart[0], no_visit_step=not apart[1], gaps=tuple(gaps), seen=seen)
     odds = undecided(gaps, seen)
     doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps, odds) else None
     return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
@@ -340,20 +356,13 @@ def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
         return None
     # cheap before the fit (a live view plans every rank every few seconds): the visits must be
     # enough for a period (one fewer gaps than visits), and in at most 1/WHOLE_APART of the
-    # intervals, as k >= 2 micro-batches to one visit make them
-    covered = sum(1 for iv in tl.intervals if iv.covered)
-    ends = [iv.end_ns for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
-    period = tl.clock.period_ns
-    if not period or len(ends) <= MIN_INTERVALS or len(ends) * WHOLE_APART > covered:
-        return None
-    # and the returns under TARGET_SAMPLES_PER_STEP samples apart: micro-batches that short are
-    # counted by their lengths, each blurred by a sample at either end, and uneven ones (the last holds the
-    # all-reduce's wait, the optimizer, the next fetch) are miscounted; longer ones are counted
-    # right (``_gaps``), and the fit costs a live view's tick (13 ms at 64 ranks, where the
-    # returns of a recorded DDP stream were 13 samples apart). There, too, a period fitted to
-    # the returns may be no step at all (bursty delivery at 3.6 samples a step), which visits at
+    # intervals, as k >= 2 micro-batches to one visit make them. There, too, a period fitted to
+    # short returns may be no step at all (bursty delivery at 3.6 samples a step), which visits at
     # no whole number of them show
-    if period * tl.rate_hz / 1e9 > TARGET_SAMPLES_PER_STEP:
+    period = tl.clock.period_ns
+    covered = sum(1 for iv in tl.intervals if iv.covered)
+    held = sum(1 for iv in tl.intervals if iv.covered and iv.phases_ns.get("optimizer", 0) > 0)
+    if not period or held <= MIN_INTERVALS or held * WHOLE_APART > covered or not _returns_close(tl):
         return None
     stepped = by_optimizer(tl)
     if stepped is None or not stepped.clock.period_ns:
@@ -393,12 +402,10 @@ def _pooled_visits(timelines: dict[str, Timeline], plans: dict[str, Plan]) -> di
     periods, rates = set(), set()
     for tl in timelines.values():
         period = tl.clock.period_ns
-        if tl.loop is None or not tl.clock.known or not period:
+        if tl.loop is None or not period or not _returns_close(tl):
             return plans
-        if period * tl.rate_hz / 1e9 > TARGET_SAMPLES_PER_STEP:
-            return plans   # counted right by their lengths (``_visits_apart``)
         groups, own = _visit_groups(tl)
-        if len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered):
+        if _ends_every_interval(tl, groups):
             continue
         lengths += own
         periods.add(period)
@@ -412,7 +419,8 @@ def _pooled_visits(timelines: dict[str, Timeline], plans: dict[str, Plan]) -> di
     if verdict is None:
         return plans
     # each rank's own visits may still give its step (``with_accumulation``), else it is unknown
-    return {rank: replace(p, doubt=verdict[0], lumped=not verdict[1], undecided=False) for rank, p in plans.items()}
+    return {rank: replace(p, doubt=verdict[0], no_visit_step=not verdict[1], undecided=False)
+            for rank, p in plans.items()}
 
 
 def _unjudged(gaps: Sequence[int], odds: tuple[int, float]) -> bool:
@@ -468,7 +476,7 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     few optimizer steps of each rank), the gaps of all of them together are the same test with
     more evidence. Where they still fall short of counting, a chance of at most SUGGESTED, or one
     rank's doubt, makes every rank's step time unknown: their steps are one."""
-    pool = {rank: p for rank, p in plans.items() if p.k == 1 and p.marks is None and not p.lumped}
+    pool = {rank: p for rank, p in plans.items() if p.k == 1 and p.marks is None and not p.no_visit_step}
     gaps = [g for p in pool.values() for g in p.gaps]
     if len(pool) < 2 or not gaps:
         return plans
@@ -547,7 +555,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks)."""
     plan = plan or decided(plan_of(tl))
-    if plan.marks is not None or (plan.doubt is not None and not plan.lumped):
+    if plan.marks is not None or (plan.doubt is not None and not plan.no_visit_step):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
         stepped = by_optimizer(tl, plan.marks)
         if stepped is not None:
