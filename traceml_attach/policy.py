@@ -301,6 +301,7 @@ MAX_CANDIDATES_PER_SEED = 16  # periods a 16th of the shortest intervals: bounda
 TARGET_SAMPLES_PER_STEP = 10.0  # a rate advised for short steps gives them this many samples
 SURE = 0.8                    # an interval's step count is sure when its posterior is at least this...
 MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this share of them is not
+MAX_UNSURE_STEPS = 0.05       # ...or, its intervals of one step or two sure, the unsure at most this share of the steps
 MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
 MAX_RATE_HZ = 1000            # no rate above this is advised
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,

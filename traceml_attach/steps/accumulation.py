@@ -43,15 +43,20 @@ from dataclasses import dataclass, replace
 from traceml_attach.ingest.model import Span
 from traceml_attach.policy import (
     ADJACENT_ODDS,
+    AGREE,
     COUNTED_ODDS,
     MAX_ADJACENT,
+    MAX_AMBIGUOUS,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
     MAX_RATE_HZ,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
+    MAX_UNSURE_STEPS,
+    MIN_CONCENTRATION,
     MIN_GAPS,
     MIN_INTERVALS,
+    MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
     MIN_SEEN,
     MIN_WITHOUT,
@@ -60,6 +65,7 @@ from traceml_attach.policy import (
     PROVISIONAL_GAPS,
     SAME_GROUPS,
     SUGGESTED,
+    SURE,
     TARGET_SAMPLES_PER_STEP,
     UNDECIDED_SEEN,
     VISITS_APART,
@@ -77,6 +83,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
+from traceml_attach.steps.period import concentration, count_posteriors, refine_map, strays
 from traceml_attach.steps.phases import PHASES
 
 
@@ -539,7 +546,56 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
         rank: decided(p) for rank, p in plans.items()}
     shortest = _seen_step(timelines.values()) if synchronized else None
     out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
-    return agreeing(out) if synchronized else out
+    return _visits_on_peers(timelines, out, agreeing(out)) if synchronized else out
+
+
+def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
+                     agreed: dict[str, Timeline]) -> dict[str, Timeline]:
+    """Synchronized ranks step together: a rank whose own optimizer step is unknown (``own``),
+    where the others' agree on theirs (``agreed``), has their step when its optimizer's visits sit
+    on it (``_visits_at``). Its visits fitted no period of their own (a third of their gaps, those
+    of 6 steps or more, unsure by their jitter; a straggler's visits few), but a period given is
+    checked where one to fit is not: on 8 ranks with 4.4-ms micro-batches at 500 Hz, one rank of
+    8 was unknown beside seven within 0.5% of each other and of the truth."""
+    known = [tl for tl in agreed.values() if tl.clock.typical_ns]
+    waiting = [rank for rank, tl in own.items() if not tl.clock.known and not agreed[rank].clock.known]
+    if not known or not waiting:
+        return agreed
+    ref = statistics.median(tl.clock.typical_ns or 0.0 for tl in known)
+    micro = {tl.micro_batches for tl in known}
+    out = dict(agreed)
+    for rank in waiting:
+        stepped = _visits_at(timelines[rank], ref)
+        if stepped is not None:
+            out[rank] = replace(stepped, micro_batches=micro.pop() if len(micro) == 1 else None)
+    return out
+
+
+def _visits_at(tl: Timeline, period: float) -> Timeline | None:
+    """``tl`` in optimizer steps of ``period`` (its synchronized peers'), counted between its
+    optimizer's visits, where those sit on that period as on one of their own: refined from it,
+    within AGREE of it, as concentrated on its comb as ``fit_period`` asks, at most MAX_AMBIGUOUS
+    of the gaps astray of their whole periods (``strays``), and the unsure counts among them at most
+    MAX_UNSURE_STEPS of the steps (the peers' period is no harmonic: the
+    short gaps' own blur need not rule one out, ``too_ambiguous``). None where they do not, or
+    where they are the returns themselves."""
+    if tl.loop is None:
+        return None
+    groups, lengths = _visit_groups(tl)
+    if len(lengths) < MIN_INTERVALS or _ends_every_interval(tl, groups):
+        return None
+    full = [float(n) for n in lengths]
+    own, counts = refine_map(full, period, None, tl.rate_hz)
+    r_bar = concentration(full, own)
+    unsure = sum(1 for _, p in count_posteriors(full, own, None, tl.rate_hz) if p < SURE)
+    astray = sum(1 for i, n in zip(full, counts, strict=True) if strays(i, n, own, tl.rate_hz))
+    if (abs(own / period - 1) > AGREE or r_bar < MIN_CONCENTRATION or len(full) * r_bar * r_bar < MIN_RAYLEIGH_Z
+            or unsure > MAX_UNSURE_STEPS * sum(counts) or astray > MAX_AMBIGUOUS * len(full)):
+        return None
+    steps = expand(groups, counts)
+    clock = StepClock("joint", period, len(counts) / sum(counts), r_bar, typical_ns=period,
+                      edge_steps=_edges(tl, steps, period))
+    return replace(tl, steps=steps, clock=clock)
 
 
 def _seen_step(timelines: Iterable[Timeline]) -> float | None:

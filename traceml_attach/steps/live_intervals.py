@@ -26,7 +26,6 @@ from typing import Protocol
 from traceml_attach.policy import (
     HARMONIC_KEEP,
     INLIER,
-    MAX_AMBIGUOUS,
     MAX_UNSEEN,
     MIN_CONCENTRATION,
     MIN_INTERVALS,
@@ -36,7 +35,7 @@ from traceml_attach.policy import (
 from traceml_attach.steps.clock import Step, StepClock, chance_depth, clock_of, expand, shared_unseen
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
-from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median
+from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median, strays, too_ambiguous
 from traceml_attach.steps.steptime import StepTotals
 
 NS = 1_000_000_000
@@ -229,6 +228,7 @@ class IntervalWindow:
 
     def _reset_own_sums(self) -> None:
         self.inl_ns = self.inl_n = self.ambiguous = self.whole = self.own_total = 0
+        self.short = self.short_ambiguous = 0   # intervals of one step or two, and the unsure of them
         self.trig_sums = [0.0] * 6
 
     def _counters(self) -> None:
@@ -256,6 +256,10 @@ class IntervalWindow:
             self.inl_ns += sign * record.dur
             self.inl_n += sign * record.n_own
         self.ambiguous += sign * (not record.sure)
+        if record.n_own <= 2:
+            self.short += sign
+            far = self.count_period is not None and strays(record.dur, record.n_own, self.count_period, self.rate_hz)
+            self.short_ambiguous += sign * (not record.sure or far)
         self.whole += sign * (record.n_own == 1)
         self.own_total += sign * record.n_own
         trig = record.trig
@@ -397,7 +401,7 @@ class IntervalWindow:
                 self.trig_sums[2 * k - 2], self.trig_sums[2 * k - 1]) / m for k in (2, 3))
             ok = (ok and not harmonic and period >= MIN_SAMPLES_PER_STEP * self.interval_ns
                   and r_bar >= MIN_CONCENTRATION and m * r_bar * r_bar >= MIN_RAYLEIGH_Z
-                  and self.ambiguous <= MAX_AMBIGUOUS * m)
+                  and not too_ambiguous(self.ambiguous, m, self.short_ambiguous, self.short, self.own_total))
         if not ok:
             self.cold_due = True
             return
