@@ -45,6 +45,7 @@ from traceml_attach.policy import (
     ADJACENT_ODDS,
     AGREE,
     COUNTED_ODDS,
+    GIVEN_RAYLEIGH_Z,
     MAX_ADJACENT,
     MAX_AMBIGUOUS,
     MAX_CHANCE,
@@ -56,12 +57,12 @@ from traceml_attach.policy import (
     MIN_CONCENTRATION,
     MIN_GAPS,
     MIN_INTERVALS,
-    MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
     MIN_SEEN,
     MIN_WITHOUT,
     MULTIPLE_SHARE,
     OPTIMIZER_UNSEEN,
+    PEER_COUNT,
     PROVISIONAL_GAPS,
     SAME_GROUPS,
     SUGGESTED,
@@ -562,19 +563,23 @@ def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
     if not known or not waiting:
         return agreed
     ref = statistics.median(tl.clock.typical_ns or 0.0 for tl in known)
+    count = statistics.median(tl.step_count for tl in known)
     micro = {tl.micro_batches for tl in known}
     out = dict(agreed)
     for rank in waiting:
         stepped = _visits_at(timelines[rank], ref)
-        if stepped is not None:
-            out[rank] = replace(stepped, micro_batches=micro.pop() if len(micro) == 1 else None)
+        # ...and the steps counted from them are the peers' (one window, one step): an off count
+        # is gaps miscounted (k = 2 at 50 Hz, 20% jitter: 74 steps beside peers' 69-72, truth 70)
+        if stepped is not None and abs(stepped.step_count - count) <= PEER_COUNT * count:
+            out[rank] = replace(stepped, micro_batches=next(iter(micro)) if len(micro) == 1 else None)
     return out
 
 
 def _visits_at(tl: Timeline, period: float) -> Timeline | None:
     """``tl`` in optimizer steps of ``period`` (its synchronized peers'), counted between its
     optimizer's visits, where those sit on that period as on one of their own: refined from it,
-    within AGREE of it, as concentrated on its comb as ``fit_period`` asks, at most MAX_AMBIGUOUS
+    within AGREE of it, concentrated on its comb (R̄ at least MIN_CONCENTRATION, and m·R̄² at least
+    GIVEN_RAYLEIGH_Z: one period tested, not a search over many), at most MAX_AMBIGUOUS
     of the gaps astray of their whole periods (``strays``), and the unsure counts among them at most
     MAX_UNSURE_STEPS of the steps (the peers' period is no harmonic: the
     short gaps' own blur need not rule one out, ``too_ambiguous``). None where they do not, or
@@ -589,7 +594,7 @@ def _visits_at(tl: Timeline, period: float) -> Timeline | None:
     r_bar = concentration(full, own)
     unsure = sum(1 for _, p in count_posteriors(full, own, None, tl.rate_hz) if p < SURE)
     astray = sum(1 for i, n in zip(full, counts, strict=True) if strays(i, n, own, tl.rate_hz))
-    if (abs(own / period - 1) > AGREE or r_bar < MIN_CONCENTRATION or len(full) * r_bar * r_bar < MIN_RAYLEIGH_Z
+    if (abs(own / period - 1) > AGREE or r_bar < MIN_CONCENTRATION or len(full) * r_bar * r_bar < GIVEN_RAYLEIGH_Z
             or unsure > MAX_UNSURE_STEPS * sum(counts) or astray > MAX_AMBIGUOUS * len(full)):
         return None
     steps = expand(groups, counts)
