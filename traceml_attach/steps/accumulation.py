@@ -43,18 +43,13 @@ from dataclasses import dataclass, replace
 from traceml_attach.ingest.model import Span
 from traceml_attach.policy import (
     ADJACENT_ODDS,
-    AGREE,
     COUNTED_ODDS,
-    GIVEN_RAYLEIGH_Z,
     MAX_ADJACENT,
-    MAX_AMBIGUOUS,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
     MAX_RATE_HZ,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
-    MAX_UNSURE_STEPS,
-    MIN_CONCENTRATION,
     MIN_GAPS,
     MIN_INTERVALS,
     MIN_SAMPLES_PER_STEP,
@@ -66,7 +61,6 @@ from traceml_attach.policy import (
     PROVISIONAL_GAPS,
     SAME_GROUPS,
     SUGGESTED,
-    SURE,
     TARGET_SAMPLES_PER_STEP,
     UNDECIDED_SEEN,
     VISITS_APART,
@@ -84,7 +78,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import concentration, count_posteriors, refine_map, strays
+from traceml_attach.steps.period import fit_at
 from traceml_attach.steps.phases import PHASES
 
 
@@ -559,7 +553,7 @@ def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
     period given is checked where one to fit is not: on 8 ranks with k = 2 and a 30% straggler,
     three ranks were unknown beside five within 0.3% of the truth (``accum:30:2/long:300:8``)."""
     known = [tl for tl in agreed.values() if tl.clock.typical_ns]
-    waiting = [rank for rank, tl in own.items() if not tl.clock.known and not agreed[rank].clock.known]
+    waiting = [rank for rank, tl in own.items() if not tl.clock.known]   # ``agreeing`` never makes one known
     if not known or not waiting:
         return agreed
     ref = statistics.median(tl.clock.typical_ns or 0.0 for tl in known)
@@ -577,28 +571,18 @@ def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
 
 def _visits_at(tl: Timeline, period: float) -> Timeline | None:
     """``tl`` in optimizer steps of ``period`` (its synchronized peers'), counted between its
-    optimizer's visits, where those sit on that period as on one of their own: refined from it,
-    within AGREE of it, concentrated on its comb (R̄ at least MIN_CONCENTRATION, and m·R̄² at least
-    GIVEN_RAYLEIGH_Z: one period tested, not a search over many), at most MAX_AMBIGUOUS
-    of the gaps astray of their whole periods (``strays``), and the unsure counts among them at most
-    MAX_UNSURE_STEPS of the steps (the peers' period is no harmonic: the
-    short gaps' own blur need not rule one out, ``too_ambiguous``). None where they do not, or
+    optimizer's visits where those sit on that period (``fit_at``); None where they do not, or
     where they are the returns themselves."""
     if tl.loop is None:
         return None
     groups, lengths = _visit_groups(tl)
-    if len(lengths) < MIN_INTERVALS or _ends_every_interval(tl, groups):
+    if _ends_every_interval(tl, groups):
         return None
-    full = [float(n) for n in lengths]
-    own, counts = refine_map(full, period, None, tl.rate_hz)
-    r_bar = concentration(full, own)
-    unsure = sum(1 for _, p in count_posteriors(full, own, None, tl.rate_hz) if p < SURE)
-    astray = sum(1 for i, n in zip(full, counts, strict=True) if strays(i, n, own, tl.rate_hz))
-    if (abs(own / period - 1) > AGREE or r_bar < MIN_CONCENTRATION or len(full) * r_bar * r_bar < GIVEN_RAYLEIGH_Z
-            or unsure > MAX_UNSURE_STEPS * sum(counts) or astray > MAX_AMBIGUOUS * len(full)):
+    fit = fit_at(lengths, period, tl.rate_hz)
+    if fit.period_ns is None:
         return None
-    steps = expand(groups, counts)
-    clock = StepClock("joint", period, len(counts) / sum(counts), r_bar, typical_ns=period,
+    steps = expand(groups, fit.counts)
+    clock = StepClock("joint", period, len(fit.counts) / sum(fit.counts), fit.concentration, typical_ns=period,
                       edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, step_floor=None)
 

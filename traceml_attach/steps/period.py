@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from traceml_attach.policy import (
+    AGREE,
+    GIVEN_RAYLEIGH_Z,
     HARMONIC_KEEP,
     INLIER,
     MAX_AMBIGUOUS,
@@ -128,23 +130,16 @@ def map_counts(intervals: Sequence[float], period: float, unseen: float | None, 
     return tuple(n for n, _ in count_posteriors(intervals, period, unseen, rate_hz))
 
 
-def ambiguous_share(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> float:
-    """Share of the intervals whose step count is less than SURE (posterior)."""
-    posts = count_posteriors(intervals, period, unseen, rate_hz)
-    return sum(1 for _, p in posts if p < SURE) / len(posts) if posts else 0.0
-
-
 def too_ambiguous(ambiguous: int, intervals: int, short_ambiguous: int, short: int, steps: int) -> bool:
-    """Whether too many intervals' counts are unsure (less than SURE) for the period to stand.
-    More than MAX_AMBIGUOUS of them, unless the unsure ones are long: the intervals of one step or
-    two (``short``) are sure, and none ``strays`` (a 3-ms gap is "surely" one step of 16 ms, but no
-    step of it: a burst cycle's harmonic), but for MAX_AMBIGUOUS of them, so the
-    period is no harmonic and the
-    blur of where the samples fell tells their counts apart, and the unsure ones, each a step off
-    at most, are at most MAX_UNSURE_STEPS of the steps counted. Long intervals grow unsure by their
-    steps' jitter alone (n steps' adds up as √n), which no rate narrows: an optimizer seen in one
-    step in ten, 4.4-ms micro-batches at 500 Hz, left a third of its visits' gaps unsure, every
-    one of them 6 steps or more, about a period fitted within 0.2%."""
+    """Whether too many intervals' counts are unsure (less than SURE) for the period to stand:
+    more than MAX_AMBIGUOUS of them, unless the unsure ones are long. That is, the intervals of one
+    step or two (``short``) are sure and none ``strays`` (a 3-ms gap is "surely" one step of 16
+    ms, but no step of it: a burst cycle's harmonic) but for MAX_AMBIGUOUS of them, so the period
+    is no harmonic and the blur of where the samples fell tells their counts apart; and the unsure
+    ones, each a step off at most, are at most MAX_UNSURE_STEPS of the steps counted. Long
+    intervals grow unsure by their steps' jitter alone (n steps' adds up as √n), which no rate
+    narrows: an optimizer seen in one step in nine, 4.4-ms micro-batches at 500 Hz, left a third of
+    its visits' gaps unsure, every one of them 6 steps or more, about a period fitted within 0.2%."""
     if ambiguous <= MAX_AMBIGUOUS * intervals:
         return False
     return not short or short_ambiguous > MAX_AMBIGUOUS * short or ambiguous > MAX_UNSURE_STEPS * steps
@@ -358,6 +353,28 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
     if not pinned(full, counts, period, rate_hz):
         return PeriodFit(None, ones, r_bar, upper, why="jittery")
     return PeriodFit(period, counts, r_bar, upper)
+
+
+def fit_at(intervals_ns: Sequence[int], period: float, rate_hz: float) -> PeriodFit:
+    """The intervals checked against one period given (a synchronized peer's), where
+    ``fit_period`` searches for one: refined from it and within AGREE of it, concentrated on its
+    comb (R̄ at least MIN_CONCENTRATION, m·R̄² at least GIVEN_RAYLEIGH_Z: one period tested, not
+    a search over many), at most MAX_AMBIGUOUS of them astray (``strays``), and their unsure
+    counts at most MAX_UNSURE_STEPS of the steps (a period given is no harmonic, so the short
+    intervals' own blur need not rule it out, as ``too_ambiguous`` does)."""
+    full = [float(i) for i in intervals_ns]
+    ones = tuple(1 for _ in full)
+    if len(full) < MIN_INTERVALS:
+        return PeriodFit(None, ones, None, why="few")
+    own, counts = refine_map(full, period, None, rate_hz)
+    r_bar = concentration(full, own)
+    unsure = sum(1 for _, p in count_posteriors(full, own, None, rate_hz) if p < SURE)
+    astray = sum(1 for i, n in zip(full, counts, strict=True) if strays(i, n, own, rate_hz))
+    if abs(own / period - 1) > AGREE or r_bar < MIN_CONCENTRATION or len(full) * r_bar * r_bar < GIVEN_RAYLEIGH_Z:
+        return PeriodFit(None, ones, r_bar, why="loose")
+    if unsure > MAX_UNSURE_STEPS * sum(counts) or astray > MAX_AMBIGUOUS * len(full):
+        return PeriodFit(None, ones, r_bar, why="ambiguous")
+    return PeriodFit(own, counts, r_bar)
 
 
 def suggested_rate_hz(step_upper_ns: float | None, rate_hz: float) -> int:
