@@ -26,7 +26,13 @@ KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted 
                # 34.1 ms for 33.4, +2.2%, but 365 counted for 338), and the typical steps that the
                # shares are taken over leave the slow fetches out (input 31% of them for 37.5%); the
                # window's samples hold the right phases (test_a_loader_no_rule_names_is_input_by_data_flow)
-               "truth_hand_written_text": "slow steps now and then are counted as several"}
+               "truth_hand_written_text": "slow steps now and then are counted as several",
+               # nanoGPT's own train.py with 4 micro-batches: its micro-batches are miscounted now
+               # and then (gaps of 5, 6, 3 between the optimizer's visits beside 45 of 4 and 14 of
+               # 8), so more gaps are multiples of 2 than of 4, and k = 2 is counted though no two
+               # visits were 2 micro-batches apart: 44.3 ms for 89.3 (-50%), 273 steps for 128.
+               # 2 of 4 live 15-s snapshots on this machine read so, the others right or unknown
+               "truth_nanogpt_accum4": "k = 2 counted for 4: more gaps are multiples of 2 than of 4"}
 SHARES_WRONG = {"truth_hand_written_text": "the typical steps leave the slow fetches out"}
 
 
