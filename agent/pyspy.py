@@ -244,6 +244,11 @@ class RecordWindow:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def recorder_pid(self) -> int | None:
+        """The py-spy process's PID while it runs (its CPU counters: sampler.SamplerCpu)."""
+        return self._proc.pid if self.running() and self._proc is not None else None
+
     def stop(self) -> None:
         """Ask py-spy to stop and write its file (SIGINT to our own child, never the job)."""
         if self._proc is not None and self.running():

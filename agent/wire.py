@@ -34,6 +34,9 @@ Frame kinds (key ``k``)::
              (agent.threads.ThreadNames); None when it cannot be known
     proc     {pid, t, cpu, rss, nthreads, children: [[pid, cpu, rss]]}
     tcpu     {pid, tid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   main thread, cumulative
+    scpu     {pid, samples: [[ts_ns, on_cpu_ns, runqueue_ns]]}   the py-spy recorders sampling pid,
+             all their threads, cumulative (at a hand-over, the larger increment of the two), read
+             with tcpu: a recorder that waited for a core took no sample meanwhile (absent before)
     mem      {pid, samples: [[ts_ns, rss_bytes]]}   the process's RSS every ~50 ms (statm), batched
     source   {t, pid, file, text}   one of the job's own source files (not a library's), sent
              once, when a sampled frame first names it: the training loop's code, read whole

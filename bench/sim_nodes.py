@@ -67,6 +67,7 @@ class Source:
         self.period_ns = loop_period(frames)
         self.windows = 1 + max(fr["w"] for fr in frames if fr["k"] in ("spans", "window"))
         self.cpu_gain = cpu_gain(frames)
+        self.sampler_gain = cpu_gain(frames, "scpu")
         self.frames = _due(frames)
         # each rank's first CPU counter row, read at attach: a later copy goes on from the last
         self.baseline = {next(i for i, (_, fr) in enumerate(self.frames) if fr["k"] == "tcpu" and fr["pid"] == pid)
@@ -96,7 +97,8 @@ def _due(frames: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
 def _shifted(src: Source, fr: dict[str, Any], k: int, shift_ns: int) -> dict[str, Any]:
     """Frame ``fr`` of copy ``k``: its times moved by k periods and ``shift_ns`` (to the wall
     clock of now), its window ids by k loops, its CPU counters on by k loops' gain."""
-    on, rq = src.cpu_gain.get(fr["pid"], (0, 0)) if fr["k"] == "tcpu" else (0, 0)
+    gain = {"tcpu": src.cpu_gain, "scpu": src.sampler_gain}.get(fr["k"], {})
+    on, rq = gain.get(fr["pid"], (0, 0))
     out = shifted(fr, k * src.period_ns + shift_ns, (k * on, k * rq), k * src.windows)
     if fr["k"] == "spans":
         out["fdefs"], out["sdefs"] = [], []   # each node's stream defines them once (Nodes)

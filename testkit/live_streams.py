@@ -21,13 +21,16 @@ def loop_period(frames: list[dict[str, Any]]) -> int:
     return max(s[1] + s[2] for s in spans) - min(s[1] for s in spans)
 
 
-def cpu_gain(frames: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
-    """Each process's cumulative CPU counters' gain (on-CPU, run-queue ns) over the stream: what a
-    repeated copy goes on from."""
+COUNTERS = ("tcpu", "scpu")   # frames of cumulative CPU counters: the main thread's, the sampler's
+
+
+def cpu_gain(frames: list[dict[str, Any]], kind: str = "tcpu") -> dict[int, tuple[int, int]]:
+    """Each process's cumulative CPU counters' gain (on-CPU, run-queue ns) over the stream, in
+    ``kind`` frames (tcpu: the main thread's; scpu: its sampler's): what a repeated copy goes on from."""
     first: dict[int, list[int]] = {}
     last: dict[int, list[int]] = {}
     for fr in frames:
-        if fr["k"] == "tcpu":
+        if fr["k"] == kind:
             for row in fr["samples"]:
                 first.setdefault(fr["pid"], row)
                 last[fr["pid"]] = row
@@ -48,7 +51,7 @@ def shifted(frame: dict[str, Any], dt: int, cpu_off: tuple[int, int] = (0, 0), w
     elif kind == "window":
         out["start"] = out["start"] + dt if out.get("start") else out.get("start")
         out["end"] = out["end"] + dt if out.get("end") else out.get("end")
-    elif kind == "tcpu":
+    elif kind in COUNTERS:
         on, rq = cpu_off
         out["samples"] = [[t + dt, a + on, b + rq] for t, a, b in out["samples"]]
     return out
@@ -60,7 +63,7 @@ def repeated(path: Path, seconds: float, ranks: int | None = None) -> Iterator[d
     is cloned ranks/2 times under new PIDs and ranks (as bench/tui_bench.py does)."""
     frames = [fr for fr in read_frames(path) if isinstance(fr, dict)]
     period = loop_period(frames)
-    gain = cpu_gain(frames)
+    gains = {kind: cpu_gain(frames, kind) for kind in COUNTERS}
     copies = max(ranks // 2, 1) if ranks else 0
     reps = int(seconds * NS // period) + 1
     for k in range(reps):
@@ -73,7 +76,7 @@ def repeated(path: Path, seconds: float, ranks: int | None = None) -> Iterator[d
             if k and kind == "spans":
                 frame = dict(frame, fdefs=[], sdefs=[])
             pid = frame.get("pid")
-            on, rq = gain.get(pid, (0, 0)) if kind == "tcpu" else (0, 0)
+            on, rq = gains[kind].get(pid, (0, 0)) if kind in COUNTERS else (0, 0)
             moved = shifted(frame, k * period, (k * on, k * rq))
             if pid is None or not copies:
                 yield moved

@@ -5,7 +5,8 @@ of a synchronized job meet in backward's all-reduce every step: the fast ones wa
 for the slowest, so they share one step period. py-spy samples each rank as a Poisson
 process (py-spy draws exponential gaps to avoid aliasing) at ``rate_hz`` from a random
 phase; a sample can fail (``error_rate``) and the sampler can stall (``stall_rate``
-stalls per second of ``stall_ms`` each: py-spy descheduled on a busy machine). Like
+stalls per second of ``stall_ms`` each: py-spy descheduled on a busy machine, which its own
+CPU counters show as time waiting for a core, as the agent's ``scpu`` frames do). Like
 py-spy's chrometrace output, only stack *changes* are kept: a span runs from one change
 to the next, so the samples in between, and the ones that were never taken, are invisible.
 
@@ -478,11 +479,14 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
 
 
 def _sample_times(rng: random.Random, rate_hz: float, t0: int, t1: int, error_rate: float,
-                  stall_rate: float, stall_ms: float) -> list[int]:
+                  stall_rate: float, stall_ms: float, stalls: list[tuple[int, int]] | None = None) -> list[int]:
+    """Poisson sample times; each stall (start, end) also goes to ``stalls``."""
     out: list[int] = []
     t = t0 + int(rng.expovariate(rate_hz) * 1e9)
     while t < t1:
         if stall_rate and rng.random() < stall_rate / rate_hz:
+            if stalls is not None:
+                stalls.append((t, t + int(stall_ms * MS)))
             t += int(stall_ms * MS)   # py-spy got no CPU: no sample for a while
         if rng.random() >= error_rate:
             out.append(t)
@@ -533,9 +537,27 @@ def _cpu_rows(pieces: list[tuple[int, int, str, bool]], t0: int, t1: int, every_
     return rows
 
 
+SAMPLER_BUSY = 0.05   # the share of a core the simulated recorder is on while it samples
+
+
+def _sampler_rows(stalls: list[tuple[int, int]], t0: int, t1: int, every_ns: int = 20 * MS
+                  ) -> list[tuple[int, int, int]]:
+    """The recorder's cumulative (on-CPU, run-queue) ns every 20 ms, as the agent reads it
+    (``scpu``): a stall is time it waited for a core, sampling nothing."""
+    rows, queued, last = [], 0, t0
+    for ts in range(t0, t1, every_ns):
+        queued += sum(max(0, min(b, ts) - max(a, last)) for a, b in stalls)
+        last = ts
+        rows.append((ts, int(SAMPLER_BUSY * (ts - t0 - queued)), queued))
+    return rows
+
+
 def simulate(job: Job, rate_hz: float, seconds: float = 10.0, seed: int = 0, error_rate: float = 0.0,
-             stall_rate: float = 0.0, stall_ms: float = 0.0) -> tuple[Recording, list[Truth]]:
-    """A Recording of ``seconds`` of ``job`` sampled at ``rate_hz``, and each rank's truth."""
+             stall_rate: float = 0.0, stall_ms: float = 0.0, stalls_queued: bool = True
+             ) -> tuple[Recording, list[Truth]]:
+    """A Recording of ``seconds`` of ``job`` sampled at ``rate_hz``, and each rank's truth.
+    ``stalls_queued=False``: the recorder's counters show no wait through its stalls (as if it
+    sampled on and the job's stack held: what the analysis must then take for the job's own)."""
     rng = random.Random(seed)
     t0 = 1_000_000_000_000
     # the job has been running for a while when sampling starts, at a random phase of its step
@@ -551,9 +573,11 @@ def simulate(job: Job, rate_hz: float, seconds: float = 10.0, seed: int = 0, err
         rec.targets[pid] = TargetMeta(pid, None, ("train.py",), r if n > 1 else None, r if n > 1 else None,
                                       n if n > 1 else None, t0)
         rec.threads[pid] = {1: ThreadInfo(1, pid, "MainThread", True)}
-        times = _sample_times(rng, rate_hz, t0, end, error_rate, stall_rate, stall_ms)
+        stalls: list[tuple[int, int]] = []
+        times = _sample_times(rng, rate_hz, t0, end, error_rate, stall_rate, stall_ms, stalls)
         rec.spans[pid] = _spans(pid, pieces[r], stacks, times, end)
         rec.cpu[pid] = _cpu_rows(pieces[r], t0, end + 20 * MS)
+        rec.sampler_cpu[pid] = _sampler_rows(stalls if stalls_queued else [], t0, end + 20 * MS)
     first = min(s[0].ts_ns for s in rec.spans.values() if s)
     last = max(s[-1].end_ns for s in rec.spans.values() if s)
     rec._range = (first, last)

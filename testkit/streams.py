@@ -24,10 +24,10 @@ def looped(frames: list[dict[str, Any]], copies: int, period_ns: int | None = No
     ends = [row[1] + row[2] for f in frames if f["k"] == "spans" for row in f["spans"]]
     starts = [row[1] for f in frames if f["k"] == "spans" for row in f["spans"]]
     period = max(max(ends) - min(starts) + 10_000_000, period_ns or 0)
-    cpu_end: dict[int, tuple[int, int]] = {}
+    cpu_end: dict[tuple[str, int], tuple[int, int]] = {}
     for f in frames:
-        if f["k"] == "tcpu" and f["samples"]:
-            cpu_end[f["pid"]] = (f["samples"][-1][1], f["samples"][-1][2])
+        if f["k"] in ("tcpu", "scpu") and f["samples"]:
+            cpu_end[f["k"], f["pid"]] = (f["samples"][-1][1], f["samples"][-1][2])
     window = 0
     for k in range(copies):
         shift = k * period
@@ -48,8 +48,8 @@ def looped(frames: list[dict[str, Any]], copies: int, period_ns: int | None = No
                 g["w"] = window
                 g["start"] = None if f["start"] is None else f["start"] + shift
                 g["end"] = None if f["end"] is None else f["end"] + shift
-            elif kind == "tcpu":
-                on0, rq0 = cpu_end.get(f["pid"], (0, 0))
+            elif kind in ("tcpu", "scpu"):
+                on0, rq0 = cpu_end.get((kind, f["pid"]), (0, 0))
                 g["samples"] = [[t + shift, on + k * on0, rq + k * rq0] for t, on, rq in f["samples"]]
             yield g
     yield {"k": "bye", "t": frames[-1].get("t", 0) + (copies - 1) * period, "reason": "stopped"}

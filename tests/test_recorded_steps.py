@@ -17,23 +17,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json"))
 
 
-# Known wrong (issue "Every step counted"): every ~7th step's fetch takes 2.5 steps (the young
-# generation collected after thousands of memmap slices), boundaries are missed 3.5% of the time,
-# and the period fitted to the intervals counts each slow step as 2-3 steps: 38.5 ms for 36.4
-# (+5.7%), 328 steps for 287
-KNOWN_WRONG = {"truth_hand_written_input": "slow steps now and then are counted as several",
-               # the same: Python encoding's garbage collections make every few steps slow (steps
-               # 34.1 ms for 33.4, +2.2%, but 365 counted for 338), and the typical steps that the
-               # shares are taken over leave the slow fetches out (input 31% of them for 37.5%); the
-               # window's samples hold the right phases (test_a_loader_no_rule_names_is_input_by_data_flow)
-               "truth_hand_written_text": "slow steps now and then are counted as several",
-               # nanoGPT's own train.py with 4 micro-batches: its micro-batches are miscounted now
-               # and then (gaps of 5, 6, 3 between the optimizer's visits beside 45 of 4 and 14 of
-               # 8), so more gaps are multiples of 2 than of 4, and k = 2 is counted though no two
-               # visits were 2 micro-batches apart: 44.3 ms for 89.3 (-50%), 273 steps for 128.
-               # 2 of 4 live 15-s snapshots on this machine read so, the others right or unknown
-               "truth_nanogpt_accum4": "k = 2 counted for 4: more gaps are multiples of 2 than of 4"}
-SHARES_WRONG = {"truth_hand_written_text": "the typical steps leave the slow fetches out"}
+# Known wrong (issue "Every step counted"): nanoGPT's own train.py with 4 micro-batches: its
+# micro-batches are miscounted now and then (gaps of 5, 6, 3 between the optimizer's visits beside
+# 45 of 4 and 14 of 8), so more gaps are multiples of 2 than of 4, and k = 2 is counted though no
+# two visits were 2 micro-batches apart: 44.3 ms for 89.3 (-50%), 273 steps for 128. 2 of 4 live
+# 15-s snapshots on this machine read so, the others right or unknown
+KNOWN_WRONG = {"truth_nanogpt_accum4": "k = 2 counted for 4: more gaps are multiples of 2 than of 4"}
+SHARES_WRONG: dict[str, str] = {}
 
 
 def marked(name: str, known: dict[str, str] = KNOWN_WRONG) -> object:

@@ -245,3 +245,58 @@ def test_a_long_span_is_a_drop_out_only_if_the_thread_worked_through_it():
     assert ran.clock.method == "wraps"
     hidden = len(ran.steps) - len(blocked.steps)
     assert hidden >= 9 and sum(not s.covered for s in ran.steps) == hidden + 1
+
+
+def test_a_long_span_is_a_drop_out_only_if_the_sampler_waited_for_a_core_through_it():
+    # GIVEN 100 ms steps, every boundary seen, the main thread on a CPU throughout (a garbage
+    # collection does work); then one stack held for 1 s...
+    def job(sampler_queued_in_stall: float | None):
+        spans = steps(PATTERN, 61, tid=1)
+        fetch = spans[150]
+        stall = Span(42, 1, fetch.ts_ns, 1_000_000_000, spans[0].stack)
+        shift = stall.dur_ns - fetch.dur_ns
+        spans = spans[:150] + [stall] + [Span(42, 1, s.ts_ns + shift, s.dur_ns, spans[i % 5].stack)
+                                         for i, s in enumerate(spans[151:], 151)]
+        rows, sampler, on, queued = [], [], 0, 0
+        for ts in range(spans[0].ts_ns, spans[-1].end_ns + 20_000_000, 20_000_000):
+            rows.append((ts, on, 0))
+            sampler.append((ts, on // 20, queued))
+            on += 20_000_000
+            if sampler_queued_in_stall is not None and stall.ts_ns <= ts < stall.end_ns:
+                queued += int(20_000_000 * sampler_queued_in_stall)
+        return build_timeline(42, spans, {1: ThreadInfo(1, 42, "MainThread", True)}, RULES, 100, 0, 10**13, rows,
+                              sampler_cpu=sampler if sampler_queued_in_stall is not None else ())
+    # ...while py-spy, whose counters say it never waited for a core, sampled on: the job's own
+    # slow step, its time the phase's
+    own = job(0.0)
+    assert own.clock.method == "wraps"
+    assert max(s.dur_ns for s in own.steps) >= 1_000_000_000
+    assert all(s.covered for s in own.steps)
+    # ...while py-spy waited for a core most of that second: a drop-out over the steps it hid
+    starved = job(0.9)
+    hidden = len(starved.steps) - len(own.steps)
+    assert hidden >= 9 and sum(not s.covered for s in starved.steps) == hidden + 1
+    # ...and with no counters of py-spy's (a stream recorded before them): a drop-out, as before
+    unknown = job(None)
+    assert len(unknown.steps) == len(starved.steps) and sum(not s.covered for s in unknown.steps) == hidden + 1
+
+
+def test_runs_of_missed_boundaries_beyond_chance_are_cut_where_they_are_too_many():
+    from traceml_attach.steps.clock import chance_cut, missed_share
+
+    # a loader's garbage collections of 2.7 steps every few steps, boundaries missed 1.9% of the
+    # time (e^-λ): 18 intervals of three beside 10 of two in 206 steps, where runs of two missed
+    # boundaries come 0.5 times: three steps and more are beyond chance (slow steps)
+    gc = {1: 106, 2: 10, 3: 18, 4: 4, 5: 2}
+    missed = missed_share(gc, 206, 0.0185)
+    assert missed == pytest.approx(10 / 206) and chance_cut(gc, 206, missed, 0.0185) == 2
+    # boundaries missed 8% of the time (30 intervals of two in 375 steps, where e^-λ = 0.02 expects
+    # 8): three intervals of three are chance at that share, two of eight are not
+    uneven = {1: 300, 2: 30, 3: 3, 8: 2}
+    assert chance_cut(uneven, 375, missed_share(uneven, 375, 0.02), 0.02) == 7
+    # bursty delivery on synchronized ranks: runs as many as the share of intervals of two makes
+    bursty = {1: 343, 2: 74, 3: 9, 5: 1}
+    assert chance_cut(bursty, 523, missed_share(bursty, 523, 0.009), 0.009) is None
+    # and where boundaries go unseen too often to bound (e^-λ over CHANCE_UNSEEN), or unmeasured,
+    # no run is beyond chance
+    assert chance_cut(gc, 206, missed, 0.2) is None and missed_share(gc, 206, None) is None

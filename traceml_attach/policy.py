@@ -330,6 +330,12 @@ SWALLOW_RATIO = 2.0
 # where its counters say: a thread blocked that long (on a DataLoader's queue, a lock), or runnable
 # behind other processes (32 DataLoader workers starting), ran no step that a drop-out hid
 SWALLOW_WORK = 1.0
+# and through which the sampler itself waited for a core at least this share of the span's time
+# beyond its stack's usual span, where its own counters say (``scpu`` frames): py-spy runs at a
+# higher priority than the job, and one that was not kept from a core sampled on, so the span was
+# the job's (a garbage collection in a hand-written loader's slicing, 80 ms every few steps, read
+# as drop-outs over 2.7 steps each: 146 steps counted for 115, input 4.6 points under its own)
+DROPOUT_WAIT = 0.5
 
 # -- batch_timeline.py: the sampler's holes
 MAX_SPAN_GAP_INTERVALS = 5  # a hole in sampling longer than this invalidates its step

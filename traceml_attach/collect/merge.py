@@ -53,7 +53,7 @@ def node_frame(node: int, name: str, agent: str | None, state: str, reason: str 
 
 
 # frames whose ``pid`` is rewritten as they are; the others are handled one by one below
-_PID_FRAMES = {"window", "threads", "proc", "tcpu", "mem", "source", "exit", "error", "pstate"}
+_PID_FRAMES = {"window", "threads", "proc", "tcpu", "scpu", "mem", "source", "exit", "error", "pstate"}
 
 
 @dataclass

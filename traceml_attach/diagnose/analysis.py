@@ -90,7 +90,7 @@ def analyze(
             since, rate = stretch(rec, pid, lo, hi)
             timelines[rank] = build_timeline(
                 pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rate, since, hi,
-                rec.cpu.get(pid, ()), rec.sources,
+                rec.cpu.get(pid, ()), rec.sources, rec.sampler_cpu.get(pid, ()),
             )
         sync = synchronized(rec, pids)
         if sync:

@@ -47,6 +47,9 @@ class Recording:
     exits: dict[int, ExitEvent] = field(default_factory=dict)
     # main thread's (ts_ns, on-CPU ns, run-queue ns), cumulative, by pid
     cpu: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    # the py-spy recorders sampling each pid: their (ts_ns, on-CPU ns, run-queue ns), cumulative
+    # (``scpu`` frames; none in streams recorded before them)
+    sampler_cpu: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     restarts: list[tuple[int, int, int, int]] = field(default_factory=list)  # (ts_ns, rank, old, new pid)
     # each process's rate changes (``rate`` frames), in time order; ``trim`` keeps the one in
     # effect at the cut and those after it, ``rate_changes`` counts them all
@@ -153,8 +156,8 @@ class Recording:
                                     bool(d[7])) for d in f["devices"]),
                 tuple((int(p[0]), int(p[1]), _int(p[2]), _int(p[3])) for p in f["procs"]),
             ))
-        elif kind == "tcpu":
-            rows = self.cpu.setdefault(int(f["pid"]), [])
+        elif kind in ("tcpu", "scpu"):
+            rows = (self.cpu if kind == "tcpu" else self.sampler_cpu).setdefault(int(f["pid"]), [])
             rows.extend((int(t), int(on), int(rq)) for t, on, rq in f["samples"])
         elif kind == "mem":
             rss = self.rss.setdefault(int(f["pid"]), [])
@@ -223,7 +226,7 @@ class Recording:
             if keep:
                 del spans[:keep]
                 self.trimmed[pid] = self.trimmed.get(pid, 0) + keep
-        for rows in self.cpu.values():
+        for rows in (*self.cpu.values(), *self.sampler_cpu.values()):
             _cut(rows, before_ns, lambda r: r[0])
         for procs in self.procs.values():
             _cut(procs, before_ns, lambda p: p.ts_ns)

@@ -164,6 +164,7 @@ def _merged(run: Sequence[Step]) -> Step:
                 blocked[phase] = blocked.get(phase, 0) + ns
     return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
                 blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run),
+                held=any(s.held for s in run),
                 aside_ns=sum(s.aside_ns for s in run))
 
 

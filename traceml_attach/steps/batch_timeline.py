@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import overload
 
 from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
-from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO, SWALLOW_WORK
+from traceml_attach.policy import DROPOUT_WAIT, MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO, SWALLOW_WORK
 from traceml_attach.steps.classify import Rules, classifier
-from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand, expand_counted
 from traceml_attach.steps.dataflow import feeding_lines
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, pick_thread, stack_traits, thread_label
 from traceml_attach.steps.period import (
@@ -201,6 +201,7 @@ class CpuCounter:
         self.ts = [r[0] for r in rows]
         self.busy = [r[1] + r[2] for r in rows]
         self.on = [r[1] for r in rows]
+        self.queued = [r[2] for r in rows]
 
     def at(self, ts_ns: int, series: Sequence[int] | None = None) -> float | None:
         values = self.busy if series is None else series
@@ -227,12 +228,27 @@ def blocked_through(on_ns: float | None, step_on_ns: float | None) -> bool:
     return on_ns is not None and step_on_ns is not None and on_ns < SWALLOW_WORK * step_on_ns
 
 
+def sampler_dropped(queued_ns: float | None, excess_ns: float) -> bool:
+    """Whether the sampler can have dropped out through a long span: it waited for a core for at
+    least DROPOUT_WAIT of the span's time beyond its stack's usual span (``queued_ns``, from its
+    own counters). py-spy runs ahead of the job; one that got a core sampled on, and the long span
+    was the job's. Without its counters (streams recorded before them), it may have."""
+    return queued_ns is None or queued_ns >= DROPOUT_WAIT * excess_ns
+
+
 def _on(counter: CpuCounter | None, start_ns: int, end_ns: int) -> float | None:
     """The thread's time on a CPU through [start_ns, end_ns), where its counters cover it."""
-    if counter is None:
-        return None
-    on0, on1 = counter.at(start_ns, counter.on), counter.at(end_ns, counter.on)
-    return None if on0 is None or on1 is None else on1 - on0
+    return _gain(counter, counter.on, start_ns, end_ns) if counter is not None else None
+
+
+def _queued(counter: CpuCounter | None, start_ns: int, end_ns: int) -> float | None:
+    """The time waiting for a CPU through [start_ns, end_ns), where the counters cover it."""
+    return _gain(counter, counter.queued, start_ns, end_ns) if counter is not None else None
+
+
+def _gain(counter: CpuCounter, series: Sequence[int], start_ns: int, end_ns: int) -> float | None:
+    v0, v1 = counter.at(start_ns, series), counter.at(end_ns, series)
+    return None if v0 is None or v1 is None else v1 - v0
 
 
 def _around(rows: Sequence[tuple[int, int, int]], start_ns: int, end_ns: int) -> Sequence[tuple[int, int, int]]:
@@ -274,9 +290,11 @@ def build_timeline(
     end_ns: int,
     cpu: Sequence[tuple[int, int, int]] = (),
     sources: Mapping[str, str] | None = None,
+    sampler_cpu: Sequence[tuple[int, int, int]] = (),
 ) -> Timeline:
     """Classify and segment one process's spans inside [start_ns, end_ns) (``sources``: the job's
-    own files, for what its training loop computes the loss from: steps/dataflow.py)."""
+    own files, for what its training loop computes the loss from: steps/dataflow.py; ``cpu``: its
+    main thread's counters; ``sampler_cpu``: its py-spy recorders')."""
     window = clip_spans(spans, start_ns, end_ns)
     tid = pick_thread(window, threads, rules)
     mine = sorted((s for s in window if s.tid == tid), key=lambda s: s.ts_ns)
@@ -299,14 +317,16 @@ def build_timeline(
     # The agent reads the main thread's counters: use them only for the main thread.
     main = info is not None and info.os_tid == os_pid(pid)
     counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and main else None
-    intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz)
+    sampler = CpuCounter(_around(sampler_cpu, start_ns, end_ns)) if sampler_cpu else None
+    intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz,
+                           sampler)
     clock, counts = _clock(intervals, segments, loop, rate_hz)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
             labels[seg.label or "other"] += seg.dur_ns
     name = thread_label(info, pid)
-    steps = expand(intervals, counts, clock.unseen)
+    steps = expand_counted(intervals, counts, clock.unseen)
     first, last = (mine[0].ts_ns, mine[-1].end_ns) if mine else (None, None)
     if clock.known:
         # the typical step: the fitted period (a ratio over the intervals on the comb), robust to a
@@ -340,6 +360,7 @@ def _intervals(
     holes: list[tuple[int, int]],
     counter: CpuCounter | None,
     rate_hz: int,
+    sampler: CpuCounter | None = None,
 ) -> list[Step]:
     steps = []
     i = 0
@@ -358,13 +379,17 @@ def _intervals(
         while i < len(segments) and segments[i].ts_ns + segments[i].dur_ns <= start:
             i += 1
         j = i
-        swallowing = False
+        swallowing = held = False
         while j < len(segments) and segments[j].ts_ns < end:
             seg = segments[j]
             lo, hi = max(seg.ts_ns, start), min(seg.ts_ns + seg.dur_ns, end)
-            if (seg.dur_ns >= gap_ns and seg.dur_ns >= SWALLOW_RATIO * usual[id(seg.span.stack)]
+            typical = usual[id(seg.span.stack)]
+            if (seg.dur_ns >= gap_ns and seg.dur_ns >= SWALLOW_RATIO * typical
                     and not blocked_through(_on(counter, seg.ts_ns, seg.ts_ns + seg.dur_ns), step_on)):
-                swallowing = True
+                if sampler_dropped(_queued(sampler, seg.ts_ns, seg.ts_ns + seg.dur_ns), seg.dur_ns - typical):
+                    swallowing = True
+                else:
+                    held = True
             if hi > lo:
                 phases[seg.phase] += hi - lo
                 if seg.phase == "wait" and seg.label in ASIDE_LABELS:
@@ -377,7 +402,8 @@ def _intervals(
                         idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
                         blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
-        steps.append(Step(start, end, phases, blocked, swallowing=swallowing, aside_ns=aside))
+        steps.append(Step(start, end, phases, blocked, swallowing=swallowing, held=held and not swallowing,
+                          aside_ns=aside))
     return steps
 
 

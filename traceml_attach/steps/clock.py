@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
@@ -39,9 +40,12 @@ class Step:
     # False: one of several steps in an interval whose boundaries sampling cannot have missed by
     # chance (a py-spy drop-out); it counts as a step, its time is not attributed to phases.
     covered: bool = True
-    # (observed intervals) it holds a span far longer than its stack's usual span: the sampler
-    # saw nothing change for that long where the thread usually moves on (see ``expand``)
+    # (observed intervals) it holds a span far longer than its stack's usual span, through which
+    # the thread worked: the sampler saw nothing change for that long where the thread usually
+    # moves on (see ``expand``). ``swallowing``: it may have dropped out (it waited for a core, or
+    # its counters are unknown); ``held``: it sampled on, and the thread held that stack
     swallowing: bool = False
+    held: bool = False
     # (observed intervals) its time in an evaluation or a checkpoint (ASIDE_LABELS): an iteration
     # that evaluates is one step, counted on the time it spent training (``counted_ns``)
     aside_ns: int = 0
@@ -146,6 +150,57 @@ def hidden_by_chance(k: int, unseen: float | None) -> bool:
     return depth is None or k <= depth
 
 
+def missed_share(counts: Mapping[int, int], total: int, unseen: float | None) -> float | None:
+    """The chance that a boundary goes unseen, as the intervals are expanded by (``expand``):
+    ``unseen`` (e^-λ), or the share of the steps that end an interval of two (one boundary missed)
+    where that is more. λ averages visits of uneven length, and the short ones are missed far more
+    often than e^-λ: 8 synchronized ranks whose DataLoader delivers in bursts wait out two steps in
+    three in backward, and the ~1 ms visits outside it between them go unseen half the time (74
+    intervals of two in 523 steps, where e^-λ = 0.009 expects 5). ``counts`` holds how many
+    intervals that swallowed no drop-out (``Step.swallowing``: not missed by chance) count each
+    number of steps, ``total`` the steps of all of them. None stays None (unmeasured: any count
+    stands)."""
+    if unseen is None:
+        return None
+    return max(unseen, counts.get(2, 0) / total) if total > 0 else unseen
+
+
+def chance_cut(counts: Mapping[int, int], total: int, missed: float | None, unseen: float | None = None) -> int | None:
+    """The fewest boundaries in a row (two or more) that the intervals hide more often than chance
+    can; None where they hide none that often, or where boundaries go unseen too often for chance
+    to bound at all (``chance_depth`` of ``unseen``, e^-λ, None).
+
+    ``counts`` and ``total`` are as ``missed_share`` has them, ``missed`` its result. Missed
+    boundaries come in runs like coin flips: of the N steps' boundaries, about N·missed^k start
+    runs of k or more. More intervals of k or more than a Poisson count of that mean reaches with
+    DROPOUT_UNSEEN are not runs of missed boundaries but slow steps (or drop-outs: ``expand``
+    tells them apart). Deepest first, each depth counting the intervals not yet found beyond
+    chance: a loader's garbage collections of 2.7 steps every few steps (18 intervals of three
+    steps beside 10 of two, in 206 steps) were counted as 3 steps each, 147 counted for the job's
+    121. A share of intervals of two just over CHANCE_UNSEEN (22 in 438 steps) leaves the cut
+    where it was: the 32 intervals of three beside them are as far beyond chance."""
+    if missed is None or not counts or chance_depth(missed if unseen is None else unseen) is None:
+        return None
+    deepest = max(counts) - 1
+    cut = deepest + 1
+    for k in range(deepest, 1, -1):
+        seen = sum(m for n, m in counts.items() if k <= n - 1 < cut)
+        if seen and _poisson_tail(seen, total * missed ** k) < DROPOUT_UNSEEN:
+            cut = k
+    return cut if cut <= deepest else None
+
+
+def _poisson_tail(m: int, mean: float) -> float:
+    """P(X >= m) for X Poisson with ``mean``."""
+    if mean <= 0.0:
+        return 0.0 if m > 0 else 1.0
+    term = total = math.exp(-mean)
+    for i in range(1, m):
+        term *= mean / i
+        total += term
+    return max(0.0, 1.0 - total)
+
+
 def shared_unseen(unseen: float | None) -> float | None:
     """The ``unseen`` a synchronized rank's intervals are expanded with when they are counted on
     another rank's steps (its period or its boundaries, ``sync.share_period``): those counts are
@@ -156,17 +211,21 @@ def shared_unseen(unseen: float | None) -> float | None:
     return unseen if unseen is not None and unseen < DROPOUT_UNSEEN else None
 
 
-def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None) -> tuple[Step, ...]:
+def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None,
+           cut: int | None = None, missed: float | None = None) -> tuple[Step, ...]:
     """Each interval as its ``count`` steps: equal parts of its time and of each phase.
 
     Where sampling cannot have missed the interval's count - 1 boundaries by chance
-    (``hidden_by_chance``), an interval as long as several steps is either a sampler drop-out,
-    which shows as a span that swallowed the stacks in between (its steps count, their time is
-    not covered), or one slow step (a checkpoint, an eval, a DataLoader refilling): with every
-    boundary visible, no boundary is invented in it."""
+    (``hidden_by_chance``: at ``unseen``, or ``missed`` for an interval whose one stack the thread
+    ``held`` while the sampler sampled on, ``missed_share``), or the intervals miss ``cut`` or
+    more too often for chance (``chance_cut``), an interval as long as several steps is either a
+    sampler drop-out, which shows as a span that swallowed the stacks in between (its steps
+    count, their time is not covered), or one slow step (a checkpoint, an eval, a DataLoader
+    refilling, a garbage collection): with every boundary visible, no boundary is invented in it."""
     out: list[Step] = []
     for step, n in zip(intervals, counts, strict=True):
-        certain = not hidden_by_chance(n - 1, unseen)
+        chance = missed if step.held and missed is not None else unseen
+        certain = not hidden_by_chance(n - 1, chance) or (cut is not None and n - 1 >= cut)
         if n == 1 or (certain and not step.swallowing):
             out.append(step)
             continue
@@ -176,6 +235,15 @@ def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | Non
             out.append(Step(step.start_ns + step.dur_ns * k // n, step.start_ns + step.dur_ns * (k + 1) // n,
                             phases, blocked, covered=not certain))
     return tuple(out)
+
+
+def expand_counted(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None) -> tuple[Step, ...]:
+    """``expand`` at the chance of a missed boundary that the counts themselves show
+    (``missed_share``, ``chance_cut``, over the intervals that swallowed no drop-out)."""
+    chance = Counter(n for step, n in zip(intervals, counts, strict=True) if not step.swallowing)
+    total = sum(counts)
+    missed = missed_share(chance, total, unseen)
+    return expand(intervals, counts, unseen, chance_cut(chance, total, missed, unseen), missed)
 
 
 def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:

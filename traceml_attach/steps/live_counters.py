@@ -56,6 +56,12 @@ class CounterJoin:
         on0, on1 = self.busy_at(start_ns, True), self.busy_at(end_ns, True)
         return None if on0 is None or on1 is None else on1 - on0
 
+    def queued(self, start_ns: int, end_ns: int) -> float | None:
+        """The time waiting for a CPU through [start_ns, end_ns), where the rows cover it."""
+        on = self.on(start_ns, end_ns)
+        b0, b1 = self.busy_at(start_ns), self.busy_at(end_ns)
+        return None if on is None or b0 is None or b1 is None else b1 - b0 - on
+
     def blocked(self, sync: Sequence[tuple[int, int, str]]) -> dict[str, int] | None:
         """As ``timeline._intervals``: the time blocked in each synchronizing phase."""
         blocked: dict[str, int] = {}
@@ -77,8 +83,8 @@ class CounterJoin:
             record.pending = False
             # its long spans are judged again with the counters through them (a blocked thread
             # swallowed no steps)
-            swallowing = (window.spans.swallowing(record.long_spans) if window.certain and record.long_spans
-                          else record.step.swallowing)
+            swallowing, held = (window.spans.swallowing(record.long_spans) if window.certain and record.long_spans
+                                else (record.step.swallowing, record.step.held))
             window.restep(record, replace(record.step, blocked_sync_ns=self.blocked(record.sync),
-                                          swallowing=swallowing))
+                                          swallowing=swallowing, held=held))
         self.pending = still

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import chain
@@ -32,7 +33,16 @@ from traceml_attach.policy import (
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
 )
-from traceml_attach.steps.clock import Step, StepClock, chance_depth, clock_of, expand, shared_unseen
+from traceml_attach.steps.clock import (
+    Step,
+    StepClock,
+    chance_cut,
+    chance_depth,
+    clock_of,
+    expand,
+    missed_share,
+    shared_unseen,
+)
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
 from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median, strays, too_ambiguous
@@ -54,7 +64,7 @@ class Swallowing(Protocol):
     """Whether an interval's long spans are far longer than their stacks' usual spans (the
     tracker knows the spans; see ``timeline._intervals``)."""
 
-    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> bool: ...
+    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> tuple[bool, bool]: ...
 
     def forget_usual(self) -> None: ...
 
@@ -103,6 +113,12 @@ class IntervalWindow:
         self.rid = 0
         self.sums = StepSums()                # running sums over the steps (steptime.step_totals)
         self.n_total = 0                      # the steps the intervals count as
+        # how many intervals that swallowed no drop-out count each number of steps, and the steps
+        # all intervals count (clock.missed_share, chance_cut)
+        self.counted: Counter[int] = Counter()
+        self.counted_steps = 0
+        # clock.missed_share and chance_cut of them, as the intervals were last expanded
+        self.expansion: tuple[float | None, int | None] = (None, None)
         self.clock = StepClock("unknown", None)
         self.unseen: float | None = None
         # the most boundaries chance can hide (clock.chance_depth); while it is known, an interval
@@ -133,9 +149,9 @@ class IntervalWindow:
     def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
             long_spans: Sequence[tuple[int, int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
             aside: int = 0) -> Interval:
-        swallowing = self.certain and bool(long_spans) and self.spans.swallowing(long_spans)
+        swallowing, held = (self.spans.swallowing(long_spans) if self.certain and long_spans else (False, False))
         self.rid += 1
-        step = Step(start, end, phases, blocked, swallowing=swallowing, aside_ns=aside)
+        step = Step(start, end, phases, blocked, swallowing=swallowing, held=held, aside_ns=aside)
         record = Interval(self.rid, step)
         record.long_spans, record.pending = tuple(long_spans), pending
         if pending:   # read again when the CPU counter has reached its end
@@ -150,6 +166,7 @@ class IntervalWindow:
             record.n = self.joint_count(record.dur)[0]
         if record.n != 1:
             record.steps = self._expand(record)
+        self._tally(record, 1)
         self.records.append(record)
         self.intervals.append(step)
         if self.flat_ok:
@@ -169,6 +186,7 @@ class IntervalWindow:
         for record in gone:
             self._add(record, -1)
             self._own_sums(record, -1)
+            self._tally(record, -1)
             record.alive = False
         del self.records[:k]
         self.intervals.drop(k)
@@ -179,7 +197,9 @@ class IntervalWindow:
         """Replace an interval's measurement (its CPU counter came, its swallowing changed)."""
         if step == record.step or not record.alive:
             return
+        self._tally(record, -1)
         record.step = step
+        self._tally(record, 1)
         self.intervals[self._index(record)] = step
         self._set_steps(record, self._expand(record))
 
@@ -190,7 +210,13 @@ class IntervalWindow:
         if record.n == 1:
             return (record.step,)
         # a synchronized rank counted on the reference's period: as sync.share_period
-        return expand((record.step,), (record.n,), shared_unseen(self.unseen) if self.mode == "joint" else self.unseen)
+        missed, cut = self.expansion
+        return expand((record.step,), (record.n,), self._unseen(), cut, missed)
+
+    def _unseen(self) -> float | None:
+        """The chance of an unseen boundary the counts are expanded at (clock.shared_unseen on the
+        reference's period, as sync.share_period)."""
+        return shared_unseen(self.unseen) if self.mode == "joint" else self.unseen
 
     def _set_steps(self, record: Interval, steps: tuple[Step, ...]) -> None:
         old = record.steps
@@ -207,8 +233,16 @@ class IntervalWindow:
 
     def _set_n(self, record: Interval, n: int) -> None:
         if n != record.n:
+            self._tally(record, -1)
             record.n = n
+            self._tally(record, 1)
             self._set_steps(record, self._expand(record))
+
+    def _tally(self, record: Interval, sign: int) -> None:
+        """Count (1) or uncount (-1) an interval in ``counted``, ``counted_steps``."""
+        self.counted_steps += sign * record.n
+        if not record.step.swallowing:
+            self.counted[record.n] += sign
 
     def _add(self, record: Interval, sign: int) -> None:
         """Add (1) or take away (-1) an interval's steps from the running step totals."""
@@ -217,6 +251,7 @@ class IntervalWindow:
 
     def _reexpand(self) -> None:
         """Every interval expanded again (its count or the clock's certainty changed)."""
+        self.expansion = self._expansion()
         self.flat_ok = False
         self.sums = StepSums()
         self.n_total = 0
@@ -303,7 +338,9 @@ class IntervalWindow:
         for record in self.records:
             n = count(record)
             if n != record.n:
+                self._tally(record, -1)
                 record.n = n
+                self._tally(record, 1)
                 changed = True
         if changed:
             self._reexpand()
@@ -321,9 +358,11 @@ class IntervalWindow:
             self.spans.forget_usual()
             for record in self.records:
                 if record.long_spans:
-                    swallowing = self.spans.swallowing(record.long_spans)
-                    if swallowing != record.step.swallowing:
-                        record.step = replace(record.step, swallowing=swallowing)
+                    swallowing, held = self.spans.swallowing(record.long_spans)
+                    if (swallowing, held) != (record.step.swallowing, record.step.held):
+                        self._tally(record, -1)
+                        record.step = replace(record.step, swallowing=swallowing, held=held)
+                        self._tally(record, 1)
                         self.intervals[self._index(record)] = record.step
         elif old is not None and depth is not None:
             # only the intervals of more steps than the shallower depth allows change
@@ -391,7 +430,8 @@ class IntervalWindow:
             self.spans.forget_usual()
             for record in self.records:
                 if record.long_spans:
-                    self.restep(record, replace(record.step, swallowing=self.spans.swallowing(record.long_spans)))
+                    swallowing, held = self.spans.swallowing(record.long_spans)
+                    self.restep(record, replace(record.step, swallowing=swallowing, held=held))
         ok = self.whole > 0 and pins_median(self.whole, self.own_total, jit, period)
         r_bar = None
         if not wraps:
@@ -444,15 +484,30 @@ class IntervalWindow:
 
     # --- what the batch gives ----------------------------------------------------------------
 
+    def _expansion(self) -> tuple[float | None, int | None]:
+        """``clock.missed_share`` and ``chance_cut`` of the intervals' own counts (as
+        build_timeline expands them)."""
+        unseen = self._unseen()
+        missed = missed_share(self.counted, self.counted_steps, unseen)
+        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen)
+
+    def settle(self) -> None:
+        """Expand every interval again where the counts seen so far move how they expand."""
+        if self._expansion() != self.expansion:
+            self._reexpand()
+
     def steps(self) -> LogView[Step]:
+        self.settle()
         if not self.flat_ok:
             self.flat.reset(chain.from_iterable(r.steps for r in self.records))
             self.flat_ok = True
         return self.flat.view()
 
     def median_step(self) -> float:
+        self.settle()
         return self.sums.median()
 
     def totals(self, step_ms: float | None) -> StepTotals:
         """The running sums over the window's steps (``steptime.step_totals``)."""
+        self.settle()
         return self.sums.totals(step_ms, (s for r in self.records for s in r.steps))

@@ -58,6 +58,7 @@ from traceml_attach.steps.batch_timeline import (
     inside,
     loop_feeding,
     returns,
+    sampler_dropped,
 )
 from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.clock import StepClock, edge_steps
@@ -93,6 +94,7 @@ class RankTracker(SpanWindow):
         self.next_loop_ns: int | None = None
         self.loop_checks = 0
         self.counters = CounterJoin()        # the main thread's CPU counters, joined to the intervals
+        self.sampler = CounterJoin()         # its py-spy recorders' (whether one waited for a core)
         self.sources: Mapping[str, str] = {}    # the job's own files (the loop's data flow: dataflow.py)
         self.usual: dict[int, float] = {}    # id(stack) -> its median span on the thread
         self._work: tuple[tuple[int, int], float | None] | None = None   # (window key, step_work)
@@ -133,6 +135,7 @@ class RankTracker(SpanWindow):
         """Read the new spans that start before end_ns, forget those that ended by start_ns,
         and keep the thread, loop and clock up to date."""
         self.counters.rows = rec.cpu.get(self.pid, [])
+        self.sampler.rows = rec.sampler_cpu.get(self.pid, [])
         self.sources = rec.sources
         mine = self.read_new(rec, start_ns, end_ns)
         if mine:
@@ -307,11 +310,14 @@ class RankTracker(SpanWindow):
         if pending:
             self.counters.pending.append(record)
 
-    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> bool:
-        """A span far longer than its stack's usual span (its median on the thread), in which the
-        thread did a step's work, as in ``timeline._intervals``; the medians are kept until
-        ``forget_usual``."""
+    def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> tuple[bool, bool]:
+        """(swallowing, held) as ``Step`` has them: a span far longer than its stack's usual span
+        (its median on the thread), in which the thread did a step's work, and the sampler waited
+        for a core (or its counters are unknown) or not, as in ``timeline._intervals``; the medians
+        are kept until ``forget_usual``."""
         counter = self._uses_counter()
+        sampler = self.sampler if self.sampler.rows else None
+        held = False
         for key, ns, ts in long_spans:
             usual = self.usual.get(key)
             if usual is None:
@@ -319,8 +325,10 @@ class RankTracker(SpanWindow):
                 usual = self.usual[key] = statistics.median(durs) if durs else float(ns)
             if ns >= SWALLOW_RATIO * usual and not (
                     counter and blocked_through(self.counters.on(ts, ts + ns), self._step_work())):
-                return True
-        return False
+                if sampler_dropped(sampler.queued(ts, ts + ns) if sampler else None, ns - usual):
+                    return True, False
+                held = True
+        return False, held
 
     def _step_work(self) -> float | None:
         """``CpuCounter.step_work`` over the window's intervals, kept while they stay the same."""

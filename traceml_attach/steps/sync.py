@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from traceml_attach.policy import AGREE, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN
 from traceml_attach.steps.batch_timeline import Timeline, without_period
-from traceml_attach.steps.clock import IRREGULAR, StepClock, edge_steps, expand, shared_unseen
+from traceml_attach.steps.clock import IRREGULAR, StepClock, edge_steps, expand_counted, shared_unseen
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.period import map_counts
 
@@ -90,7 +90,7 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
         edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz, tl.clock.unseen)
         clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
-        out[rank] = replace(tl, steps=expand(tl.intervals, counts, shared_unseen(tl.clock.unseen)), clock=clock)
+        out[rank] = replace(tl, steps=expand_counted(tl.intervals, counts, shared_unseen(tl.clock.unseen)), clock=clock)
     return out
 
 

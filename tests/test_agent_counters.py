@@ -1,0 +1,109 @@
+"""The CPU counters the agent reads beside the stacks: the job's main thread's (``tcpu``) and its
+py-spy recorders' (``scpu``), from schedstat, every 20 ms. The recorders' tell a sampler that
+waited for a core (a drop-out: the span it had open swallowed that time) from a job that held one
+stack while it sampled on (a garbage collection: steps/batch_timeline.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from traceml_agent.sampler import SamplerCpu, ThreadCpu
+from traceml_attach.collect.merge import _PID_FRAMES
+from traceml_attach.ingest.stream import Recording
+
+# threads that spin in hashlib, which lets go of the GIL: they run at once, on two cores
+SPIN = ("import hashlib, threading, time\nend = time.time() + 30\ndata = bytes(1 << 20)\n"
+        "def spin():\n    while time.time() < end: hashlib.sha256(data).digest()\n")
+
+
+def spinning(threads: int, cpu: int | None = None) -> subprocess.Popen[bytes]:
+    """A process of ``threads`` threads that spin (pinned to one CPU where ``cpu`` is given)."""
+    code = SPIN + f"ts = [threading.Thread(target=spin) for _ in range({threads})]\n[t.start() for t in ts]\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    if cpu is not None:
+        os.sched_setaffinity(proc.pid, {cpu})
+    return proc
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_main_threads_counters_grow_as_it_runs_and_its_file_is_closed():
+    before = open_fds()
+    cpu = ThreadCpu(os.getpid())
+    cpu.read()
+    deadline = time.perf_counter() + 0.05
+    while time.perf_counter() < deadline:
+        pass
+    cpu.read()
+    frame = cpu.frame()
+    (t0, on0, q0), (t1, on1, q1) = frame["samples"]
+    assert frame["k"] == "tcpu" and t1 > t0 and on1 - on0 >= 30_000_000 and q1 >= q0
+    assert open_fds() == before + 1   # kept open between reads...
+    cpu.close()
+    assert open_fds() == before       # ...and closed at the end
+
+
+def test_the_recorders_counters_sum_their_threads_take_the_busier_recorder_and_close_when_it_ends():
+    # GIVEN two stand-ins for py-spy recorders sampling one job: one that spins on two threads,
+    # one that sleeps (a hand-over, when both run)
+    busy, idle = spinning(2), subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    before = open_fds()
+    counters = SamplerCpu(4242)
+    try:
+        time.sleep(0.3)   # both started their threads
+        counters.read([busy.pid, idle.pid])
+        time.sleep(0.5)
+        counters.read([busy.pid, idle.pid])
+        # WHEN the busy one ends
+        busy.kill()
+        busy.wait()
+        counters.read([busy.pid, idle.pid])
+        frame = counters.frame()
+        # THEN each reading added the larger increment of the two, over all of a recorder's threads
+        assert frame["k"] == "scpu" and frame["pid"] == 4242
+        (_, on0, _), (_, on1, _), (_, on2, _) = frame["samples"]
+        assert on0 == 0 and on1 >= 0.6e9   # two threads spinning for 0.5 s
+        assert on2 == on1                  # the idle one added (almost) nothing
+        # and the ended one's files are closed; the idle one's stay open until the end
+        assert open_fds() > before
+        counters.close()
+        assert open_fds() == before
+    finally:
+        for proc in (busy, idle):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_recorder_that_waits_for_a_core_shows_it_as_run_queue_time():
+    # GIVEN a stand-in recorder pinned to one CPU with three spinning threads of another process
+    cpu = min(os.sched_getaffinity(0))
+    recorder, hogs = spinning(1, cpu), spinning(3, cpu)
+    counters = SamplerCpu(4242)
+    try:
+        time.sleep(0.3)
+        counters.read([recorder.pid])
+        time.sleep(1.0)
+        counters.read([recorder.pid])
+        # THEN its waiting for the CPU shows: a quarter of it at most on it, much of the rest queued
+        (_, on0, q0), (_, on1, q1) = counters.frame()["samples"]
+        assert on1 - on0 <= 0.5e9 and q1 - q0 >= 0.4e9, (on1 - on0, q1 - q0)
+    finally:
+        counters.close()
+        for proc in (recorder, hogs):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_recording_keeps_the_recorders_counters_trims_them_and_the_collector_relays_them():
+    rec = Recording()
+    rec.add({"k": "scpu", "pid": 7, "samples": [[10, 1, 0], [20, 2, 5], [30, 3, 9]]})
+    rec.add({"k": "tcpu", "pid": 7, "tid": 7, "samples": [[10, 100, 0]]})
+    assert rec.sampler_cpu[7] == [(10, 1, 0), (20, 2, 5), (30, 3, 9)] and rec.cpu[7] == [(10, 100, 0)]
+    rec.trim(25)
+    assert rec.sampler_cpu[7] == [(20, 2, 5), (30, 3, 9)]   # one row before the cut, to interpolate
+    assert "scpu" in _PID_FRAMES
