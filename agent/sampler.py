@@ -14,7 +14,6 @@ from where its spans were sampled at the new rate.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
@@ -31,6 +30,7 @@ from typing import Any
 from traceml_agent import source
 from traceml_agent.cost import COST_EVERY_S, CpuParts
 from traceml_agent.discovery import exit_status
+from traceml_agent.procfile import Reread
 from traceml_agent.procstats import ProcPoller
 from traceml_agent.pyspy import PySpyError, RawSpan, RecordWindow, WindowResult
 from traceml_agent.rate import Rate, RateGovernor
@@ -152,7 +152,7 @@ class Sampler:
                         cpu.read()
                         recorders_cpu.read(pid for pid in (w.recorder_pid for w in windows) if pid is not None)
                     with costs.part("watch"):
-                        ended = self._changed(watch.look()) or self._gone()
+                        ended = self._changed(watch.look())   # an exit, a zombie's status with it
                     if ended:
                         reason = "target_exited"
                         return reason
@@ -183,7 +183,7 @@ class Sampler:
                     next_mem = now + cfg.mem_every_s
                     with costs.part("rss"):
                         mem.read()
-                if now >= next_proc:   # the 20 ms branch above has just checked _gone()
+                if now >= next_proc:   # the 20 ms branch above has just looked at the target
                     next_proc = now + cfg.proc_every_s
                     with costs.part("proc"):
                         frame = poller.poll()
@@ -216,6 +216,8 @@ class Sampler:
             self.writer.write(recorders_cpu.frame())
             cpu.close()
             recorders_cpu.close()
+            watch.close()
+            mem.close()
             self.writer.write(costs.frame(self.pid))
             self.writer.write(mem.frame())
             if reason == "target_exited":
@@ -398,17 +400,19 @@ class RssTrace:
     enough to tell in which phase of a step memory grows (its workers' come with ``proc``)."""
 
     def __init__(self, pid: int) -> None:
-        self._path = f"/proc/{pid}/statm"
+        self._file = Reread(f"/proc/{pid}/statm")
         self.pid = pid
         self._rows: list[list[int]] = []
 
     def read(self) -> None:
         try:
-            with open(self._path, encoding="ascii") as fh:
-                resident = int(fh.read().split()[1])
-        except (OSError, ValueError, IndexError):
+            resident = int((self._file.read() or "").split()[1])
+        except (ValueError, IndexError):
             return
         self._rows.append([time.time_ns(), resident * PAGE_BYTES])
+
+    def close(self) -> None:
+        self._file.close()
 
     def frame(self) -> dict[str, Any]:
         rows, self._rows = self._rows, []
@@ -416,31 +420,6 @@ class RssTrace:
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-class Reread:
-    """A /proc file kept open and read again from its start: 1 µs a read here, where opening it
-    each time took 12 (read 50 times a second per rank, and per recorder thread)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def read(self) -> str | None:
-        """Its text now; None where it cannot be read (the thread or process is gone)."""
-        try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            return os.pread(self._fd, 256, 0).decode("ascii", "replace")
-        except OSError:
-            self.close()
-            return None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
 
 
 def _schedstat(file: Reread) -> tuple[int, int] | None:

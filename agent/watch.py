@@ -22,6 +22,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from traceml_agent.procfile import Reread
+
 STOPPED_STATES = {"T": "stopped by a signal (SIGSTOP or SIGTSTP)", "t": "held by a debugger or tracer"}
 
 
@@ -37,8 +39,16 @@ def read_stat(pid: int) -> ProcStat | None:
     """The process's stat line, or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+            return parse_stat(fh.read())
+    except OSError:
+        return None
+
+
+def parse_stat(text: str) -> ProcStat | None:
+    """A stat line's fields, or None when it is not one."""
+    try:
+        fields = text.rsplit(")", 1)[1].split()
+    except IndexError:
         return None
     # fields[0] is field 3 (state); field n is fields[n - 3]
     try:
@@ -112,6 +122,12 @@ class TargetWatch:
         self.cmd = command_line(pid)
         self.stopped_since: int | None = None   # wall-clock ns, while it is stopped
         self._why_stopped = ""
+        # kept open: 50 looks a second. Once the process is gone it reads nothing, and a fresh
+        # read of the PID's stat tells an exit from a PID taken by another process
+        self._stat = Reread(f"/proc/{pid}/stat", 4096)
+
+    def close(self) -> None:
+        self._stat.close()
 
     def _new_command(self, wait_s: float = 0.5) -> str:
         """The command line after an exec, read once the new program's is there (caught in the
@@ -123,7 +139,8 @@ class TargetWatch:
 
     def look(self) -> Change | None:
         now = time.time_ns()
-        stat = read_stat(self.pid)
+        text = self._stat.read()
+        stat = parse_stat(text) if text else read_stat(self.pid)
         if stat is None:
             return Change("exited", now)
         if self.start_ticks is not None and stat.start_ticks != self.start_ticks:
@@ -133,7 +150,10 @@ class TargetWatch:
         if stat.state in ("Z", "X"):
             return Change("exited", now, None if stat.wait_status is None else exit_code(stat.wait_status))
         moved = self.arg_start is not None and stat.arg_start is not None and stat.arg_start != self.arg_start
-        if moved or (self.exe is not None and (exe := _exe(self.pid)) is not None and exe != self.exe):
+        # the executable is read where the arguments' address is not (no ptrace access): an exec
+        # moves that address
+        unread = self.arg_start is None or stat.arg_start is None
+        if moved or (unread and self.exe is not None and (exe := _exe(self.pid)) is not None and exe != self.exe):
             return Change("exec", now, message=(
                 f"process {self.pid} replaced itself with another program (exec: now `{self._new_command()}`, "
                 f"was `{self.cmd}`): it is no longer the job, and is not sampled"))

@@ -232,6 +232,22 @@ def test_strong_odds_of_accumulation_stand_against_a_few_adjacent_optimizer_visi
     assert weak is not None and weak[1] < 1000 and not _unjudged(even, weak)
 
 
+def test_miscounted_micro_batches_leave_the_true_k_not_a_divisor_of_it():
+    # GIVEN the optimizer's 91 gaps (in micro-batches) on nanoGPT's own train.py with 4 micro-batches a
+    # step (tests/fixtures/truth_nanogpt_accum4), a fifth of them miscounted by a return missed or
+    # doubled: 45 of 4 and 14 of 8, one of 2; 63 multiples of 4 (under MULTIPLE_SHARE), 73 of 2
+    from traceml_attach.steps.accumulation import _multiples_in
+
+    gaps = ([4] * 45 + [8] * 14 + [6] * 6 + [5] * 6 + [9] * 4 + [7] * 4 + [12] * 2 + [16] * 2 + [10] * 2
+            + [3] * 2 + [11, 13, 2, 14])
+    assert sum(g % 4 == 0 for g in gaps) == 63 and sum(g % 2 == 0 for g in gaps) == 73
+    # THEN k is 4, the likeliest of 2's multiples, not 2 (the job's 89 ms steps were given as 44 ms)
+    k, chance, n = _multiples_in(gaps, 0.166)
+    assert (k, n) == (4, 91) and chance < 1e-10
+    # and where the gaps are whole multiples of 2 with none of 4 likelier, 2 stands
+    assert _multiples_in([2] * 40 + [4] * 12 + [6] * 3 + [3] * 2, 0.35)[0] == 2
+
+
 def test_hf_parameter_counting_is_not_the_update():
     # GIVEN HF Trainer with 4 micro-batches a step (examples/hf_trainer.py --grad-accum 4, 12 s at up
     # to 400 Hz), which counts its model's parameters (num_parameters, a walk over named_parameters())
