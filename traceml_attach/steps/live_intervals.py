@@ -507,6 +507,12 @@ class IntervalWindow:
         self.settle()
         return self.sums.median()
 
+    def slow_steps(self) -> bool:
+        """Whether some interval counted as several steps is one slow step (``expand``), as
+        build_timeline takes the median step then."""
+        self.settle()
+        return any(r.n > 1 and len(r.steps) == 1 for r in self.records)
+
     def totals(self, step_ms: float | None) -> StepTotals:
         """The running sums over the window's steps (``steptime.step_totals``)."""
         self.settle()

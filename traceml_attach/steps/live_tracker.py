@@ -395,7 +395,8 @@ class RankTracker(SpanWindow):
         clock = self.window.clock
         if not clock.known or clock.period_ns is None:
             return clock
-        typical = clock.period_ns if clock.method == "comb" else self.window.median_step()
+        typical = (clock.period_ns if clock.method == "comb" and not self.window.slow_steps()
+                   else self.window.median_step())
         edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)
