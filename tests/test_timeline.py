@@ -4,7 +4,7 @@ import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
 from traceml_attach.ingest.model import Span, ThreadInfo
-from traceml_attach.steps.batch_timeline import CpuCounter, _around, build_timeline
+from traceml_attach.steps.batch_timeline import CpuCounter, Timeline, _around, build_timeline
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.loopframe import find_loop
 
@@ -218,23 +218,33 @@ def test_chance_hides_few_boundaries_where_every_boundary_shows():
     assert edge_steps(bounds, 1_950_000_000, 2_250_000_000, 100 * ms, 100, 1 / 150) == 1
 
 
+def held_for_a_second(on_cpu: float = 1.0, sampler_queued: float | None = None) -> Timeline:
+    """100 ms steps, every boundary seen, the main thread on a CPU all of each step; then the 31st
+    step's fetch holds one stack for 1 s (one stack object throughout, as py-spy's frames are
+    interned), the thread on a CPU ``on_cpu`` of it, and py-spy waiting for a core
+    ``sampler_queued`` of it (None: no counters of py-spy's, as in streams recorded before them)."""
+    spans = steps(PATTERN, 61, tid=1)
+    fetch = spans[150]
+    stall = Span(42, 1, fetch.ts_ns, 1_000_000_000, spans[0].stack)
+    shift = stall.dur_ns - fetch.dur_ns
+    spans = spans[:150] + [stall] + [Span(42, 1, s.ts_ns + shift, s.dur_ns, spans[i % 5].stack)
+                                     for i, s in enumerate(spans[151:], 151)]
+    rows, sampler, on, queued = [], [], 0, 0
+    for ts in range(spans[0].ts_ns, spans[-1].end_ns + 20_000_000, 20_000_000):
+        in_stall = stall.ts_ns <= ts < stall.end_ns
+        rows.append((ts, on, 0))
+        sampler.append((ts, ts // 20, queued))
+        on += int(20_000_000 * (on_cpu if in_stall else 1.0))
+        if in_stall and sampler_queued is not None:
+            queued += int(20_000_000 * sampler_queued)
+    return build_timeline(42, spans, {1: ThreadInfo(1, 42, "MainThread", True)}, RULES, 100, 0, 10**13, rows,
+                          sampler_cpu=sampler if sampler_queued is not None else ())
+
+
 def test_a_long_span_is_a_drop_out_only_if_the_thread_worked_through_it():
-    # GIVEN 100 ms steps, every boundary seen, the main thread on a CPU all of each step; then a
-    # fetch of 1 s...
-    def job(on_cpu_in_stall: float):
-        spans = steps(PATTERN, 61, tid=1)
-        # the 31st step's fetch (one stack object throughout, as py-spy's frames are interned)
-        fetch = spans[150]
-        stall = Span(42, 1, fetch.ts_ns, 1_000_000_000, spans[0].stack)
-        shift = stall.dur_ns - fetch.dur_ns
-        spans = spans[:150] + [stall] + [Span(42, 1, s.ts_ns + shift, s.dur_ns, spans[i % 5].stack)
-                                         for i, s in enumerate(spans[151:], 151)]
-        rows, on = [], 0
-        for ts in range(spans[0].ts_ns, spans[-1].end_ns + 20_000_000, 20_000_000):
-            in_stall = stall.ts_ns <= ts < stall.end_ns
-            rows.append((ts, on, 0))
-            on += int(20_000_000 * (on_cpu_in_stall if in_stall else 1.0))
-        return build_timeline(42, spans, {1: ThreadInfo(1, 42, "MainThread", True)}, RULES, 100, 0, 10**13, rows)
+    # GIVEN a fetch of 1 s (held_for_a_second)...
+    def job(on_cpu_in_stall: float) -> Timeline:
+        return held_for_a_second(on_cpu_in_stall)
     # ...through which the thread was blocked (a DataLoader's queue): one slow step
     blocked = job(0.0)
     assert blocked.clock.method == "wraps"
@@ -248,24 +258,9 @@ def test_a_long_span_is_a_drop_out_only_if_the_thread_worked_through_it():
 
 
 def test_a_long_span_is_a_drop_out_only_if_the_sampler_waited_for_a_core_through_it():
-    # GIVEN 100 ms steps, every boundary seen, the main thread on a CPU throughout (a garbage
-    # collection does work); then one stack held for 1 s...
-    def job(sampler_queued_in_stall: float | None):
-        spans = steps(PATTERN, 61, tid=1)
-        fetch = spans[150]
-        stall = Span(42, 1, fetch.ts_ns, 1_000_000_000, spans[0].stack)
-        shift = stall.dur_ns - fetch.dur_ns
-        spans = spans[:150] + [stall] + [Span(42, 1, s.ts_ns + shift, s.dur_ns, spans[i % 5].stack)
-                                         for i, s in enumerate(spans[151:], 151)]
-        rows, sampler, on, queued = [], [], 0, 0
-        for ts in range(spans[0].ts_ns, spans[-1].end_ns + 20_000_000, 20_000_000):
-            rows.append((ts, on, 0))
-            sampler.append((ts, on // 20, queued))
-            on += 20_000_000
-            if sampler_queued_in_stall is not None and stall.ts_ns <= ts < stall.end_ns:
-                queued += int(20_000_000 * sampler_queued_in_stall)
-        return build_timeline(42, spans, {1: ThreadInfo(1, 42, "MainThread", True)}, RULES, 100, 0, 10**13, rows,
-                              sampler_cpu=sampler if sampler_queued_in_stall is not None else ())
+    # GIVEN one stack held for 1 s, the thread on a CPU throughout (a garbage collection does work)...
+    def job(sampler_queued_in_stall: float | None) -> Timeline:
+        return held_for_a_second(1.0, sampler_queued_in_stall)
     # ...while py-spy, whose counters say it never waited for a core, sampled on: the job's own
     # slow step, its time the phase's
     own = job(0.0)
