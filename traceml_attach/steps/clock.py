@@ -191,14 +191,13 @@ def chance_cut(counts: Mapping[int, int], total: int, missed: float | None, unse
 
 
 def _poisson_tail(m: int, mean: float) -> float:
-    """P(X >= m) for X Poisson with ``mean``."""
+    """P(X >= m) for X Poisson with ``mean`` (its terms in logs: a mean of hundreds of runs, a
+    long window's, underflows e^-mean)."""
     if mean <= 0.0:
         return 0.0 if m > 0 else 1.0
-    term = total = math.exp(-mean)
-    for i in range(1, m):
-        term *= mean / i
-        total += term
-    return max(0.0, 1.0 - total)
+    log_mean = math.log(mean)
+    below = sum(math.exp(i * log_mean - mean - math.lgamma(i + 1)) for i in range(m))
+    return max(0.0, 1.0 - below)
 
 
 def shared_unseen(unseen: float | None) -> float | None:
