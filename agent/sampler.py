@@ -491,12 +491,12 @@ class SamplerCpu:
                 files[path] = Reread(path)
             countdown = self.TASKS_EVERY
         self._tasks[recorder] = (countdown - 1, files)
-        on = queued = 0
+        on = queued = read = 0
         for file in files.values():
             counters = _schedstat(file)
             if counters is not None:   # else a thread that ended since it was listed
-                on, queued = on + counters[0], queued + counters[1]
-        return on, queued
+                on, queued, read = on + counters[0], queued + counters[1], read + 1
+        return (on, queued) if read else None   # none read: no reading (not a fall to zero)
 
     def read(self, recorders: Iterable[int]) -> None:
         on_step = queued_step = 0
