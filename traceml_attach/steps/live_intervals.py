@@ -209,13 +209,12 @@ class IntervalWindow:
     def _expand(self, record: Interval) -> tuple[Step, ...]:
         if record.n == 1:
             return (record.step,)
-        # a synchronized rank counted on the reference's period: as sync.share_period
         missed, cut = self.expansion
         return expand((record.step,), (record.n,), self._unseen(), cut, missed)
 
     def _unseen(self) -> float | None:
-        """The chance of an unseen boundary the counts are expanded at (clock.shared_unseen on the
-        reference's period, as sync.share_period)."""
+        """The chance of an unseen boundary the counts are expanded at: a synchronized rank counted
+        on the reference's period at clock.shared_unseen, as sync.share_period."""
         return shared_unseen(self.unseen) if self.mode == "joint" else self.unseen
 
     def _set_steps(self, record: Interval, steps: tuple[Step, ...]) -> None:
@@ -511,7 +510,7 @@ class IntervalWindow:
         """Whether some interval counted as several steps is one slow step (``expand``), as
         build_timeline takes the median step then."""
         self.settle()
-        return any(r.n > 1 and len(r.steps) == 1 for r in self.records)
+        return self.sums.n_steps < self.counted_steps   # as the batch's len(steps) < sum(counts)
 
     def totals(self, step_ms: float | None) -> StepTotals:
         """The running sums over the window's steps (``steptime.step_totals``)."""
