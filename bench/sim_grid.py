@@ -21,6 +21,11 @@ phase's duration jittered by 2-20% each step. The full analysis runs on it. The 
            is "k/short|long".
   bursty   DataLoader workers deliver in bursts: one batch in w (w = 2-8) waits for the input of
            w steps, the others are ready; input 20-80% of the time. The knob is w.
+  contended  the job shares its cores with bursts of other work (a sampler's recorder starting, the
+           last one writing its file: every 0.85 s for 80 ms): a step that overlaps one is
+           stretched, every phase, by 0.5-1 or 0.5-2 times the part of the burst it overlaps (a
+           25-ms step up to 3x, as nanoGPT's own loop showed). The knob is the loop: classic (a
+           dominant share of 50-99%), wrapper or library.
 
 The truth is each rank's median step over the analysis window; for an accumulating job a step is
 an optimizer step (and samples per step count samples per optimizer step). With bursty delivery
@@ -66,6 +71,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "library": LIBRARIES,
     "accum": tuple(f"{k}/{o}" for k in KS for o in ("short", "long")),
     "bursty": tuple(str(w) for w in WORKERS),
+    "contended": ("classic", "wrapper", "library"),
 }
 FAMILIES = tuple(KNOBS)
 BANDS = ((0, 2), (2, 5), (5, 10), (10, 30), (30, 100), (100, float("inf")))
@@ -157,6 +163,20 @@ def build(pt: Point) -> tuple[Job, str]:
         where = "/".join(str(v) for v in extra.values())
         return the_job, (f"optimizer {opt:.0%}, input {input_share:.0%}, {shape}{' ' + where if where else ''}, "
                          f"straggler {straggler:.0%}")
+    if pt.family == "contended":
+        worst = rng.choice((2.0, 3.0))
+        if pt.knob == "classic":
+            dominant = "wait" if n > 1 else rng.choice(("input", "backward"))
+            share = rng.choice(SHARES)
+            shape = rng.choice(SHAPES)
+            return (job(p, dominant, share, ranks=n, rng=rng, jitter=jitter, shape=shape, sub_stacks=sub,
+                        contended=worst), f"{dominant} {share:.0%}, {shape}, slowed up to {worst:g}x")
+        shares = {"input": rng.choice((0.002, 0.01, 0.03))}
+        library = rng.choice(LIBRARIES)
+        the_job = shaped_job(p, shares, ranks=n, rng=rng, straggler=straggler, jitter=jitter, sub_stacks=sub,
+                             shape=pt.knob, library=library, contended=worst)
+        return the_job, (f"input {shares['input']:.1%}, straggler {straggler:.0%}"
+                         f"{', ' + library if pt.knob == 'library' else ''}, slowed up to {worst:g}x")
     # bursty
     input_share = rng.choice((0.2, 0.4, 0.6, 0.8))
     shape = rng.choice(ALL_SHAPES)

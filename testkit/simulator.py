@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import random
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, MAIN, MODULE, OPTIM, SP, f, torch_frame
@@ -54,6 +54,8 @@ NEW_SHAPES = ("wrapper", "library")      # nearly the whole step under one line 
 ALL_SHAPES = SHAPES + NEW_SHAPES
 LIBRARIES = ("lightning", "hf", "hf4")
 FETCHES = ("loop", "step")
+CONTENDED_EVERY_MS = 850.0   # contention: a burst of other work this often (a 1.7-s window's start and end)
+CONTENDED_MS = 80.0          # ...this long
 READY_MS = 0.3     # bursty delivery: a batch a worker has ready is handed over in this long (at most)
 MS = 1_000_000
 
@@ -85,6 +87,10 @@ class Job:
     fetch: str = "loop"           # wrapper: batches fetched by the loop's `for` (an optimizer step's at once) or "step"
     library: str = "lightning"    # library: whose loop frame: lightning / hf (transformers 5.x) / hf4
     workers: int = 0              # > 1: bursty DataLoader delivery, one batch in `workers` waits for all
+    # > 1: the job shares its cores with bursts of other work (a sampler's recorder starting, the
+    # last one writing its file): every CONTENDED_EVERY_MS for CONTENDED_MS, and a step that
+    # overlaps a burst runs longer, every phase, on every rank (``_contention``)
+    contended: float = 0.0
 
     def __post_init__(self) -> None:
         if self.shape not in ALL_SHAPES:
@@ -361,6 +367,30 @@ def _job_stacks(job: Job) -> dict[str, list[tuple[CodeFrame, ...]]]:
     return out
 
 
+def _contention(job: Job, rng: random.Random, t0_ns: int) -> Callable[[int], float]:
+    """How much longer each phase of a step that starts at a time runs (``Job.contended``): a step
+    that overlaps a burst of other work is stretched by 0.5 to ``contended`` - 1 times the part of
+    the burst it overlaps (the burst's CPU taken from it: a 25-ms step up to 3 times, a 320-ms
+    one by 1.1-1.5). 1.0 for every step without contention (and no draw from ``rng``, so such a
+    job's schedule is as before)."""
+    if job.contended <= 1.0:
+        return lambda t: 1.0
+    every, width = int(CONTENDED_EVERY_MS * MS), int(CONTENDED_MS * MS)
+    k = job.accumulation
+    step_ms = max(sum(w.of(p) for p in MICRO) * k + w.optimizer_ms for w in job.ranks)
+    step = int(step_ms * MS)
+    offset = int(rng.uniform(0, CONTENDED_EVERY_MS) * MS)
+    draws = random.Random(rng.random())
+
+    def factor(t: int) -> float:
+        at = (t - t0_ns - offset) % every
+        if not (at < width or at > every - step):
+            return 1.0
+        return 1.0 + draws.uniform(0.5, 1.0) * (job.contended - 1.0) * min(CONTENDED_MS, step_ms) / step_ms
+
+    return factor
+
+
 def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
                     ) -> tuple[list[list[tuple[int, int, str, bool]]], list[Truth]]:
     """``_schedule`` with k micro-batches per optimizer step and bursty delivery: per rank,
@@ -371,8 +401,11 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
 
+    slow = _contention(job, rng, t0_ns)
+    factor = 1.0
+
     def draw(ms: float) -> int:
-        return max(int(rng.gauss(ms, job.jitter * ms) * MS), 0) if ms > 0 else 0
+        return max(int(rng.gauss(ms, job.jitter * ms) * factor * MS), 0) if ms > 0 else 0
 
     # each rank's DataLoader is at its own point of its workers' cycle
     turn = [rng.randrange(w) if w > 1 else 0 for _ in range(n)]
@@ -386,6 +419,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
         return draw(w * ms - (w - 1) * ready) if turn[r] == 0 else draw(ready)
 
     while t < end:
+        factor = slow(t)
         # per rank, k micro-batches: [{phase: ns}]
         work = [[{p: fetch(r) if p == "input" else draw(rw.of(p)) for p in MICRO} for _ in range(k)]
                 for r, rw in enumerate(job.ranks)]
@@ -446,10 +480,14 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
 
+    slow = _contention(job, rng, t0_ns)
+    factor = 1.0
+
     def draw(ms: float) -> int:
-        return max(int(rng.gauss(ms, job.jitter * ms) * MS), 0) if ms > 0 else 0
+        return max(int(rng.gauss(ms, job.jitter * ms) * factor * MS), 0) if ms > 0 else 0
 
     while t < end:
+        factor = slow(t)
         work = [{p: draw(w.of(p)) for p in LOOP_ORDER} for w in job.ranks]
         # every rank reaches the all-reduce after its input, forward and backward work
         reach = [w["input"] + w["h2d"] + w["forward"] + w["backward"] for w in work]

@@ -22,11 +22,7 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # beside 45 of 4 and 14 of 8). k = 4 is counted now (it was 2, every multiple of 4 being one of 2:
 # 44.3 ms for 89.3) and the step time is the job's (88.6 ms for 89.3), but the miscounted
 # micro-batches, grouped by 4, make 136 steps for 128 (+6%)
-# And its plain loop (no accumulation) on two cores it keeps busy: 45-77 ms iterations among
-# 25-32 ms ones, most of them within 0.1 s of a py-spy window's start or end, are each counted as
-# two or three steps whose boundaries went unseen (373 steps for 354, +5.4%; the step time +1.9%)
-KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 136 steps for 128",
-               "truth_nanogpt": "slow iterations counted as two or three steps: 373 for 354"}
+KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 136 steps for 128"}
 SHARES_WRONG: dict[str, str] = {}
 
 

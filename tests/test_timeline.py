@@ -295,3 +295,29 @@ def test_runs_of_missed_boundaries_beyond_chance_are_cut_where_they_are_too_many
     # and where boundaries go unseen too often to bound (e^-λ over CHANCE_UNSEEN), or unmeasured,
     # no run is beyond chance
     assert chance_cut(gc, 206, missed, 0.2) is None and missed_share(gc, 206, None) is None
+
+
+def test_an_interval_that_splits_as_one_step_does_is_one_slow_step():
+    from traceml_attach.steps.clock import Step, expand, one_outside, slow_throughout
+
+    def interval(ms: float, outside_ms: float) -> Step:
+        return Step(0, int(ms * 1e6), {"backward": int((ms - outside_ms) * 1e6)}, outside_ns=int(outside_ms * 1e6))
+
+    # GIVEN steps of 25 ms, half of each outside the loop's dominant place (backward's line)
+    ones = [interval(25 + i % 3, 12.5 + i % 3 / 2) for i in range(30)]
+    outside = one_outside([*ones, interval(50, 25)], [1] * 30 + [2])
+    assert outside == pytest.approx(0.5, abs=0.01)
+    # THEN an interval of two steps' length that splits as one step does is one step slowed
+    # throughout...
+    assert slow_throughout(interval(52, 25), 2, outside)
+    assert len(expand([interval(52, 25)], [2], 1 / 150, None, 1 / 150, outside)) == 1
+    # ...and one that shows one step's time outside it (a visit outside it went unsampled), or one
+    # step's time in it (backward went unsampled), is two steps whose boundary went unseen
+    assert not slow_throughout(interval(50, 12.5), 2, outside)
+    assert not slow_throughout(interval(50, 37.5), 2, outside)
+    assert len(expand([interval(50, 12.5)], [2], 1 / 150, None, 1 / 150, outside)) == 2
+    # AND where no interval counts several steps, or the one-step intervals split too unevenly to
+    # tell (bursty delivery), none is judged so
+    assert one_outside(ones, [1] * 30) is None
+    uneven = [interval(25, 2 if i % 2 else 20) for i in range(30)]
+    assert one_outside([*uneven, interval(50, 25)], [1] * 30 + [2]) is None

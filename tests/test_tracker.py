@@ -125,6 +125,9 @@ JOBS = {
     # the same long spans through which the sampler waited for no core: the job's own slow steps
     "own_slow_steps": (Job((RankWork(100.0, 0.0, 40.0, 50.0, 10.0),), jitter=0.03), 100,
                        {"stall_rate": 1.0, "stall_ms": 250, "stalls_queued": False}),
+    # steps slowed throughout by other work on the cores now and then, each one step, not several
+    # whose boundaries went unseen: live as in the batch
+    "contended": (job(25, "backward", 0.5, rng=random.Random(1), jitter=0.1, contended=3.0), 400, {}),
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),

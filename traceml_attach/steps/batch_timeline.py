@@ -318,9 +318,11 @@ def build_timeline(
     main = info is not None and info.os_tid == os_pid(pid)
     counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and main else None
     sampler = CpuCounter(_around(sampler_cpu, start_ns, end_ns)) if sampler_cpu else None
+    dominant = _dominant(segments, loop)
+    outside = [not inside(_place(seg, loop), dominant) for seg in segments] if loop is not None else None
     intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz,
-                           sampler)
-    clock, counts = _clock(intervals, segments, loop, rate_hz)
+                           sampler, outside)
+    clock, counts = _clock(intervals, segments, loop, rate_hz, dominant)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
@@ -366,7 +368,12 @@ def _intervals(
     counter: CpuCounter | None,
     rate_hz: int,
     sampler: CpuCounter | None = None,
+    outside: Sequence[bool] | None = None,
 ) -> list[Step]:
+    """The intervals between consecutive ``bounds`` that cross no hole, measured: each phase's time,
+    the time blocked in synchronizing phases (``counter``), whether a long span in it was a sampler
+    drop-out or held by the thread (``sampler``), and the time in the segments ``outside`` flags
+    (outside the loop's dominant place)."""
     steps = []
     i = 0
     by_stack: dict[int, list[int]] = {}
@@ -379,7 +386,7 @@ def _intervals(
         if any(h0 < end and h1 > start for h0, h1 in holes):
             continue
         phases = dict.fromkeys(PHASES, 0)
-        aside = 0
+        aside = away = 0
         blocked: dict[str, int] | None = {} if counter is not None else None
         while i < len(segments) and segments[i].ts_ns + segments[i].dur_ns <= start:
             i += 1
@@ -399,6 +406,8 @@ def _intervals(
                 phases[seg.phase] += hi - lo
                 if seg.phase == "wait" and seg.label in ASIDE_LABELS:
                     aside += hi - lo
+                if outside is not None and outside[j]:
+                    away += hi - lo
                 if blocked is not None and counter is not None and (seg.phase, seg.label) in SYNC_PHASES:
                     b0, b1 = counter.at(lo), counter.at(hi)
                     if b0 is None or b1 is None:
@@ -408,7 +417,7 @@ def _intervals(
                         blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
         steps.append(Step(start, end, phases, blocked, swallowing=swallowing, held=held and not swallowing,
-                          aside_ns=aside))
+                          aside_ns=aside, outside_ns=away))
     return steps
 
 
@@ -423,23 +432,35 @@ def inside(place: Place, dominant: Place | None) -> bool:
     return place[0] == dominant[0] and (place[1] is None or dominant[1] is None or place[1] == dominant[1])
 
 
-def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -> float | None:
+def _place(seg: Segment, loop: LoopFrame) -> Place:
+    st = seg.span.stack
+    return (st[loop.depth].line if len(st) > loop.depth else None, CYCLE_RANK.get(seg.phase))
+
+
+def _dominant(segments: Sequence[Segment], loop: LoopFrame | None) -> Place | None:
+    """The loop's dominant place: where the thread spent the most time (its line at the loop's
+    depth, and its phase there)."""
+    if loop is None:
+        return None
+    per_place: Counter[Place] = Counter()
+    for seg in segments:
+        per_place[_place(seg, loop)] += seg.dur_ns
+    return per_place.most_common(1)[0][0] if per_place else None
+
+
+def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int,
+            dominant: Place | None = None) -> float | None:
     """Probability that a step's boundary goes unseen: e^-λ, with λ the samples per step
     outside the loop's dominant place (its line, and its phase on that line), from the visits
     outside it that were seen."""
     if loop is None:
         return None
-    def place(seg: Segment) -> Place:
-        st = seg.span.stack
-        return (st[loop.depth].line if len(st) > loop.depth else None, CYCLE_RANK.get(seg.phase))
-    per_place: Counter[Place] = Counter()
-    for seg in segments:
-        per_place[place(seg)] += seg.dur_ns
-    dominant = per_place.most_common(1)[0][0] if per_place else None
+    if dominant is None:
+        dominant = _dominant(segments, loop)
     visits: list[int] = []
     inside_now = False
     for seg in segments:
-        if inside(place(seg), dominant):
+        if inside(_place(seg, loop), dominant):
             inside_now = False
         elif inside_now:
             visits[-1] += seg.dur_ns
@@ -453,8 +474,8 @@ def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int) -
 
 
 def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFrame | None,
-           rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
-    return clock_of([s.counted_ns for s in intervals], _unseen(segments, loop, rate_hz), rate_hz)
+           rate_hz: int, dominant: Place | None = None) -> tuple[StepClock, tuple[int, ...]]:
+    return clock_of([s.counted_ns for s in intervals], _unseen(segments, loop, rate_hz, dominant), rate_hz)
 
 
 def without_period(tl: Timeline, clock: StepClock) -> Timeline:

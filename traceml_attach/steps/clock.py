@@ -23,7 +23,9 @@ from traceml_attach.policy import (
     MAX_UNSEEN,
     MIN_INTERVALS,
     MIN_SAMPLES_PER_STEP,
+    MIN_STEADY,
     MOSTLY_UNSEEN,
+    STEADY_OUTSIDE,
     TARGET_SAMPLES_PER_STEP,
 )
 from traceml_attach.steps.period import PeriodFit, fit_period, pinned, refine_map, steady_median, suggested_rate_hz
@@ -49,6 +51,10 @@ class Step:
     # (observed intervals) its time in an evaluation or a checkpoint (ASIDE_LABELS): an iteration
     # that evaluates is one step, counted on the time it spent training (``counted_ns``)
     aside_ns: int = 0
+    # (observed intervals) its time outside the loop's dominant place (its line, and its phase
+    # there: ``batch_timeline._dominant``): how it splits tells one slow step from several
+    # (``slow_throughout``)
+    outside_ns: int = 0
 
     @property
     def counted_ns(self) -> int:
@@ -211,20 +217,24 @@ def shared_unseen(unseen: float | None) -> float | None:
 
 
 def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None,
-           cut: int | None = None, missed: float | None = None) -> tuple[Step, ...]:
+           cut: int | None = None, missed: float | None = None,
+           outside: float | None = None) -> tuple[Step, ...]:
     """Each interval as its ``count`` steps: equal parts of its time and of each phase.
 
     Where sampling cannot have missed the interval's count - 1 boundaries by chance
     (``hidden_by_chance``: at ``unseen``, or ``missed`` for an interval whose one stack the thread
     ``held`` while the sampler sampled on, ``missed_share``), or the intervals miss ``cut`` or
-    more too often for chance (``chance_cut``), an interval as long as several steps is either a
+    more too often for chance (``chance_cut``), or its time splits between the loop's dominant
+    place and the rest as one step's does (``slow_throughout`` at ``outside``), an interval as
+    long as several steps is either a
     sampler drop-out, which shows as a span that swallowed the stacks in between (its steps
     count, their time is not covered), or one slow step (a checkpoint, an eval, a DataLoader
     refilling, a garbage collection): with every boundary visible, no boundary is invented in it."""
     out: list[Step] = []
     for step, n in zip(intervals, counts, strict=True):
         chance = missed if step.held and missed is not None else unseen
-        certain = not hidden_by_chance(n - 1, chance) or (cut is not None and n - 1 >= cut)
+        certain = (not hidden_by_chance(n - 1, chance) or (cut is not None and n - 1 >= cut)
+                   or slow_throughout(step, n, outside))
         if n == 1 or (certain and not step.swallowing):
             out.append(step)
             continue
@@ -236,13 +246,55 @@ def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | Non
     return tuple(out)
 
 
+def slow_throughout(step: Step, n: int, outside: float | None) -> bool:
+    """Whether an interval as long as ``n`` steps is one step slowed throughout, not ``n`` steps
+    with ``n`` - 1 boundaries unseen (``outside``: the share of its time that an interval of one
+    step shows outside the loop's dominant place, ``one_outside``).
+
+    A boundary goes unseen where a whole visit to one side of the cycle went unsampled: the span
+    seen before it runs on through it. Where that visit was outside the dominant place, the
+    interval shows one step's time outside it, a share of about ``outside`` / ``n``; where it was
+    in the dominant place (a backward too short to be seen in every step), one step's time in it,
+    and a share of about 1 - (1 - ``outside``) / ``n`` outside. One step slowed throughout (a job
+    whose cores other work took for a moment) keeps one step's share. Nearer to it than halfway
+    to either, the interval is one slow step: nanoGPT's loop on two cores it keeps busy ran
+    45-77 ms iterations among 25-32 ms ones, mostly as a py-spy window started or ended, and each
+    was counted as two or three steps (counts 2-5% high; tests/fixtures/truth_nanogpt)."""
+    if outside is None or n < 2 or step.dur_ns <= 0:
+        return False
+    share, half = step.outside_ns / step.dur_ns, (1 + 1 / n) / 2
+    return outside * half <= share <= 1 - (1 - outside) * half
+
+
+def one_outside(intervals: Sequence[Step], counts: Sequence[int]) -> float | None:
+    """The share of its time that an interval of one step shows outside the loop's dominant place
+    (their median: ``slow_throughout``); None where no interval counts several steps, or where that
+    share is too uneven from step to step for one interval's to say how many steps it holds (its
+    spread beyond STEADY_OUTSIDE of it: bursty delivery, visits too short to be seen whole)."""
+    if all(n == 1 for n in counts):
+        return None
+    return steady_share(sorted(step.outside_ns / step.dur_ns for step, n in zip(intervals, counts, strict=True)
+                               if n == 1 and not step.swallowing and step.dur_ns > 0))
+
+
+def steady_share(shares: Sequence[float]) -> float | None:
+    """The median of ``shares``, in order (``one_outside``), where they hold steady; else None."""
+    m = len(shares)
+    if m < MIN_STEADY:
+        return None
+    mid = (shares[(m - 1) // 2] + shares[m // 2]) / 2
+    spread = (shares[3 * m // 4] - shares[m // 4]) / 1.349
+    return mid if mid > 0 and spread <= STEADY_OUTSIDE * mid else None
+
+
 def expand_counted(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None) -> tuple[Step, ...]:
     """``expand`` at the chance of a missed boundary that the counts themselves show
     (``missed_share``, ``chance_cut``, over the intervals that swallowed no drop-out)."""
     chance = Counter(n for step, n in zip(intervals, counts, strict=True) if not step.swallowing)
     total = sum(counts)
     missed = missed_share(chance, total, unseen)
-    return expand(intervals, counts, unseen, chance_cut(chance, total, missed, unseen), missed)
+    return expand(intervals, counts, unseen, chance_cut(chance, total, missed, unseen), missed,
+                  one_outside(intervals, counts))
 
 
 def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:

@@ -42,6 +42,7 @@ from traceml_attach.steps.clock import (
     expand,
     missed_share,
     shared_unseen,
+    steady_share,
 )
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
@@ -117,8 +118,11 @@ class IntervalWindow:
         # all intervals count (clock.missed_share, chance_cut)
         self.counted: Counter[int] = Counter()
         self.counted_steps = 0
-        # clock.missed_share and chance_cut of them, as the intervals were last expanded
-        self.expansion: tuple[float | None, int | None] = (None, None)
+        # clock.missed_share, chance_cut and one_outside of them, as the intervals were last expanded
+        self.expansion: tuple[float | None, int | None, float | None] = (None, None, None)
+        # the shares of their time outside the dominant place of those that count one step, in
+        # order (clock.one_outside)
+        self.one_shares: list[float] = []
         self.clock = StepClock("unknown", None)
         self.unseen: float | None = None
         # the most boundaries chance can hide (clock.chance_depth); while it is known, an interval
@@ -148,10 +152,11 @@ class IntervalWindow:
 
     def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
             long_spans: Sequence[tuple[int, int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
-            aside: int = 0) -> Interval:
+            aside: int = 0, outside: int = 0) -> Interval:
         swallowing, held = (self.spans.swallowing(long_spans) if self.certain and long_spans else (False, False))
         self.rid += 1
-        step = Step(start, end, phases, blocked, swallowing=swallowing, held=held, aside_ns=aside)
+        step = Step(start, end, phases, blocked, swallowing=swallowing, held=held, aside_ns=aside,
+                    outside_ns=outside)
         record = Interval(self.rid, step)
         record.long_spans, record.pending = tuple(long_spans), pending
         if pending:   # read again when the CPU counter has reached its end
@@ -209,8 +214,8 @@ class IntervalWindow:
     def _expand(self, record: Interval) -> tuple[Step, ...]:
         if record.n == 1:
             return (record.step,)
-        missed, cut = self.expansion
-        return expand((record.step,), (record.n,), self._unseen(), cut, missed)
+        missed, cut, outside = self.expansion
+        return expand((record.step,), (record.n,), self._unseen(), cut, missed, outside)
 
     def _unseen(self) -> float | None:
         """The chance of an unseen boundary the counts are expanded at: a synchronized rank counted
@@ -240,6 +245,13 @@ class IntervalWindow:
     def _tally(self, record: Interval, sign: int) -> None:
         """Count (1) or uncount (-1) an interval in ``counted``, ``counted_steps``."""
         self.counted_steps += sign * record.n
+        step = record.step
+        if record.n == 1 and not step.swallowing and step.dur_ns > 0:
+            share = step.outside_ns / step.dur_ns
+            if sign > 0:
+                bisect.insort(self.one_shares, share)
+            else:
+                del self.one_shares[bisect.bisect_left(self.one_shares, share)]
         if not record.step.swallowing:
             self.counted[record.n] += sign
 
@@ -483,12 +495,13 @@ class IntervalWindow:
 
     # --- what the batch gives ----------------------------------------------------------------
 
-    def _expansion(self) -> tuple[float | None, int | None]:
-        """``clock.missed_share`` and ``chance_cut`` of the intervals' own counts (as
-        build_timeline expands them)."""
+    def _expansion(self) -> tuple[float | None, int | None, float | None]:
+        """``clock.missed_share``, ``chance_cut`` and ``one_outside`` of the intervals' own counts
+        (as build_timeline expands them)."""
         unseen = self._unseen()
         missed = missed_share(self.counted, self.counted_steps, unseen)
-        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen)
+        outside = steady_share(self.one_shares) if self.counted_steps > len(self.records) else None
+        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen), outside
 
     def settle(self) -> None:
         """Expand every interval again where the counts seen so far move how they expand."""

@@ -276,6 +276,7 @@ class RankTracker(SpanWindow):
         self._expire(self.start_ns)
         self.dominant = dominant_place(self.stacks)
         self._rebuild_visits()
+        self._reoutside()
 
     # --- intervals ---------------------------------------------------------------------------
 
@@ -292,6 +293,8 @@ class RankTracker(SpanWindow):
         sync = []
         long_spans = []
         long_ns = self.long_ns
+        dominant = self.dominant
+        away = 0
         for span, info in spans:
             ts, dur = span.ts_ns, span.dur_ns
             lo = ts if ts > start else start
@@ -300,13 +303,15 @@ class RankTracker(SpanWindow):
                 long_spans.append((id(span.stack), dur, ts))
             if hi > lo:
                 phases[info.phase] += hi - lo
+                if not inside(info.place, dominant):
+                    away += hi - lo
                 if info.phase == "wait" and info.label in ASIDE_LABELS:
                     aside += hi - lo
                 if counter and (info.phase, info.label) in SYNC_PHASES:
                     sync.append((lo, hi, info.phase))
         pending = counter and self.counters.waits(end, self.end_ns)
         blocked = self.counters.blocked(sync) if counter and not pending else None
-        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside)
+        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside, away)
         if pending:
             self.counters.pending.append(record)
 
@@ -350,6 +355,26 @@ class RankTracker(SpanWindow):
         else:
             self.visits, self.visit_ns, self.in_visit = visits_of(self._thread_spans(), self.stacks, self.dominant)
 
+    def _reoutside(self) -> None:
+        """Each interval's time outside the dominant place again, from the window's spans, where
+        the dominant place changed since it closed (as the batch measures it: ``clock.Step``)."""
+        records = self.window.records
+        spans = self._thread_spans()
+        stacks, dominant = self.stacks, self.dominant
+        i, n = 0, len(spans)
+        for record in list(records):
+            start, end = record.step.start_ns, record.step.end_ns
+            while i < n and spans[i].end_ns <= start:
+                i += 1
+            away, j = 0, i
+            while j < n and spans[j].ts_ns < end:
+                span = spans[j]
+                if not inside(stacks[id(span.stack)].place, dominant):
+                    away += min(span.end_ns, end) - max(span.ts_ns, start)
+                j += 1
+            if away != record.step.outside_ns:
+                self.window.restep(record, replace(record.step, outside_ns=away))
+
     def _measure_unseen(self) -> float | None:
         """e^-λ, as ``timeline._unseen``, from the running visits outside the dominant place
         (the window asks when it looks at its clock)."""
@@ -357,6 +382,7 @@ class RankTracker(SpanWindow):
         if dominant != self.dominant:
             self.dominant = dominant
             self._rebuild_visits()
+            self._reoutside()
         if self.loop is None or len(self.visits) < 2:
             return None
         mean_samples = self.visit_ns / len(self.visits) * self.rate_hz / 1e9
