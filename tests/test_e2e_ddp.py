@@ -123,22 +123,30 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         targets = {t["pid"]: t for t in summary["targets"]}
         if targets[ranks["1"]["pids"][-1]]["exited"] or targets[ranks["1"]["pids"][0]]["exit_status"] is None:
             continue
-        retrained = len((tmp_path / "gt_1.jsonl").read_text().splitlines()) > 40
-        judged = (summary, out, targets, retrained)
-        if retrained:
+        # the restarted workers' own steps (those after the first attempt's 40), and those of them
+        # inside the snapshot's window: on a slow machine the restart can take most of the window
+        after = [json.loads(line) for line in (tmp_path / "gt_1.jsonl").read_text().splitlines()[40:]]
+        window = summary["sampling"]["window"]
+        trained = sum(1 for row in after if window["start"] <= row["start"] and row["end"] <= window["end"])
+        if judged is None or trained > judged[3]:
+            judged = (summary, out, targets, trained, bool(after))
+        if trained >= 10:
             break
     if judged is None:
         pytest.fail("in 3 runs, torchrun's restarted workers died (see launcher.log) or the exit status was missed")
-    summary, out, targets, retrained = judged
+    summary, out, targets, trained, retrained = judged
     ranks = summary["ranks"]
     first, last = ranks["1"]["pids"][0], ranks["1"]["pids"][-1]
     assert ranks["1"]["status"] == "restarted" and ranks["1"]["restarts"] >= 1, out.stdout
     assert targets[first]["exited"] and targets[first]["exit_status"] == 3
     # the restarted workers are the ones sampled and analysed
     assert summary["step_time"]["ranks"]["1"]["pid"] == last
-    if retrained:
-        assert summary["step_time"]["ranks"]["1"]["steps"] >= 10
-    else:   # they hung in init_process_group: that is what traceml must report
+    if trained:   # its steps in the window are found (a late restart leaves few of them)
+        rank1 = summary["step_time"]["ranks"]["1"]
+        # a lower bound where the step time is unknown (the first steps after a restart are slow,
+        # and a few of them vary too much for a typical step)
+        assert rank1["steps"] >= (min(trained - 1, 10) if rank1["step_ms"] is not None else 1), (rank1, trained)
+    elif not retrained:   # they hung in init_process_group: that is what traceml must report
         diag = summary["step_time"]["diagnosis"]
         assert diag["kind"] == "HANG", diag
         assert f"main (examples/ddp.py:{INIT_LINE})" in diag["why"], diag   # the init_process_group line
