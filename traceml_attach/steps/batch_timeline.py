@@ -318,11 +318,10 @@ def build_timeline(
     main = info is not None and info.os_tid == os_pid(pid)
     counter = CpuCounter(_around(cpu, start_ns, end_ns)) if cpu and main else None
     sampler = CpuCounter(_around(sampler_cpu, start_ns, end_ns)) if sampler_cpu else None
-    dominant = _dominant(segments, loop)
-    outside = [not inside(_place(seg, loop), dominant) for seg in segments] if loop is not None else None
+    outside = _outside(segments, loop)
     intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz,
                            sampler, outside)
-    clock, counts = _clock(intervals, segments, loop, rate_hz, dominant)
+    clock, counts = _clock(intervals, segments, outside, rate_hz)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
@@ -432,50 +431,44 @@ def inside(place: Place, dominant: Place | None) -> bool:
     return place[0] == dominant[0] and (place[1] is None or dominant[1] is None or place[1] == dominant[1])
 
 
-def _place(seg: Segment, loop: LoopFrame) -> Place:
-    st = seg.span.stack
-    return (st[loop.depth].line if len(st) > loop.depth else None, CYCLE_RANK.get(seg.phase))
-
-
-def _dominant(segments: Sequence[Segment], loop: LoopFrame | None) -> Place | None:
-    """The loop's dominant place: where the thread spent the most time (its line at the loop's
-    depth, and its phase there)."""
+def _outside(segments: Sequence[Segment], loop: LoopFrame | None) -> list[bool] | None:
+    """Whether each segment lies outside the loop's dominant place: where the thread spent the most
+    time (its line at the loop's depth, and its phase there). None without a loop."""
     if loop is None:
         return None
+    places = [(seg.span.stack[loop.depth].line if len(seg.span.stack) > loop.depth else None,
+               CYCLE_RANK.get(seg.phase)) for seg in segments]
     per_place: Counter[Place] = Counter()
-    for seg in segments:
-        per_place[_place(seg, loop)] += seg.dur_ns
-    return per_place.most_common(1)[0][0] if per_place else None
+    for seg, place in zip(segments, places, strict=True):
+        per_place[place] += seg.dur_ns
+    dominant = per_place.most_common(1)[0][0] if per_place else None
+    return [not inside(place, dominant) for place in places]
 
 
-def _unseen(segments: Sequence[Segment], loop: LoopFrame | None, rate_hz: int,
-            dominant: Place | None = None) -> float | None:
+def _unseen(segments: Sequence[Segment], outside: Sequence[bool] | None, rate_hz: int) -> float | None:
     """Probability that a step's boundary goes unseen: e^-λ, with λ the samples per step
-    outside the loop's dominant place (its line, and its phase on that line), from the visits
-    outside it that were seen."""
-    if loop is None:
+    outside the loop's dominant place (``_outside``), from the visits outside it that were seen."""
+    if outside is None:
         return None
-    if dominant is None:
-        dominant = _dominant(segments, loop)
     visits: list[int] = []
-    inside_now = False
-    for seg in segments:
-        if inside(_place(seg, loop), dominant):
-            inside_now = False
-        elif inside_now:
+    in_visit = False
+    for seg, away in zip(segments, outside, strict=True):
+        if not away:
+            in_visit = False
+        elif in_visit:
             visits[-1] += seg.dur_ns
         else:
             visits.append(seg.dur_ns)
-            inside_now = True
+            in_visit = True
     if len(visits) < 2:
         return None
     mean_samples = statistics.fmean(visits) * rate_hz / 1e9
     return math.exp(-visit_samples(mean_samples))
 
 
-def _clock(intervals: Sequence[Step], segments: Sequence[Segment], loop: LoopFrame | None,
-           rate_hz: int, dominant: Place | None = None) -> tuple[StepClock, tuple[int, ...]]:
-    return clock_of([s.counted_ns for s in intervals], _unseen(segments, loop, rate_hz, dominant), rate_hz)
+def _clock(intervals: Sequence[Step], segments: Sequence[Segment], outside: Sequence[bool] | None,
+           rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
+    return clock_of([s.counted_ns for s in intervals], _unseen(segments, outside, rate_hz), rate_hz)
 
 
 def without_period(tl: Timeline, clock: StepClock) -> Timeline:

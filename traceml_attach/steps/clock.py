@@ -52,7 +52,7 @@ class Step:
     # that evaluates is one step, counted on the time it spent training (``counted_ns``)
     aside_ns: int = 0
     # (observed intervals) its time outside the loop's dominant place (its line, and its phase
-    # there: ``batch_timeline._dominant``): how it splits tells one slow step from several
+    # there: ``batch_timeline._outside``): how it splits tells one slow step from several
     # (``slow_throughout``)
     outside_ns: int = 0
 
@@ -273,8 +273,14 @@ def one_outside(intervals: Sequence[Step], counts: Sequence[int]) -> float | Non
     spread beyond STEADY_OUTSIDE of it: bursty delivery, visits too short to be seen whole)."""
     if all(n == 1 for n in counts):
         return None
-    return steady_share(sorted(step.outside_ns / step.dur_ns for step, n in zip(intervals, counts, strict=True)
-                               if n == 1 and not step.swallowing and step.dur_ns > 0))
+    shares = (one_share(step, n) for step, n in zip(intervals, counts, strict=True))
+    return steady_share(sorted(share for share in shares if share is not None))
+
+
+def one_share(step: Step, n: int) -> float | None:
+    """The share of an interval counted as ``n`` steps that ``one_outside`` takes: its time outside
+    the dominant place, where it is one step that swallowed no drop-out; else None."""
+    return step.outside_ns / step.dur_ns if n == 1 and not step.swallowing and step.dur_ns > 0 else None
 
 
 def steady_share(shares: Sequence[float]) -> float | None:

@@ -41,6 +41,7 @@ from traceml_attach.steps.clock import (
     clock_of,
     expand,
     missed_share,
+    one_share,
     shared_unseen,
     steady_share,
 )
@@ -245,9 +246,8 @@ class IntervalWindow:
     def _tally(self, record: Interval, sign: int) -> None:
         """Count (1) or uncount (-1) an interval in ``counted``, ``counted_steps``."""
         self.counted_steps += sign * record.n
-        step = record.step
-        if record.n == 1 and not step.swallowing and step.dur_ns > 0:
-            share = step.outside_ns / step.dur_ns
+        share = one_share(record.step, record.n)
+        if share is not None:
             if sign > 0:
                 bisect.insort(self.one_shares, share)
             else:
