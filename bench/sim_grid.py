@@ -26,6 +26,10 @@ phase's duration jittered by 2-20% each step. The full analysis runs on it. The 
            stretched, every phase, by 0.5-1 or 0.5-2 times the part of the burst it overlaps (a
            25-ms step up to 3x, as nanoGPT's own loop showed). The knob is the loop: classic (a
            dominant share of 50-99%), wrapper or library.
+  uneven   a job that reads its batches in Python on cores a sampler shares: this share of the
+           steps, at random, fetch their batch 1.3-2.2 times as long (one in four, as a hand-written
+           loader on two cores py-spy shared showed); input 50-90% of the step. The knob is that
+           share.
 
 The truth is each rank's median step over the analysis window; for an accumulating job a step is
 an optimizer step (and samples per step count samples per optimizer step). With bursty delivery
@@ -72,6 +76,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "accum": tuple(f"{k}/{o}" for k in KS for o in ("short", "long")),
     "bursty": tuple(str(w) for w in WORKERS),
     "contended": ("classic", "wrapper", "library"),
+    "uneven": ("0.1", "0.25", "0.4"),
 }
 FAMILIES = tuple(KNOBS)
 BANDS = ((0, 2), (2, 5), (5, 10), (10, 30), (30, 100), (100, float("inf")))
@@ -177,6 +182,12 @@ def build(pt: Point) -> tuple[Job, str]:
                              shape=pt.knob, library=library, contended=worst)
         return the_job, (f"input {shares['input']:.1%}, straggler {straggler:.0%}"
                          f"{', ' + library if pt.knob == 'library' else ''}, slowed up to {worst:g}x")
+    if pt.family == "uneven":
+        input_share = rng.choice((0.5, 0.7, 0.8, 0.9))
+        shape = rng.choice(SHAPES)
+        the_job = shaped_job(p, {"input": input_share}, ranks=n, rng=rng, straggler=straggler, jitter=jitter,
+                             sub_stacks=sub, shape=shape, uneven=float(pt.knob))
+        return the_job, f"input {input_share:.0%}, {shape}, straggler {straggler:.0%}, {float(pt.knob):.0%} slowed"
     # bursty
     input_share = rng.choice((0.2, 0.4, 0.6, 0.8))
     shape = rng.choice(ALL_SHAPES)

@@ -56,6 +56,7 @@ LIBRARIES = ("lightning", "hf", "hf4")
 FETCHES = ("loop", "step")
 CONTENDED_EVERY_MS = 850.0   # contention: a burst of other work this often (a 1.7-s window's start and end)
 CONTENDED_MS = 80.0          # ...this long
+UNEVEN_LO, UNEVEN_HI = 1.3, 2.2   # uneven: a slowed step's input runs this many times as long
 READY_MS = 0.3     # bursty delivery: a batch a worker has ready is handed over in this long (at most)
 MS = 1_000_000
 
@@ -91,6 +92,10 @@ class Job:
     # last one writing its file): every CONTENDED_EVERY_MS for CONTENDED_MS, and a step that
     # overlaps a burst runs longer, every phase, on every rank (``_contention``)
     contended: float = 0.0
+    # > 0: this share of the steps, at random, fetch their batch UNEVEN_LO to UNEVEN_HI times as
+    # long (a job that reads its batches in Python on two cores a sampler shares: one step in four
+    # at 1.3-2x, its input alone; ``_uneven``)
+    uneven: float = 0.0
 
     def __post_init__(self) -> None:
         if self.shape not in ALL_SHAPES:
@@ -391,6 +396,16 @@ def _contention(job: Job, rng: random.Random, t0_ns: int) -> Callable[[int], flo
     return factor
 
 
+def _uneven(job: Job, rng: random.Random) -> Callable[[], float]:
+    """How much longer the next step's input runs (``Job.uneven``): UNEVEN_LO to UNEVEN_HI times
+    for that share of the steps, else 1.0 (and no draw from ``rng``, so such a job's schedule is
+    as before)."""
+    if job.uneven <= 0.0:
+        return lambda: 1.0
+    draws = random.Random(rng.random())
+    return lambda: draws.uniform(UNEVEN_LO, UNEVEN_HI) if draws.random() < job.uneven else 1.0
+
+
 def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
                     ) -> tuple[list[list[tuple[int, int, str, bool]]], list[Truth]]:
     """``_schedule`` with k micro-batches per optimizer step and bursty delivery: per rank,
@@ -401,8 +416,8 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
 
-    slow = _contention(job, rng, t0_ns)
-    factor = 1.0
+    slow, uneven = _contention(job, rng, t0_ns), _uneven(job, rng)
+    factor = stretch = 1.0
 
     def draw(ms: float) -> int:
         return max(int(rng.gauss(ms, job.jitter * ms) * factor * MS), 0) if ms > 0 else 0
@@ -411,7 +426,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
     turn = [rng.randrange(w) if w > 1 else 0 for _ in range(n)]
 
     def fetch(r: int) -> int:
-        ms = job.ranks[r].input_ms
+        ms = job.ranks[r].input_ms * stretch
         if w <= 1:
             return draw(ms)
         turn[r] = (turn[r] + 1) % w
@@ -419,7 +434,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
         return draw(w * ms - (w - 1) * ready) if turn[r] == 0 else draw(ready)
 
     while t < end:
-        factor = slow(t)
+        factor, stretch = slow(t), uneven()
         # per rank, k micro-batches: [{phase: ns}]
         work = [[{p: fetch(r) if p == "input" else draw(rw.of(p)) for p in MICRO} for _ in range(k)]
                 for r, rw in enumerate(job.ranks)]
@@ -480,15 +495,15 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
 
-    slow = _contention(job, rng, t0_ns)
+    slow, uneven = _contention(job, rng, t0_ns), _uneven(job, rng)
     factor = 1.0
 
     def draw(ms: float) -> int:
         return max(int(rng.gauss(ms, job.jitter * ms) * factor * MS), 0) if ms > 0 else 0
 
     while t < end:
-        factor = slow(t)
-        work = [{p: draw(w.of(p)) for p in LOOP_ORDER} for w in job.ranks]
+        factor, stretch = slow(t), uneven()
+        work = [{p: draw(w.of(p) * (stretch if p == "input" else 1.0)) for p in LOOP_ORDER} for w in job.ranks]
         # every rank reaches the all-reduce after its input, forward and backward work
         reach = [w["input"] + w["h2d"] + w["forward"] + w["backward"] for w in work]
         sync_at = max(reach)

@@ -24,6 +24,12 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # micro-batches, grouped by 4, make 136 steps for 128 (+6%)
 KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 136 steps for 128"}
 SHARES_WRONG: dict[str, str] = {}
+# Jobs whose step time is rightly unknown: a hand-written loader on two cores the job, py-spy and
+# traceml share, one step in four slowed 1.3-2x in its input. 32 of 137 intervals are as long as two
+# steps, where boundaries go unseen 3.5% of the time (5 expected): which of them hide one cannot be
+# told, and that moves the median from 37 to 42 ms (its 68th percentile). Counted as two each, they
+# made 171 steps of the job's 147 (+16%)
+UNEVEN = {"truth_hand_written_slowed"}
 
 
 def marked(name: str, known: dict[str, str] = KNOWN_WRONG) -> object:
@@ -41,6 +47,11 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
     assert sorted(stats) == sorted(truth)
     for rank, want in truth.items():
         got = stats[rank]
+        if name in UNEVEN:
+            # no step time, saying why, and the steps surely seen: at most the job's, and most of them
+            assert got.step_ms is None and got.clock is not None and "slow steps" in (got.clock.reason or "")
+            assert 0.9 * want["steps"] <= got.steps <= want["steps"], (rank, got.steps, want)
+            continue
         assert got.step_ms is not None, (rank, got.clock)
         assert abs(got.step_ms / want["step_ms"] - 1) <= 0.05, (rank, got.step_ms, want)
         assert abs(got.steps - want["steps"]) <= max(1, 0.03 * want["steps"]), (rank, got.steps, want)
@@ -52,7 +63,7 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
              "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND",
              "truth_hand_written_log": "COMPUTE_BOUND", "truth_hf_trainer_accum4": "COMPUTE_BOUND",
-             "truth_workers32": "COMPUTE_BOUND"}
+             "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

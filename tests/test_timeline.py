@@ -321,3 +321,49 @@ def test_an_interval_that_splits_as_one_step_does_is_one_slow_step():
     assert one_outside(ones, [1] * 30) is None
     uneven = [interval(25, 2 if i % 2 else 20) for i in range(30)]
     assert one_outside([*uneven, interval(50, 25)], [1] * 30 + [2]) is None
+
+
+def test_more_intervals_of_several_steps_than_chance_makes_are_mostly_one_slow_step():
+    from traceml_attach.steps.clock import Step, expand, hidden_share, holds_missed, slow_share
+
+    # GIVEN a job reading its batches in Python on two cores py-spy shares: 137 intervals, 32 of
+    # them as long as two steps or more, where a boundary goes unseen 3.5% of the time (e^-λ) and
+    # the visits outside the dominant place, 15 seen in one sample and 22 in two, say 3.2%
+    slowed = {1: 105, 2: 31, 3: 1}
+    assert hidden_share(15, 22, 137) == pytest.approx(0.032, abs=0.001)
+    share = slow_share(slowed, 0.035, (15, 22, 137))
+    # THEN only as many of them hold missed boundaries as chance makes (137 * 3.5% of 32)...
+    assert share == pytest.approx(137 * 0.035 / 32)
+    intervals = [Step(i * 70_000_000 + i * 7919, (i + 1) * 70_000_000, {"input": 60_000_000}) for i in range(2000)]
+    held = sum(holds_missed(step, share) for step in intervals)
+    assert abs(held / 2000 - share) < 0.03   # a fixed draw from each interval's start
+    # ...and the rest are one slow step each: the job's step count holds, not 26 steps too many
+    steps = expand(intervals, [2] * 2000, 0.035, holding=share)
+    assert len(steps) == 2000 + held
+    # AND where chance makes them (the visits say far more go unseen than e^-λ: bursty delivery,
+    # most visits seen in one sample), or nothing measured how often a boundary goes unseen, every
+    # interval counts its steps
+    assert slow_share({1: 343, 2: 74, 3: 9, 5: 1}, 0.009, (200, 20, 427)) is None
+    assert slow_share(slowed, None, (15, 22, 137)) is None
+    assert len(expand(intervals[:10], [2] * 10, 0.035, holding=None)) == 20
+
+
+def test_a_median_that_guessed_counts_move_beyond_5_percent_is_no_step_time():
+    from traceml_attach.steps.clock import Step, StepClock, guessed, median_holds, uneven_clock
+
+    # GIVEN 80 steps of 36-39 ms and 45 of 60-75 ms (a third of them slowed), sorted
+    durations = sorted([36 + i % 4 for i in range(80)] + [60 + i % 16 for i in range(45)])
+    # THEN a median that 20 intervals counted by a guess can move a rank each goes from the fast
+    # steps into the slow ones: no step time; with 3 guessed, or none, it holds
+    assert not median_holds(durations, 20)
+    assert median_holds(durations, 3) and median_holds(durations, 0)
+    # AND only intervals the draw decided count: not one sampling decided (no boundary can go
+    # unseen there), nor one step
+    step = Step(0, 70_000_000, {"input": 60_000_000})
+    assert guessed(step, 2, 0.035, None, 0.035, None, 0.3) == 1
+    assert guessed(step, 2, 1e-9, None, 1e-9, None, 0.3) == 0
+    assert guessed(step, 1, 0.035, None, 0.035, None, 0.3) == 0
+    assert guessed(step, 2, 0.035, None, 0.035, None, None) == 0
+    clock = uneven_clock(StepClock("comb", 36.4e6, 0.8, 0.5, unseen=0.035))
+    assert not clock.known and clock.reason is not None and "slow steps" in clock.reason
+    assert clock.unseen == 0.035

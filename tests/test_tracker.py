@@ -128,6 +128,10 @@ JOBS = {
     # steps slowed throughout by other work on the cores now and then, each one step, not several
     # whose boundaries went unseen: live as in the batch
     "contended": (job(25, "backward", 0.5, rng=random.Random(1), jitter=0.1, contended=3.0), 400, {}),
+    # one step in four fetching its batch 1.3-2.2x as long at random (a loader in Python on cores
+    # the sampler shares): more intervals of two than chance makes, and a draw decides which hide
+    # a boundary, live as in the batch
+    "uneven": (job(35, "input", 0.7, rng=random.Random(0), jitter=0.05, uneven=0.25), 400, {}),
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),

@@ -37,6 +37,7 @@ import bisect
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -67,8 +68,21 @@ from traceml_attach.policy import (
     WHOLE_APART,
     WHOLE_SLACK,
 )
-from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline
-from traceml_attach.steps.clock import SHORT, UNDECIDED, Step, StepClock, clock_of, edge_steps, expand
+from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline, judged_uneven
+from traceml_attach.steps.clock import (
+    SHORT,
+    UNDECIDED,
+    UNEVEN,
+    Step,
+    StepClock,
+    clock_of,
+    edge_steps,
+    expand,
+    guesses,
+    median_holds,
+    slow_share,
+    uneven_clock,
+)
 from traceml_attach.steps.doubts import (
     binom_tail,
     doubt_of,
@@ -223,8 +237,17 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     clock, counts = clock_of(lengths, unseen, tl.rate_hz)
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
-    steps = expand(groups, counts)
-    typical = clock.period_ns if clock.method == "comb" else statistics.median(s.dur_ns for s in steps)
+    # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
+    # one slow step each (``clock.slow_share``; its visits are no visits outside a dominant place)
+    chance = Counter(n for group, n in zip(groups, counts, strict=True) if not group.swallowing)
+    holding = slow_share(chance, clock.unseen, (0, 0, sum(chance.values())))
+    steps = expand(groups, counts, holding=holding)
+    slow = len(steps) < sum(counts)
+    typical = (clock.period_ns if clock.method == "comb" and not slow
+               else statistics.median(s.dur_ns for s in steps))
+    moved, added = guesses(zip(groups, counts, strict=True), None, None, None, None, holding)
+    if not median_holds(sorted(s.dur_ns for s in steps), moved):
+        return replace(tl, steps=steps, clock=uneven_clock(clock), micro_batches=None, step_floor=len(steps) - added)
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns))
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
 
@@ -560,6 +583,12 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
         rank: decided(p) for rank, p in plans.items()}
     shortest = _seen_step(timelines.values()) if synchronized else None
     out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
+    if synchronized and any(tl.clock.cause == UNEVEN for tl in out.values()):
+        # the ranks take the same steps: where slow steps left one rank's median unknown
+        # (``judged_uneven``), a peer counted on its period (or its own) has no truer one; each
+        # interval of theirs holds a step at least
+        out = {rank: replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.intervals)) if tl.clock.known
+               else tl for rank, tl in out.items()}
     return _visits_on_peers(timelines, out, agreeing(out)) if synchronized else out
 
 
@@ -638,7 +667,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
         return _floor(replace(tl, clock=clock, micro_batches=None))
     k = plan.k
     if k == 1:
-        return tl
+        return judged_uneven(tl)
     clock = tl.clock
     micro = clock.period_ns or 0.0
     steps = group(expand(tl.intervals, micro_counts(tl.intervals, micro), clock.unseen), k)

@@ -29,12 +29,19 @@ from typing import overload
 from traceml_attach.ingest.model import Span, Stack, ThreadInfo, os_pid
 from traceml_attach.policy import DROPOUT_WAIT, MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO, SWALLOW_WORK
 from traceml_attach.steps.classify import Rules, classifier
-from traceml_attach.steps.clock import Step, StepClock, clock_of, edge_steps, expand, expand_counted
+from traceml_attach.steps.clock import (
+    Step,
+    StepClock,
+    clock_of,
+    edge_steps,
+    expand,
+    expand_counted,
+    median_holds,
+    uneven_clock,
+)
 from traceml_attach.steps.dataflow import feeding_lines
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, pick_thread, stack_traits, thread_label
-from traceml_attach.steps.period import (
-    visit_samples,
-)
+from traceml_attach.steps.period import visit_samples
 from traceml_attach.steps.phases import PHASES
 
 # Wait set aside from training: an iteration that evaluates or checkpoints is one (long) step, and
@@ -122,8 +129,11 @@ class Timeline:
     micro_batches: int | None = 1       # per step (gradient accumulation: steps/accumulation.py); None: unknown
     traits: frozenset[str] = frozenset()   # what the thread's stacks show the job does (stack_traits)
     # with the clock unknown: the steps surely seen where the returns may be micro-batches (the
-    # optimizer's visits, one per optimizer step: steps/accumulation.py)
+    # optimizer's visits, one per optimizer step: steps/accumulation.py), or where slow steps left
+    # the median unknown (``judged_uneven``)
     step_floor: int | None = None
+    # of its intervals, how many a draw decided the steps of, and the steps it added (clock.guesses)
+    guessed: tuple[int, int] = (0, 0)
 
     @property
     def step_count(self) -> int:
@@ -327,7 +337,7 @@ def build_timeline(
         if seg.phase == "wait":
             labels[seg.label or "other"] += seg.dur_ns
     name = thread_label(info, pid)
-    steps = expand_counted(intervals, counts, clock.unseen)
+    steps, guessed = expand_counted(intervals, counts, clock.unseen, rate_hz)
     first, last = (mine[0].ts_ns, mine[-1].end_ns) if mine else (None, None)
     if clock.known:
         # the typical step: the fitted period (a ratio over the intervals on the comb), robust to a
@@ -343,7 +353,19 @@ def build_timeline(
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
-                    traits=frozenset().union(*traits.values()))
+                    traits=frozenset().union(*traits.values()), guessed=guessed)
+
+
+def judged_uneven(tl: Timeline) -> Timeline:
+    """``tl`` with its step time unknown where the intervals a draw counted (``Timeline.guessed``)
+    can move its median beyond MAX_STEP_ERROR (``clock.median_holds``); its steps then those surely
+    seen, each one the draw took for several one. Judged on the steps as they stand once a step is
+    known to be one micro-batch (``accumulation.with_accumulation``), as the batch and a live
+    window both give them."""
+    moved, added = tl.guessed
+    if not moved or not tl.clock.known or median_holds(sorted(s.dur_ns for s in tl.steps), moved):
+        return tl
+    return replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.steps) - added)
 
 
 def loop_feeding(loop: LoopFrame | None, sources: Mapping[str, str] | None) -> frozenset[int]:

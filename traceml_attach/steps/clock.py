@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
@@ -71,6 +71,13 @@ class Step:
 SHORT = "short"
 IRREGULAR = "irregular steps"
 UNDECIDED = "accumulation undecided"
+UNEVEN = "uneven steps"
+
+
+# (visits of one sample, of two, all seen): ``hidden_share``'s counts
+Sparse = tuple[int, int, int]
+# (intervals a draw decided, steps it added): ``guesses``
+Guesses = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -94,8 +101,9 @@ class StepClock:
     edge_steps: int = 0
     # why unknown, where code acts on it: SHORT (returns too close together to tell apart:
     # ``unknown_clock``), IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
-    # or UNDECIDED (the optimizer seen too rarely to tell micro-batches from steps: a faster rate
-    # shows it more often, ``accumulation.with_accumulation``)
+    # UNDECIDED (the optimizer seen too rarely to tell micro-batches from steps: a faster rate
+    # shows it more often, ``accumulation.with_accumulation``) or UNEVEN (slow steps beyond chance
+    # whose counts a guess decided move the median: ``uneven_clock``)
     cause: str | None = None
 
     @property
@@ -171,6 +179,68 @@ def missed_share(counts: Mapping[int, int], total: int, unseen: float | None) ->
     return max(unseen, counts.get(2, 0) / total) if total > 0 else unseen
 
 
+def slow_share(counts: Mapping[int, int], unseen: float | None, sparse: Sparse) -> float | None:
+    """The share of the intervals counted as several steps that did hide missed boundaries, where
+    more were counted so than sampling misses boundaries (the rest are one slow step each:
+    ``expand``); None where chance makes them all.
+
+    Each boundary goes unseen with a chance of at most e^-λ (``unseen``) or what the visits seen
+    outside the dominant place say (``hidden_share`` of ``sparse``), the more of the two; then
+    that share of the intervals hold more than one step. More of them than a Poisson count of
+    that mean reaches with DROPOUT_UNSEEN are steps slowed to about two or more, and no sampling
+    tells which: the duration of one step slowed to two is two steps', and so is its split between
+    the loop's dominant place and the rest where the slow part was the dominant place. A job that
+    reads its batches in Python on two cores that py-spy shares slowed one step in four to 1.3-2x,
+    and 32 intervals counted as several in 137, where e^-λ = 0.035 expects 5, made 171 steps of
+    the job's 147 (+16%). ``counts`` are as ``missed_share`` has them.
+
+    Judged only where e^-λ is at most CHANCE_UNSEEN, as ``hidden_by_chance`` bounds runs of misses
+    there: more often, λ averages visits too uneven to say how many go unseen (a Lightning job on
+    two ranks at e^-λ = 0.14 had its intervals of two taken for slow steps), and a live window does
+    not look for sampler drop-outs."""
+    if unseen is None or unseen > CHANCE_UNSEEN:
+        return None
+    intervals = sum(counts.values())
+    several = intervals - counts.get(1, 0)
+    expect = intervals * max(unseen, hidden_share(*sparse))
+    if not several or _poisson_tail(several, expect) >= DROPOUT_UNSEEN:
+        return None
+    return expect / several
+
+
+_GOLDEN, _MASK = 0x9E3779B97F4A7C15, (1 << 64) - 1   # holds_missed: Fibonacci hashing of a start
+
+
+def holds_missed(step: Step, share: float) -> bool:
+    """Whether an interval counted as several steps is one of the ``share`` of them that hide
+    missed boundaries (``slow_share``), where none can be told from a slow step: a fixed draw from
+    its start, the same wherever it is judged (the batch, a live window), so that ``share`` of them
+    count their steps and the job's step count holds."""
+    return ((step.start_ns * _GOLDEN) & _MASK) < share * (1 << 64)
+
+
+def hidden_share(ones: int, twos: int, seen: int) -> float:
+    """The share of the visits outside the dominant place that sampling missed, from the ``seen``
+    ones (one a boundary: each interval's), ``ones`` of them seen in one sample and ``twos`` in
+    two: Chao's estimate of the unseen, f₁(f₁ - 1) / 2(f₂ + 1), which holds for visits of uneven
+    length (a Poisson count per visit at its own rate) where e^-λ of their mean does not."""
+    hidden = ones * (ones - 1) / (2 * (twos + 1))
+    return hidden / (seen + hidden) if seen + hidden > 0 else 0.0
+
+
+def sparse_visits(intervals: Iterable[Step], rate_hz: float) -> Sparse:
+    """``hidden_share``'s counts of the intervals that swallowed no drop-out: those whose time
+    outside the dominant place was one sample, two samples, and all of them."""
+    tally = Counter(outside_samples(step, rate_hz) for step in intervals if not step.swallowing)
+    return tally[1], tally[2], sum(tally.values())
+
+
+def outside_samples(step: Step, rate_hz: float) -> int:
+    """How many samples the interval's time outside the dominant place held (at least one: the
+    visit that showed its boundary)."""
+    return max(1, round(step.outside_ns * rate_hz / 1e9))
+
+
 def chance_cut(counts: Mapping[int, int], total: int, missed: float | None, unseen: float | None = None) -> int | None:
     """The fewest boundaries in a row (two or more) that the intervals hide more often than chance
     can; None where they hide none that often, or where boundaries go unseen too often for chance
@@ -218,23 +288,24 @@ def shared_unseen(unseen: float | None) -> float | None:
 
 def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None = None,
            cut: int | None = None, missed: float | None = None,
-           outside: float | None = None) -> tuple[Step, ...]:
+           outside: float | None = None, holding: float | None = None) -> tuple[Step, ...]:
     """Each interval as its ``count`` steps: equal parts of its time and of each phase.
 
     Where sampling cannot have missed the interval's count - 1 boundaries by chance
     (``hidden_by_chance``: at ``unseen``, or ``missed`` for an interval whose one stack the thread
     ``held`` while the sampler sampled on, ``missed_share``), or the intervals miss ``cut`` or
     more too often for chance (``chance_cut``), or its time splits between the loop's dominant
-    place and the rest as one step's does (``slow_throughout`` at ``outside``), an interval as
-    long as several steps is either a
+    place and the rest as one step's does (``slow_throughout`` at ``outside``), or it is not one
+    of the ``holding`` share of them that hide boundaries where more are counted as several steps
+    than chance makes (``slow_share``, ``holds_missed``), an interval as long as several steps is
+    either a
     sampler drop-out, which shows as a span that swallowed the stacks in between (its steps
     count, their time is not covered), or one slow step (a checkpoint, an eval, a DataLoader
     refilling, a garbage collection): with every boundary visible, no boundary is invented in it."""
     out: list[Step] = []
     for step, n in zip(intervals, counts, strict=True):
-        chance = missed if step.held and missed is not None else unseen
-        certain = (not hidden_by_chance(n - 1, chance) or (cut is not None and n - 1 >= cut)
-                   or slow_throughout(step, n, outside))
+        certain = (one_slow(step, n, unseen, cut, missed, outside)
+                   or (holding is not None and n > 1 and not holds_missed(step, holding)))
         if n == 1 or (certain and not step.swallowing):
             out.append(step)
             continue
@@ -244,6 +315,41 @@ def expand(intervals: Sequence[Step], counts: Sequence[int], unseen: float | Non
             out.append(Step(step.start_ns + step.dur_ns * k // n, step.start_ns + step.dur_ns * (k + 1) // n,
                             phases, blocked, covered=not certain))
     return tuple(out)
+
+
+def one_slow(step: Step, n: int, unseen: float | None, cut: int | None, missed: float | None,
+             outside: float | None) -> bool:
+    """Whether ``expand`` takes an interval counted as ``n`` steps for one slow step (or a drop-out)
+    by what sampling can and cannot miss, before any ``holding`` draw."""
+    chance = missed if step.held and missed is not None else unseen
+    return (not hidden_by_chance(n - 1, chance) or (cut is not None and n - 1 >= cut)
+            or slow_throughout(step, n, outside))
+
+
+def guessed(step: Step, n: int, unseen: float | None, cut: int | None, missed: float | None,
+            outside: float | None, holding: float | None) -> int:
+    """Whether ``expand``'s ``holding`` draw decided how many steps an interval holds (1; 0 where
+    sampling decided, or no draw was made): each such interval moves the median by a rank or so
+    (``median_holds``)."""
+    if holding is None or n < 2 or step.swallowing or one_slow(step, n, unseen, cut, missed, outside):
+        return 0
+    return 1
+
+
+def median_holds(durations: Sequence[float], moved: int) -> bool:
+    """Whether the median of the steps' ``durations`` (sorted) stays within MAX_STEP_ERROR of
+    itself over the ranks that the intervals a draw counted (``guessed``: ``moved`` of them, each
+    one slow step or several) can move it, a rank each. A job that reads its batches in Python on
+    two cores that py-spy shares slowed one step in four to 1.3-2x: with as many of its intervals
+    of two holding a missed boundary as chance makes, its median came out 10% long (the job's own
+    68th percentile); with each of them two steps, 2% short, and its count 16% high."""
+    m = len(durations)
+    if not moved or not m:
+        return True
+    mid = (m - 1) / 2
+    lo, hi = durations[max(0, math.floor(mid - moved))], durations[min(m - 1, math.ceil(mid + moved))]
+    median = durations[m // 2] if m % 2 else (durations[m // 2 - 1] + durations[m // 2]) / 2
+    return (hi - lo) / 2 <= MAX_STEP_ERROR * median
 
 
 def slow_throughout(step: Step, n: int, outside: float | None) -> bool:
@@ -293,14 +399,43 @@ def steady_share(shares: Sequence[float]) -> float | None:
     return mid if mid > 0 and spread <= STEADY_OUTSIDE * mid else None
 
 
-def expand_counted(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None) -> tuple[Step, ...]:
+def expand_counted(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None,
+                   rate_hz: float) -> tuple[tuple[Step, ...], Guesses]:
     """``expand`` at the chance of a missed boundary that the counts themselves show
-    (``missed_share``, ``chance_cut``, over the intervals that swallowed no drop-out)."""
+    (``missed_share``, ``chance_cut``, ``slow_share``, over the intervals that swallowed no
+    drop-out); and what a guess decided of them (``guesses``)."""
     chance = Counter(n for step, n in zip(intervals, counts, strict=True) if not step.swallowing)
     total = sum(counts)
     missed = missed_share(chance, total, unseen)
-    return expand(intervals, counts, unseen, chance_cut(chance, total, missed, unseen), missed,
-                  one_outside(intervals, counts))
+    cut, outside = chance_cut(chance, total, missed, unseen), one_outside(intervals, counts)
+    holding = slow_share(chance, unseen, sparse_visits(intervals, rate_hz))
+    moved = guesses(zip(intervals, counts, strict=True), unseen, cut, missed, outside, holding)
+    return expand(intervals, counts, unseen, cut, missed, outside, holding), moved
+
+
+def guesses(counted: Iterable[tuple[Step, int]], unseen: float | None, cut: int | None, missed: float | None,
+            outside: float | None, holding: float | None) -> Guesses:
+    """How many of the intervals, each counted as its number of steps, ``expand``'s ``holding``
+    draw decided (``guessed``: the ranks they can move the median by, ``median_holds``), and the
+    steps it added where it took one for several (which a count surely seen leaves out)."""
+    if holding is None:
+        return 0, 0
+    moved = added = 0
+    for step, n in counted:
+        if guessed(step, n, unseen, cut, missed, outside, holding):
+            moved += 1
+            added += n - 1 if holds_missed(step, holding) else 0
+    return moved, added
+
+
+def uneven_clock(clock: StepClock) -> StepClock:
+    """``clock`` made unknown where the steps' median does not hold (``median_holds``) over the
+    intervals that a guess counted as one slow step or as several (``slow_share``)."""
+    reason = ("slow steps (more intervals as long as two steps or more than sampling misses boundaries by "
+              "chance, and which of them hide a boundary cannot be told) make the steps too uneven for their "
+              f"median to be given within {100 * MAX_STEP_ERROR:.0f}% (on a busy machine, other work takes "
+              "the job's cores)")
+    return StepClock("unknown", None, None, clock.concentration, reason, unseen=clock.unseen, cause=UNEVEN)
 
 
 def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:

@@ -34,20 +34,31 @@ from traceml_attach.policy import (
     MIN_SAMPLES_PER_STEP,
 )
 from traceml_attach.steps.clock import (
+    Guesses,
     Step,
     StepClock,
     chance_cut,
     chance_depth,
     clock_of,
     expand,
+    guesses,
     missed_share,
     one_share,
+    outside_samples,
     shared_unseen,
+    slow_share,
     steady_share,
 )
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
-from traceml_attach.steps.period import Posterior, count_spread, jitter, pins_median, strays, too_ambiguous
+from traceml_attach.steps.period import (
+    Posterior,
+    count_spread,
+    jitter,
+    pins_median,
+    strays,
+    too_ambiguous,
+)
 from traceml_attach.steps.steptime import StepTotals
 
 NS = 1_000_000_000
@@ -106,6 +117,7 @@ class IntervalWindow:
     def __init__(self, rate_hz: int, stagger: float, spans: Swallowing) -> None:
         self.rate_hz = rate_hz
         self.interval_ns = 1e9 / max(rate_hz, 1)
+        self.two_samples_ns = 2.6e9 / max(rate_hz, 1)   # above it, outside_samples is 3 or more
         self.stagger = stagger
         self.spans = spans
         self.records: list[Interval] = []
@@ -120,12 +132,23 @@ class IntervalWindow:
         self.counted: Counter[int] = Counter()
         self.counted_steps = 0
         # clock.missed_share, chance_cut and one_outside of them, as the intervals were last expanded
-        self.expansion: tuple[float | None, int | None, float | None] = (None, None, None)
+        self.expansion: tuple[float | None, int | None, float | None, float | None] = (None, None, None, None)
         # the shares of their time outside the dominant place of those that count one step, in
         # order (clock.one_outside)
         self.one_shares: list[float] = []
+        # of the intervals that swallowed no drop-out, those with one sample outside the dominant
+        # place, with two, and all (clock.sparse_visits)
+        self.sparse: Counter[int] = Counter()
+        # what a guess decided (clock.guesses), with what it was worked out for
+        self._guesses: tuple[tuple, Guesses] | None = None
         self.clock = StepClock("unknown", None)
         self.unseen: float | None = None
+        # e^-λ as of this tick (the tracker's measure, which ``keep`` is given), where ``unseen`` is
+        # as of the last fit: ``slow_share`` weighs the intervals of several steps against it, as
+        # the batch does against the window's own
+        self.measure: Callable[[], float | None] | None = None
+        self._fresh: tuple[int, float | None] | None = None
+        self.tick_ns = 0
         # the most boundaries chance can hide (clock.chance_depth); while it is known, an interval
         # of more steps is one slow step unless it swallowed a drop-out, which is judged then
         self.certain = False
@@ -215,8 +238,17 @@ class IntervalWindow:
     def _expand(self, record: Interval) -> tuple[Step, ...]:
         if record.n == 1:
             return (record.step,)
-        missed, cut, outside = self.expansion
-        return expand((record.step,), (record.n,), self._unseen(), cut, missed, outside)
+        missed, cut, outside, holding = self.expansion
+        return expand((record.step,), (record.n,), self._unseen(), cut, missed, outside, holding)
+
+    def _unseen_now(self) -> float | None:
+        """``_unseen`` as of this tick (measured once a tick, and only where it is asked)."""
+        if self.measure is None:
+            return self._unseen()
+        if self._fresh is None or self._fresh[0] != self.tick_ns:
+            now = self.measure()
+            self._fresh = (self.tick_ns, shared_unseen(now) if self.mode == "joint" else now)
+        return self._fresh[1]
 
     def _unseen(self) -> float | None:
         """The chance of an unseen boundary the counts are expanded at: a synchronized rank counted
@@ -254,6 +286,11 @@ class IntervalWindow:
                 del self.one_shares[bisect.bisect_left(self.one_shares, share)]
         if not record.step.swallowing:
             self.counted[record.n] += sign
+            if record.step.outside_ns <= self.two_samples_ns:   # cheap before clock.outside_samples
+                samples = outside_samples(record.step, self.rate_hz)
+                if samples <= 2:
+                    self.sparse[samples] += sign
+            self.sparse[0] += sign
 
     def _add(self, record: Interval, sign: int) -> None:
         """Add (1) or take away (-1) an interval's steps from the running step totals."""
@@ -385,6 +422,7 @@ class IntervalWindow:
     def keep(self, now_ns: int, unseen: Callable[[], float | None]) -> None:
         """Once a tick: a cheap full fit, a warm check when due, or a full fit asked for;
         ``unseen`` measures the chance that a boundary goes unseen, when needed."""
+        self.measure, self.tick_ns = unseen, now_ns
         m = len(self.records)
         if m < MIN_INTERVALS:
             self.cold(now_ns, unseen())
@@ -495,13 +533,17 @@ class IntervalWindow:
 
     # --- what the batch gives ----------------------------------------------------------------
 
-    def _expansion(self) -> tuple[float | None, int | None, float | None]:
-        """``clock.missed_share``, ``chance_cut`` and ``one_outside`` of the intervals' own counts
+    def _expansion(self) -> tuple[float | None, int | None, float | None, float | None]:
+        """``clock.missed_share``, ``chance_cut``, ``one_outside`` and ``slow_share`` of the intervals' own counts
         (as build_timeline expands them)."""
         unseen = self._unseen()
         missed = missed_share(self.counted, self.counted_steps, unseen)
         outside = steady_share(self.one_shares) if self.counted_steps > len(self.records) else None
-        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen), outside
+        sparse = self.sparse
+        # (e^-λ as of this tick only where some interval counts several steps: else there is none)
+        holding = (slow_share(self.counted, self._unseen_now(), (sparse[1], sparse[2], sparse[0]))
+                   if self.counted_steps > len(self.records) else None)
+        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen), outside, holding
 
     def settle(self) -> None:
         """Expand every interval again where the counts seen so far move how they expand."""
@@ -518,6 +560,19 @@ class IntervalWindow:
     def median_step(self) -> float:
         self.settle()
         return self.sums.median()
+
+    def guesses(self) -> Guesses:
+        """``clock.guesses`` of the intervals as they are expanded (as build_timeline takes them),
+        worked out once per change of the intervals or their expansion."""
+        self.settle()
+        missed, cut, outside, holding = self.expansion
+        if holding is None:
+            return 0, 0
+        key = (self.rid, len(self.records), self.counted_steps, self.sums.n_steps, self.expansion)
+        if self._guesses is None or self._guesses[0] != key:
+            counted = ((r.step, r.n) for r in self.records)
+            self._guesses = (key, guesses(counted, self._unseen(), cut, missed, outside, holding))
+        return self._guesses[1]
 
     def slow_steps(self) -> bool:
         """Whether some interval counted as several steps is one slow step (``expand``), as

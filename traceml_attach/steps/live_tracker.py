@@ -415,14 +415,15 @@ class RankTracker(SpanWindow):
         return Timeline(self.pid, tid, thread_label(self.names.get(tid) if tid is not None else None, self.pid),
                         loop, SegmentView(spans, verdicts, self.start_ns, self.end_ns), self.window.steps(), clock,
                         dict(labels), self.bounds.view(), stuck, last, coverage, self.window.intervals.view(),
-                        self.rate_hz, first, framework_of(loop, frameworks), traits=traits)
+                        self.rate_hz, first, framework_of(loop, frameworks), traits=traits,
+                        guessed=self.window.guesses())
 
     def own_clock(self, first: int | None, last: int | None) -> StepClock:
         clock = self.window.clock
         if not clock.known or clock.period_ns is None:
             return clock
-        typical = (clock.period_ns if clock.method == "comb" and not self.window.slow_steps()
-                   else self.window.median_step())
+        slow = self.window.slow_steps()
+        typical = clock.period_ns if clock.method == "comb" and not slow else self.window.median_step()
         edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)

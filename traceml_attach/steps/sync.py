@@ -90,7 +90,8 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
         edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz, tl.clock.unseen)
         clock = replace(reference.clock, method="joint", visible=len(counts) / sum(counts),
                         concentration=None, unseen=tl.clock.unseen, edge_steps=edges)
-        out[rank] = replace(tl, steps=expand_counted(tl.intervals, counts, shared_unseen(tl.clock.unseen)), clock=clock)
+        steps, guessed = expand_counted(tl.intervals, counts, shared_unseen(tl.clock.unseen), tl.rate_hz)
+        out[rank] = replace(tl, steps=steps, clock=clock, guessed=guessed)
     return out
 
 
