@@ -330,3 +330,15 @@ def test_a_one_off_rise_filled_over_a_few_seconds_is_not_a_rise_under_way():
     levels = [326] * 5 + [386, 446, 506, 566, 626] + [626] * 5
     f = judge([(i * 10**9, v * MIB) for i, v in enumerate(levels)])
     assert f.kind in ("BALANCED", "NO_DATA") and "rising" not in f.summary, f
+
+
+def test_ranks_alike_name_the_same_rank_whatever_order_they_came_in():
+    # GIVEN two ranks both short of a verdict, given in rank order (a replay) and by arrival (a
+    # live collector, the second node's rank first)
+    young = {r: Limits(started_ns=-12 * 10**9) for r in "01"}
+    short = {r: series(GIB, 0, n=8) for r in "01"}
+    replayed = diagnose_memory("host", short, young).finding
+    live = diagnose_memory("host", dict(reversed(list(short.items()))), young).finding
+    # THEN both name the same rank, the lowest (the live summary and its replay agree)
+    assert replayed.kind == live.kind and replayed.worst_rank == live.worst_rank == 0
+    assert replayed.summary == live.summary and replayed.evidence == live.evidence

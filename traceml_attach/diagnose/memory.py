@@ -45,6 +45,7 @@ from traceml_attach.diagnose.memtrend import (
     short_floor,
     trend,
 )
+from traceml_attach.diagnose.ranks import rank_key
 from traceml_attach.diagnose.step import SEVERITY_ORDER, Finding
 from traceml_attach.policy import DEFAULT_MEMORY_POLICY, MIB, MemoryPolicy
 
@@ -140,8 +141,10 @@ def diagnose_memory(source: str, series: Mapping[str, Series], limits: Mapping[s
     ``limits``: each rank's capacity, headroom and process start time (``Limits``).
     ``sampling_started_ns``: when the session began sampling, the warm-up's clock where a job's
     start time is unknown (older recordings); None: each series' first sample."""
-    ranks = [rank_memory(rank, s, limits.get(rank) or Limits(), policy, sampling_started_ns, source == "gpu")
-             for rank, s in series.items() if s]
+    # in rank order, whatever order they came in (a live collector's by arrival, a replay's by
+    # rank): ties go to the lowest rank, and a live summary and its replay name the same one
+    ranks = sorted((rank_memory(rank, s, limits.get(rank) or Limits(), policy, sampling_started_ns, source == "gpu")
+                    for rank, s in series.items() if s), key=lambda r: rank_key(r.rank))
     what = "GPU memory" if source == "gpu" else "host RSS (with DataLoader workers)"
     if not ranks or all(r.bands_bytes is None for r in ranks):
         wait = max((r.wait_s or 0.0 for r in ranks), default=policy.min_judged_s)
