@@ -238,9 +238,9 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
-    # one slow step each (``clock.slow_share``; its visits are no visits outside a dominant place)
+    # one slow step each (``clock.slow_share``)
     chance = Counter(n for group, n in zip(groups, counts, strict=True) if not group.swallowing)
-    holding = slow_share(chance, clock.unseen, (0, 0, sum(chance.values())))
+    holding = slow_share(chance, clock.unseen)
     steps = expand(groups, counts, holding=holding)
     slow = len(steps) < sum(counts)
     typical = (clock.period_ns if clock.method == "comb" and not slow

@@ -28,7 +28,15 @@ from traceml_attach.policy import (
     STEADY_OUTSIDE,
     TARGET_SAMPLES_PER_STEP,
 )
-from traceml_attach.steps.period import PeriodFit, fit_period, pinned, refine_map, steady_median, suggested_rate_hz
+from traceml_attach.steps.period import (
+    PeriodFit,
+    fit_period,
+    holds_over,
+    pinned,
+    refine_map,
+    steady_median,
+    suggested_rate_hz,
+)
 
 
 @dataclass(frozen=True, slots=True)   # a live window holds thousands
@@ -179,13 +187,14 @@ def missed_share(counts: Mapping[int, int], total: int, unseen: float | None) ->
     return max(unseen, counts.get(2, 0) / total) if total > 0 else unseen
 
 
-def slow_share(counts: Mapping[int, int], unseen: float | None, sparse: Sparse) -> float | None:
+def slow_share(counts: Mapping[int, int], unseen: float | None, sparse: Sparse | None = None) -> float | None:
     """The share of the intervals counted as several steps that did hide missed boundaries, where
     more were counted so than sampling misses boundaries (the rest are one slow step each:
     ``expand``); None where chance makes them all.
 
     Each boundary goes unseen with a chance of at most e^-λ (``unseen``) or what the visits seen
-    outside the dominant place say (``hidden_share`` of ``sparse``), the more of the two; then
+    outside the dominant place say (``hidden_share`` of ``sparse``; None: no such visits), the more
+    of the two; then
     that share of the intervals hold more than one step. More of them than a Poisson count of
     that mean reaches with DROPOUT_UNSEEN are steps slowed to about two or more, and no sampling
     tells which: the duration of one step slowed to two is two steps', and so is its split between
@@ -202,7 +211,7 @@ def slow_share(counts: Mapping[int, int], unseen: float | None, sparse: Sparse) 
         return None
     intervals = sum(counts.values())
     several = intervals - counts.get(1, 0)
-    expect = intervals * max(unseen, hidden_share(*sparse))
+    expect = intervals * max(unseen, hidden_share(*sparse) if sparse is not None else 0.0)
     if not several or _poisson_tail(several, expect) >= DROPOUT_UNSEEN:
         return None
     return expect / several
@@ -327,13 +336,12 @@ def one_slow(step: Step, n: int, unseen: float | None, cut: int | None, missed: 
 
 
 def guessed(step: Step, n: int, unseen: float | None, cut: int | None, missed: float | None,
-            outside: float | None, holding: float | None) -> int:
-    """Whether ``expand``'s ``holding`` draw decided how many steps an interval holds (1; 0 where
+            outside: float | None, holding: float | None) -> bool:
+    """Whether ``expand``'s ``holding`` draw decided how many steps an interval holds (not where
     sampling decided, or no draw was made): each such interval moves the median by a rank or so
     (``median_holds``)."""
-    if holding is None or n < 2 or step.swallowing or one_slow(step, n, unseen, cut, missed, outside):
-        return 0
-    return 1
+    return (holding is not None and n > 1 and not step.swallowing
+            and not one_slow(step, n, unseen, cut, missed, outside))
 
 
 def median_holds(durations: Sequence[float], moved: int) -> bool:
@@ -343,13 +351,7 @@ def median_holds(durations: Sequence[float], moved: int) -> bool:
     two cores that py-spy shares slowed one step in four to 1.3-2x: with as many of its intervals
     of two holding a missed boundary as chance makes, its median came out 10% long (the job's own
     68th percentile); with each of them two steps, 2% short, and its count 16% high."""
-    m = len(durations)
-    if not moved or not m:
-        return True
-    mid = (m - 1) / 2
-    lo, hi = durations[max(0, math.floor(mid - moved))], durations[min(m - 1, math.ceil(mid + moved))]
-    median = durations[m // 2] if m % 2 else (durations[m // 2 - 1] + durations[m // 2]) / 2
-    return (hi - lo) / 2 <= MAX_STEP_ERROR * median
+    return not moved or not durations or holds_over(durations, moved)
 
 
 def slow_throughout(step: Step, n: int, outside: float | None) -> bool:

@@ -201,12 +201,19 @@ def steady_median(whole: Sequence[float], total: int) -> bool:
     if not m:
         return False
     half = max(1.0, MEDIAN_RANKS * m, 1.5 * math.sqrt(m * max(1 - m / total, 0.0)))
-    mid = (m - 1) / 2
-    lo, hi = whole[max(0, math.floor(mid - half))], whole[min(m - 1, math.ceil(mid + half))]
     median = statistics.median(whole)
     # and many steps near it: steps that jitter around one length, not the gap between two
     near = sum(1 for d in whole if abs(d - median) <= NEAR_MEDIAN * median)
-    return (hi - lo) / 2 <= MAX_STEP_ERROR * median and near >= NEAR_SHARE * m
+    return holds_over(whole, half) and near >= NEAR_SHARE * m
+
+
+def holds_over(whole: Sequence[float], half: float) -> bool:
+    """Whether the median of ``whole`` (sorted, not empty) stays within MAX_STEP_ERROR of itself
+    over the order statistics ``half`` ranks either side of it."""
+    m = len(whole)
+    mid = (m - 1) / 2
+    lo, hi = whole[max(0, math.floor(mid - half))], whole[min(m - 1, math.ceil(mid + half))]
+    return (hi - lo) / 2 <= MAX_STEP_ERROR * statistics.median(whole)
 
 
 def pins_median(whole: int, total: int, jitter_ns: float, period: float) -> bool:
