@@ -574,12 +574,6 @@ class IntervalWindow:
             self._guesses = (key, guesses(counted, self._unseen(), cut, missed, outside, holding))
         return self._guesses[1]
 
-    def slow_steps(self) -> bool:
-        """Whether some interval counted as several steps is one slow step (``expand``), as
-        build_timeline takes the median step then."""
-        self.settle()
-        return self.sums.n_steps < self.counted_steps   # as the batch's len(steps) < sum(counts)
-
     def totals(self, step_ms: float | None) -> StepTotals:
         """The running sums over the window's steps (``steptime.step_totals``)."""
         self.settle()

@@ -422,8 +422,7 @@ class RankTracker(SpanWindow):
         clock = self.window.clock
         if not clock.known or clock.period_ns is None:
             return clock
-        slow = self.window.slow_steps()
-        typical = clock.period_ns if clock.method == "comb" and not slow else self.window.median_step()
+        typical = self.window.median_step()   # as build_timeline takes it
         edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)
