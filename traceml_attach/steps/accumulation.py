@@ -242,6 +242,11 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     chance = Counter(n for group, n in zip(groups, counts, strict=True) if not group.swallowing)
     holding = slow_share(chance, clock.unseen)
     steps = expand(groups, counts, holding=holding)
+    # the comb's period (the mean step) where no slow step was found, unlike ``build_timeline``,
+    # which takes the median on every clock: optimizer steps of k micro-batches average their
+    # micro-batches' jitter out, and the median of them, tried here and in ``with_accumulation``,
+    # spread synchronized ranks apart (the grid's accum family: 882 -> 875 known, mean |error|
+    # 0.36% -> 0.41%, its worst 4.6% -> 3.4%)
     slow = len(steps) < sum(counts)
     typical = (clock.period_ns if clock.method == "comb" and not slow
                else statistics.median(s.dur_ns for s in steps))
