@@ -59,6 +59,8 @@ CONTENDED_MS = 80.0          # ...this long
 UNEVEN_LO, UNEVEN_HI = 1.3, 2.2   # uneven: a slowed step's input runs this many times as long
 READY_MS = 0.3     # bursty delivery: a batch a worker has ready is handed over in this long (at most)
 MS = 1_000_000
+# (start, end, stack key, blocked, the share of its time on a CPU where not blocked)
+Piece = tuple[int, int, str, bool, float]
 
 
 @dataclass(frozen=True)
@@ -407,11 +409,11 @@ def _uneven(job: Job, rng: random.Random) -> Callable[[], float]:
 
 
 def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
-                    ) -> tuple[list[list[tuple[int, int, str, bool]]], list[Truth]]:
+                    ) -> tuple[list[list[Piece]], list[Truth]]:
     """``_schedule`` with k micro-batches per optimizer step and bursty delivery: per rank,
     [(start, end, stack key, blocked)] pieces covering [t0, t0 + seconds); and the truth."""
     n, k, w = len(job.ranks), job.accumulation, job.workers
-    pieces: list[list[tuple[int, int, str, bool]]] = [[] for _ in range(n)]
+    pieces: list[list[Piece]] = [[] for _ in range(n)]
     truths = [Truth(micro_batches=k) for _ in range(n)]
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
@@ -435,6 +437,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
 
     while t < end:
         factor, stretch = slow(t), uneven()
+        on = 1.0 / factor   # a stretched step waited for a core through the rest
         # per rank, k micro-batches: [{phase: ns}]
         work = [[{p: fetch(r) if p == "input" else draw(rw.of(p)) for p in MICRO} for _ in range(k)]
                 for r, rw in enumerate(job.ranks)]
@@ -448,22 +451,22 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
             if job.fetches_once:
                 fetched = sum(m["input"] for m in work[r])
                 if fetched:
-                    pieces[r].append((at, at + fetched, "input", blocked))
+                    pieces[r].append((at, at + fetched, "input", blocked, on))
                     at += fetched
             for i, micro in enumerate(work[r]):
                 truth.micro_bounds_ns.append(t if i == 0 else at)
                 suffix = "" if i == k - 1 else ACC
                 for phase in MICRO:
                     if micro[phase] and not (phase == "input" and job.fetches_once):
-                        pieces[r].append((at, at + micro[phase], phase + suffix, phase == "input" and blocked))
+                        pieces[r].append((at, at + micro[phase], phase + suffix, phase == "input" and blocked, on))
                         at += micro[phase]
             wait = sync_at - reach[r]
             if wait and n > 1:
-                pieces[r].append((at, at + wait, "sync", True))
+                pieces[r].append((at, at + wait, "sync", True, on))
                 at += wait
             if opt:
                 truth.optimizer_ns.append(at)
-                pieces[r].append((at, at + opt, "optimizer", False))
+                pieces[r].append((at, at + opt, "optimizer", False, on))
             phases = {p: sum(m[p] for m in work[r]) for p in MICRO}
             phases["backward"] += wait if n > 1 else 0
             phases["optimizer"] = opt
@@ -476,21 +479,21 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
 
 
 def _plan(job: Job, seconds: float, rng: random.Random, t0_ns: int
-          ) -> tuple[list[list[tuple[int, int, str, bool]]], list[Truth]]:
+          ) -> tuple[list[list[Piece]], list[Truth]]:
     if not job.legacy:
         return _schedule_micro(job, seconds, rng, t0_ns)
     pieces, truths = _schedule(job, seconds, rng, t0_ns)
     for r, truth in enumerate(truths):
         truth.micro_bounds_ns = list(truth.bounds_ns)
-        truth.optimizer_ns = [start for start, _, key, _ in pieces[r] if key == "optimizer"]
+        truth.optimizer_ns = [start for start, _, key, _, _ in pieces[r] if key == "optimizer"]
     return pieces, truths
 
 
 def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
-              ) -> tuple[list[list[tuple[int, int, str, bool]]], list[Truth]]:
+              ) -> tuple[list[list[Piece]], list[Truth]]:
     """Per rank: [(start, end, phase, blocked)] pieces covering [t0, t0 + seconds); and the truth."""
     n = len(job.ranks)
-    pieces: list[list[tuple[int, int, str, bool]]] = [[] for _ in range(n)]
+    pieces: list[list[Piece]] = [[] for _ in range(n)]
     truths = [Truth() for _ in range(n)]
     t = t0_ns
     end = t0_ns + int(seconds * 1e9)
@@ -503,6 +506,7 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
 
     while t < end:
         factor, stretch = slow(t), uneven()
+        on = 1.0 / factor   # a stretched step waited for a core through the rest
         work = [{p: draw(w.of(p) * (stretch if p == "input" else 1.0)) for p in LOOP_ORDER} for w in job.ranks]
         # every rank reaches the all-reduce after its input, forward and backward work
         reach = [w["input"] + w["h2d"] + w["forward"] + w["backward"] for w in work]
@@ -513,14 +517,15 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
             at = t
             for phase in ("input", "h2d", "forward", "backward"):
                 if work[r][phase]:
-                    pieces[r].append((at, at + work[r][phase], phase, phase == "input" and job.ranks[r].input_blocked))
+                    blocked = phase == "input" and job.ranks[r].input_blocked
+                    pieces[r].append((at, at + work[r][phase], phase, blocked, on))
                     at += work[r][phase]
             wait = sync_at - reach[r]
             if wait and n > 1:
-                pieces[r].append((at, at + wait, "sync", True))
+                pieces[r].append((at, at + wait, "sync", True, on))
                 at += wait
             if opt:
-                pieces[r].append((at, at + opt, "optimizer", False))
+                pieces[r].append((at, at + opt, "optimizer", False, on))
             phases = {p: work[r][p] for p in LOOP_ORDER}
             phases["backward"] += wait if n > 1 else 0
             phases["optimizer"] = opt
@@ -547,7 +552,7 @@ def _sample_times(rng: random.Random, rate_hz: float, t0: int, t1: int, error_ra
     return out
 
 
-def _spans(pid: int, pieces: list[tuple[int, int, str, bool]], stacks: dict[str, list[tuple[CodeFrame, ...]]],
+def _spans(pid: int, pieces: list[Piece], stacks: dict[str, list[tuple[CodeFrame, ...]]],
            times: list[int], end_ns: int) -> list[Span]:
     spans: list[Span] = []
     i = 0
@@ -558,7 +563,7 @@ def _spans(pid: int, pieces: list[tuple[int, int, str, bool]], stacks: dict[str,
             i += 1
         if i == len(pieces):
             break
-        start, stop, phase, _ = pieces[i]
+        start, stop, phase, _, _ = pieces[i]
         options = stacks[phase]
         stack = options[min(int((ts - start) * len(options) / max(stop - start, 1)), len(options) - 1)]
         if stack != current:
@@ -570,23 +575,26 @@ def _spans(pid: int, pieces: list[tuple[int, int, str, bool]], stacks: dict[str,
     return spans
 
 
-def _cpu_rows(pieces: list[tuple[int, int, str, bool]], t0: int, t1: int, every_ns: int = 20 * MS
+def _cpu_rows(pieces: list[Piece], t0: int, t1: int, every_ns: int = 20 * MS
               ) -> list[tuple[int, int, int]]:
-    """The training thread's cumulative on-CPU ns every 20 ms, as the agent reads it."""
-    rows, busy, i = [], 0, 0
+    """The training thread's cumulative (on-CPU, run-queue) ns every 20 ms, as the agent reads it:
+    a piece of a step that other work on the cores stretched (``Job.contended``) is on a CPU for
+    its unstretched time and waits for one through the rest."""
+    rows, busy, queued, i = [], 0.0, 0.0, 0
     last = t0
     for ts in range(t0, t1, every_ns):
         while i < len(pieces) and pieces[i][0] < ts:
-            start, stop, _, blocked = pieces[i]
+            start, stop, _, blocked, on = pieces[i]
             lo, hi = max(start, last), min(stop, ts)
             if hi > lo and not blocked:
-                busy += hi - lo
+                busy += (hi - lo) * on
+                queued += (hi - lo) * (1.0 - on)
             if stop <= ts:
                 i += 1
             else:
                 break
         last = ts
-        rows.append((ts, busy, 0))
+        rows.append((ts, int(busy), int(queued)))
     return rows
 
 
@@ -669,7 +677,7 @@ def true_timeline(job: Job, seconds: float = 10.0, seed: int = 0
     lead_ns = int(rng.uniform(0.5, 1.5) * 1e9)
     pieces, truths = _plan(job, seconds + lead_ns / 1e9 + 1.0, rng, t0 - lead_ns)
     stacks = _job_stacks(job)
-    return [[(a, b, key, stacks[key][0]) for a, b, key, _ in rank] for rank in pieces], truths
+    return [[(a, b, key, stacks[key][0]) for a, b, key, _, _ in rank] for rank in pieces], truths
 
 
 def shaped_job(period_ms: float, shares: Mapping[str, float], ranks: int = 1, rng: random.Random | None = None,

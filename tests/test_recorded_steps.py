@@ -23,7 +23,9 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # 44.3 ms for 89.3) and the step time is the job's (88.6 ms for 89.3), but the miscounted
 # micro-batches, grouped by 4, make 136 steps for 128 (+6%)
 KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 136 steps for 128"}
-SHARES_WRONG: dict[str, str] = {}
+# Known wrong: 2 gloo ranks on 2 cores that the attacher's py-spy (queued 16% of the time) shares:
+# the rank that waits in the all-reduce shows its input 2.6 points short and its backward 4.6 over
+SHARES_WRONG: dict[str, str] = {"truth_ddp_starved": "the waiting rank's backward 4.6 points over, input 2.6 short"}
 # Jobs whose step time is rightly unknown: a hand-written loader on two cores the job, py-spy and
 # traceml share, one step in four slowed 1.3-2x in its input. 32 of 137 intervals are as long as two
 # steps, where boundaries go unseen 3.5% of the time (5 expected): which of them hide one cannot be
@@ -63,7 +65,8 @@ SHARED = [n for n in NAMES if all("shares" in r for r in json.loads((FIXTURES / 
 DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": "INPUT_BOUND",
              "truth_hand_written_eval": "COMPUTE_BOUND", "truth_hand_written_text": "INPUT_BOUND",
              "truth_hand_written_log": "COMPUTE_BOUND", "truth_hf_trainer_accum4": "COMPUTE_BOUND",
-             "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND"}
+             "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND",
+             "truth_ddp_starved": "COMPUTE_STRAGGLER"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

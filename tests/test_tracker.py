@@ -135,6 +135,10 @@ JOBS = {
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
+    # a sampler that waits for a core 25 times a second hides boundaries beyond chance; the thread's
+    # CPU counters tell those intervals from the slow steps (clock.worked), live as in the batch
+    "starved": (Job((RankWork(4.0, 0.0, 24.0, 3.0, 0.5),), jitter=0.1, contended=2.0), 400,
+                {"stall_rate": 25.0, "stall_ms": 8.0}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
 }

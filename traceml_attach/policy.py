@@ -320,6 +320,20 @@ MOSTLY_UNSEEN = 0.3
 # rank-windows counted beyond 3% (102 without it); nanoGPT's own loop on two busy cores shows
 # 0.21-0.30.
 STEADY_OUTSIDE = 0.35
+# An interval counted as several steps is one slow step or several by the thread's time on a CPU
+# through it (clock.worked), judged only where the intervals of one step show that time steadily:
+# its spread (IQR / 1.349) at most STEADY_WORK of its median. 2 gloo ranks of 33-ms steps on 2
+# busy cores showed 0.10.
+STEADY_WORK = 0.2
+# ...and one that worked as long as its count of steps holds them only where the intervals that
+# worked at least halfway to their count worked their count of steps' time less at most this many
+# steps' (their median): 0.0 where boundaries went unseen, -0.23 where steps were slowed on the
+# CPU or a garbage collection held the thread for 2.8 steps' time
+SEVERAL_WORK = 0.1
+# ...and where a step of one interval is on a CPU for at most this share of its time (the median):
+# 0.80-0.86 on 2 gloo ranks on 2 busy cores; 0.98 on a CUDA job's host thread that spins in its
+# synchronizations, and 0.99-1.0 on single-threaded CPU jobs, whose work is their time
+ON_CPU = 0.9
 MIN_STEADY = 20
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).

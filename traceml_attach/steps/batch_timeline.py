@@ -238,6 +238,12 @@ def blocked_through(on_ns: float | None, step_on_ns: float | None) -> bool:
     return on_ns is not None and step_on_ns is not None and on_ns < SWALLOW_WORK * step_on_ns
 
 
+def stalled(queued_ns: float | None, rate_hz: float) -> bool:
+    """Whether the sampler waited for a core (``queued_ns``, from its counters) for a sample's
+    interval or more: ``Step.stalled``."""
+    return queued_ns is not None and queued_ns >= 1e9 / max(rate_hz, 1)
+
+
 def sampler_dropped(queued_ns: float | None, excess_ns: float) -> bool:
     """Whether the sampler can have dropped out through a long span: it waited for a core for at
     least DROPOUT_WAIT of the span's time beyond its stack's usual span (``queued_ns``, from its
@@ -436,8 +442,10 @@ def _intervals(
                         idle = (hi - lo) - min(max(b1 - b0, 0.0), hi - lo)
                         blocked[seg.phase] = blocked.get(seg.phase, 0) + int(idle)
             j += 1
+        work = _on(counter, start, end) if not aside else None   # (an eval's work is no step's)
         steps.append(Step(start, end, phases, blocked, swallowing=swallowing, held=held and not swallowing,
-                          aside_ns=aside, outside_ns=away))
+                          aside_ns=aside, outside_ns=away, work_ns=None if work is None else int(work),
+                          stalled=stalled(_queued(sampler, start, end), rate_hz)))
     return steps
 
 

@@ -85,6 +85,9 @@ class CounterJoin:
             # swallowed no steps)
             swallowing, held = (window.spans.swallowing(record.long_spans) if window.certain and record.long_spans
                                 else (record.step.swallowing, record.step.held))
-            window.restep(record, replace(record.step, blocked_sync_ns=self.blocked(record.sync),
-                                          swallowing=swallowing, held=held))
+            step = record.step
+            work = self.on(step.start_ns, step.end_ns) if not step.aside_ns else None
+            window.restep(record, replace(step, blocked_sync_ns=self.blocked(record.sync), swallowing=swallowing,
+                                          held=held, work_ns=None if work is None else int(work),
+                                          stalled=window.spans.stalled(step.start_ns, step.end_ns)))
         self.pending = still

@@ -37,17 +37,21 @@ from traceml_attach.steps.clock import (
     Guesses,
     Step,
     StepClock,
+    Work,
     chance_cut,
     chance_depth,
     clock_of,
     expand,
     guesses,
     missed_share,
+    one_on_cpu,
     one_share,
+    one_work_of,
     outside_samples,
     shared_unseen,
     slow_share,
     steady_share,
+    work_of,
 )
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
@@ -71,6 +75,8 @@ RETRIG = 0.005             # the comb's running sums are recomputed when the per
 TAIL = 8                   # an interval this close to the newest is re-expanded in place
 SAME_PERIOD = 0.005        # a shared period this close to the rank's own: its counts are the own ones
 RID = attrgetter("rid")
+# clock.missed_share, chance_cut, one_outside, slow_share and one_work, as the intervals were expanded
+Expansion = tuple[float | None, int | None, float | None, float | None, Work | None]
 
 
 class Swallowing(Protocol):
@@ -80,6 +86,8 @@ class Swallowing(Protocol):
     def swallowing(self, long_spans: Sequence[tuple[int, int, int]]) -> tuple[bool, bool]: ...
 
     def forget_usual(self) -> None: ...
+
+    def stalled(self, start_ns: int, end_ns: int) -> bool: ...
 
 
 class Interval:
@@ -132,10 +140,15 @@ class IntervalWindow:
         self.counted: Counter[int] = Counter()
         self.counted_steps = 0
         # clock.missed_share, chance_cut and one_outside of them, as the intervals were last expanded
-        self.expansion: tuple[float | None, int | None, float | None, float | None] = (None, None, None, None)
+        self.expansion: Expansion = (None, None, None, None, None)
         # the shares of their time outside the dominant place of those that count one step, in
         # order (clock.one_outside)
         self.one_shares: list[float] = []
+        # their time on a CPU, in order, and the intervals counted as several steps whose time on a
+        # CPU is known, by id (clock.one_work)
+        self.one_works: list[float] = []
+        self.one_on_cpu: list[float] = []
+        self.several: dict[int, Interval] = {}
         # of the intervals that swallowed no drop-out, those with one sample outside the dominant
         # place, with two, and all (clock.sparse_visits)
         self.sparse: Counter[int] = Counter()
@@ -176,11 +189,11 @@ class IntervalWindow:
 
     def add(self, start: int, end: int, phases: dict[str, int], blocked: dict[str, int] | None,
             long_spans: Sequence[tuple[int, int, int]], sync: Sequence[tuple[int, int, str]], pending: bool,
-            aside: int = 0, outside: int = 0) -> Interval:
+            aside: int = 0, outside: int = 0, work: int | None = None, stalled: bool = False) -> Interval:
         swallowing, held = (self.spans.swallowing(long_spans) if self.certain and long_spans else (False, False))
         self.rid += 1
         step = Step(start, end, phases, blocked, swallowing=swallowing, held=held, aside_ns=aside,
-                    outside_ns=outside)
+                    outside_ns=outside, work_ns=work, stalled=stalled)
         record = Interval(self.rid, step)
         record.long_spans, record.pending = tuple(long_spans), pending
         if pending:   # read again when the CPU counter has reached its end
@@ -238,8 +251,8 @@ class IntervalWindow:
     def _expand(self, record: Interval) -> tuple[Step, ...]:
         if record.n == 1:
             return (record.step,)
-        missed, cut, outside, holding = self.expansion
-        return expand((record.step,), (record.n,), self._unseen(), cut, missed, outside, holding)
+        missed, cut, outside, holding, work = self.expansion
+        return expand((record.step,), (record.n,), self._unseen(), cut, missed, outside, holding, work)
 
     def _unseen_now(self) -> float | None:
         """``_unseen`` as of this tick (measured once a tick, and only where it is asked)."""
@@ -284,6 +297,20 @@ class IntervalWindow:
                 bisect.insort(self.one_shares, share)
             else:
                 del self.one_shares[bisect.bisect_left(self.one_shares, share)]
+        work = one_work_of(record.step, record.n)
+        if work is not None:
+            on_cpu = one_on_cpu(record.step)
+            if sign > 0:
+                bisect.insort(self.one_works, work)
+                bisect.insort(self.one_on_cpu, on_cpu)
+            else:
+                del self.one_works[bisect.bisect_left(self.one_works, work)]
+                del self.one_on_cpu[bisect.bisect_left(self.one_on_cpu, on_cpu)]
+        elif record.n > 1 and record.step.work_ns is not None and not record.step.swallowing:
+            if sign > 0:
+                self.several[record.rid] = record
+            else:
+                del self.several[record.rid]
         if not record.step.swallowing:
             self.counted[record.n] += sign
             if record.step.outside_ns <= self.two_samples_ns:   # cheap before clock.outside_samples
@@ -533,9 +560,9 @@ class IntervalWindow:
 
     # --- what the batch gives ----------------------------------------------------------------
 
-    def _expansion(self) -> tuple[float | None, int | None, float | None, float | None]:
-        """``clock.missed_share``, ``chance_cut``, ``one_outside`` and ``slow_share`` of the intervals' own counts
-        (as build_timeline expands them)."""
+    def _expansion(self) -> Expansion:
+        """``clock.missed_share``, ``chance_cut``, ``one_outside``, ``slow_share`` and ``one_work`` of the
+        intervals' own counts (as build_timeline expands them)."""
         unseen = self._unseen()
         missed = missed_share(self.counted, self.counted_steps, unseen)
         outside = steady_share(self.one_shares) if self.counted_steps > len(self.records) else None
@@ -543,7 +570,10 @@ class IntervalWindow:
         # (e^-λ as of this tick only where some interval counts several steps: else there is none)
         holding = (slow_share(self.counted, self._unseen_now(), (sparse[1], sparse[2], sparse[0]))
                    if self.counted_steps > len(self.records) else None)
-        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen), outside, holding
+        several = self.counted_steps > len(self.records)
+        work = (work_of(self.one_works, self.one_on_cpu, ((r.step, r.n) for r in self.several.values()))
+                if several else None)
+        return missed, chance_cut(self.counted, self.counted_steps, missed, unseen), outside, holding, work
 
     def settle(self) -> None:
         """Expand every interval again where the counts seen so far move how they expand."""
@@ -565,13 +595,13 @@ class IntervalWindow:
         """``clock.guesses`` of the intervals as they are expanded (as build_timeline takes them),
         worked out once per change of the intervals or their expansion."""
         self.settle()
-        missed, cut, outside, holding = self.expansion
+        missed, cut, outside, holding, work = self.expansion
         if holding is None:
             return 0, 0
         key = (self.rid, len(self.records), self.counted_steps, self.sums.n_steps, self.expansion)
         if self._guesses is None or self._guesses[0] != key:
             counted = ((r.step, r.n) for r in self.records)
-            self._guesses = (key, guesses(counted, self._unseen(), cut, missed, outside, holding))
+            self._guesses = (key, guesses(counted, self._unseen(), cut, missed, outside, holding, work))
         return self._guesses[1]
 
     def totals(self, step_ms: float | None) -> StepTotals:

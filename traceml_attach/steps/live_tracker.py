@@ -59,6 +59,7 @@ from traceml_attach.steps.batch_timeline import (
     loop_feeding,
     returns,
     sampler_dropped,
+    stalled,
 )
 from traceml_attach.steps.classify import Rules, classify
 from traceml_attach.steps.clock import StepClock, edge_steps
@@ -311,7 +312,9 @@ class RankTracker(SpanWindow):
                     sync.append((lo, hi, info.phase))
         pending = counter and self.counters.waits(end, self.end_ns)
         blocked = self.counters.blocked(sync) if counter and not pending else None
-        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside, away)
+        work = self.counters.on(start, end) if counter and not pending and not aside else None
+        record = self.window.add(start, end, phases, blocked, long_spans, sync, pending, aside, away,
+                                 None if work is None else int(work), self.stalled(start, end))
         if pending:
             self.counters.pending.append(record)
 
@@ -334,6 +337,10 @@ class RankTracker(SpanWindow):
                     return True, False
                 held = True
         return False, held
+
+    def stalled(self, start_ns: int, end_ns: int) -> bool:
+        """``Step.stalled`` as ``timeline._intervals`` has it."""
+        return bool(self.sampler.rows) and stalled(self.sampler.queued(start_ns, end_ns), self.rate_hz)
 
     def _step_work(self) -> float | None:
         """``CpuCounter.step_work`` over the window's intervals, kept while they stay the same."""
