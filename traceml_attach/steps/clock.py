@@ -426,6 +426,25 @@ def work_of(works: Sequence[float], on_cpu: Sequence[float], several: Iterable[t
     return Work(step_ns, bool(short) and statistics.median(short) >= -SEVERAL_WORK)
 
 
+def tells_work(ratios: Sequence[float]) -> bool:
+    """Whether a thread's intervals' time on a CPU against their length (``work_ratio`` of each,
+    ``ratios`` in order) can tell its slow steps from several steps (``worked``): on a CPU for at
+    most ON_CPU of their time, steadily (their spread, IQR / 1.349, at most STEADY_WORK of their
+    median), over at least MIN_STEADY of them. Judged on every interval, whatever it counts as, so
+    that a rank counted on another's clock is judged as on its own (``sync._quality``)."""
+    m = len(ratios)
+    if m < MIN_STEADY:
+        return False
+    mid = (ratios[(m - 1) // 2] + ratios[m // 2]) / 2
+    return 0.0 < mid <= ON_CPU and (ratios[3 * m // 4] - ratios[m // 4]) / 1.349 <= STEADY_WORK * mid
+
+
+def work_ratio(step: Step) -> float | None:
+    """An interval's time on a CPU over its length (``tells_work``), where its counters are known
+    and it swallowed no drop-out."""
+    return step.work_ns / step.dur_ns if step.work_ns is not None and not step.swallowing and step.dur_ns > 0 else None
+
+
 def one_on_cpu(step: Step) -> float:
     """The share of an interval's time on a CPU (``one_work``), where its counters are known."""
     return (step.work_ns or 0) / step.dur_ns if step.dur_ns > 0 else 0.0

@@ -51,7 +51,9 @@ from traceml_attach.steps.clock import (
     shared_unseen,
     slow_share,
     steady_share,
+    tells_work,
     work_of,
+    work_ratio,
 )
 from traceml_attach.steps.live_sums import StepSums
 from traceml_attach.steps.movinglog import Log, LogView
@@ -148,6 +150,8 @@ class IntervalWindow:
         # CPU is known, by id (clock.one_work)
         self.one_works: list[float] = []
         self.one_on_cpu: list[float] = []
+        # every interval's time on a CPU over its length, in order (clock.tells_work)
+        self.ratios: list[float] = []
         self.several: dict[int, Interval] = {}
         # of the intervals that swallowed no drop-out, those with one sample outside the dominant
         # place, with two, and all (clock.sparse_visits)
@@ -297,6 +301,12 @@ class IntervalWindow:
                 bisect.insort(self.one_shares, share)
             else:
                 del self.one_shares[bisect.bisect_left(self.one_shares, share)]
+        ratio = work_ratio(record.step)
+        if ratio is not None:
+            if sign > 0:
+                bisect.insort(self.ratios, ratio)
+            else:
+                del self.ratios[bisect.bisect_left(self.ratios, ratio)]
         work = one_work_of(record.step, record.n)
         if work is not None:
             on_cpu = one_on_cpu(record.step)
@@ -549,10 +559,12 @@ class IntervalWindow:
         self._recount(lambda r: r.n_own if count is None else count(r.dur)[0], force=joined)
 
     @property
-    def quality(self) -> tuple[float, float]:
-        """As ``sync._quality``: the rank that shows its loop best sets a shared clock."""
+    def quality(self) -> tuple[float, float, float]:
+        """As ``sync._quality``: the rank whose counts need no draw, then the one that shows its loop
+        best, sets a shared clock."""
         unseen = self.clock.unseen if self.clock.unseen is not None else 1.0
-        return (-unseen, len(self.records) * (self.clock.concentration or 1.0) ** 2)
+        sure = 1.0 if unseen <= MAX_UNSEEN or tells_work(self.ratios) else 0.0
+        return (sure, -unseen, len(self.records) * (self.clock.concentration or 1.0) ** 2)
 
     @property
     def visible(self) -> float:

@@ -472,7 +472,7 @@ class RankTracker(SpanWindow):
         return len(self.window)
 
     @property
-    def quality(self) -> tuple[float, float]:
+    def quality(self) -> tuple[float, float, float]:
         return self.window.quality
 
     def count_own(self) -> None:

@@ -16,19 +16,44 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_attach.policy import AGREE, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN
 from traceml_attach.steps.batch_timeline import Timeline, without_period
-from traceml_attach.steps.clock import IRREGULAR, StepClock, edge_steps, expand_counted, shared_unseen
+from traceml_attach.steps.clock import (
+    IRREGULAR,
+    StepClock,
+    edge_steps,
+    expand_counted,
+    shared_unseen,
+    tells_work,
+    work_ratio,
+)
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.period import map_counts
 
+# a rank's claim to set the shared clock: its counts need no draw (``sure_counts``), then the
+# boundaries it leaves unseen (-e^-λ), then its intervals weighed by its comb's concentration
+Quality = tuple[float, float, float]
 
-def _quality(tl: Timeline) -> tuple[float, float]:
+
+def _quality(tl: Timeline) -> Quality:
     clock = tl.clock
     unseen = clock.unseen if clock.unseen is not None else 1.0
-    return (-unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
+    ratios = sorted(r for r in map(work_ratio, tl.intervals) if r is not None)
+    return (sure_counts(unseen, ratios), -unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
+
+
+def sure_counts(unseen: float, ratios: Sequence[float]) -> float:
+    """1.0 where a rank's own counts need no draw between one slow step and several: it saw every
+    boundary (e^-λ at most MAX_UNSEEN), or its thread's time on a CPU tells them apart
+    (``clock.tells_work`` of its intervals' ``ratios``); else 0.0. Such a rank sets the clock
+    before one that sees more boundaries but must draw: 2 gloo ranks on 2 cores that py-spy waited
+    for, the rank that waits in the all-reduce (on a CPU 24% of its step, unsteadily) at e^-λ =
+    0.018 beside the straggler (84%, steadily) at 0.020: its draw counted 193 steps for the job's
+    215, the straggler's work 216."""
+    return 1.0 if unseen <= MAX_UNSEEN or tells_work(ratios) else 0.0
 
 
 def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
@@ -118,9 +143,12 @@ def varied_clock(rank: str) -> StepClock:
 
 
 
-def _better(new: tuple[float, float], old: tuple[float, float]) -> bool:
-    """``new`` (a rank's ``quality``) beats ``old`` by more than REF_MARGIN."""
-    (new_unseen, new_q), (old_unseen, old_q) = (-new[0], new[1]), (-old[0], old[1])
+def _better(new: Quality, old: Quality) -> bool:
+    """``new`` (a rank's ``quality``) beats ``old``: its counts need no draw where the old one's do
+    (``sure_counts``), or, alike in that, it beats it by more than REF_MARGIN."""
+    if new[0] != old[0]:
+        return new[0] > old[0]
+    (new_unseen, new_q), (old_unseen, old_q) = (-new[1], new[2]), (-old[1], old[2])
     if new_unseen < (1 - REF_MARGIN) * old_unseen:
         return True
     return new_unseen <= old_unseen and new_q > (1 + REF_MARGIN) * old_q
