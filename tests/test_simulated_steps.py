@@ -12,9 +12,10 @@ import random
 
 import pytest
 
-from testkit.simulator import SHAPES, Job, RankWork, job, shaped_job, simulate
+from testkit.simulator import SHAPES, Job, RankWork, Truth, job, shaped_job, simulate
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.steptime import RankStepStats
 
 RULES = load_rules()
 GRID = [(p, s, r, n) for p in (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500) for s in (0.5, 0.7, 0.9, 0.95, 0.99)
@@ -82,6 +83,11 @@ def test_steps_slowed_now_and_then_give_the_median_step_not_the_mean(seed):
     lo, hi = an.start_ns or 0, an.end_ns or 0
     # THEN the step time is the median step's, where the boundaries are seen (the steps counted
     # from their wraps) or not (a comb's period, the mean step, put seed 2 7.7% long)
+    assert_median_and_count(rank, truth, lo, hi)
+
+
+def assert_median_and_count(rank: RankStepStats, truth: Truth, lo: int, hi: int) -> None:
+    """The step time known within 5% of the true median step over [lo, hi), the steps within 3%."""
     assert rank.step_ms is not None, rank.clock
     assert abs(rank.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, (rank.step_ms, rank.clock)
     assert abs(rank.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (rank.steps, truth.steps_in(lo, hi))
@@ -105,9 +111,7 @@ def test_a_starved_samplers_missed_boundaries_are_told_from_slow_steps_by_the_th
     # THEN an interval as long as two steps that worked two steps' time on the CPU holds two, and
     # one that worked one step's time is one slow step: the steps within 3% and the step time within
     # 5% (before, a draw decided which was which: counts 6-8% high, or the step unknown and 10% low)
-    assert rank.step_ms is not None, rank.clock
-    assert abs(rank.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, (rank.step_ms, rank.clock)
-    assert abs(rank.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (rank.steps, truth.steps_in(lo, hi))
+    assert_median_and_count(rank, truth, lo, hi)
 
 
 @pytest.mark.parametrize(("share", "seed"), [(0.7, 0), (0.7, 1), (0.75, 1), (0.75, 3)])

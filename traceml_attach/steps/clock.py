@@ -432,11 +432,8 @@ def tells_work(ratios: Sequence[float]) -> bool:
     most ON_CPU of their time, steadily (their spread, IQR / 1.349, at most STEADY_WORK of their
     median), over at least MIN_STEADY of them. Judged on every interval, whatever it counts as, so
     that a rank counted on another's clock is judged as on its own (``sync._quality``)."""
-    m = len(ratios)
-    if m < MIN_STEADY:
-        return False
-    mid = (ratios[(m - 1) // 2] + ratios[m // 2]) / 2
-    return 0.0 < mid <= ON_CPU and (ratios[3 * m // 4] - ratios[m // 4]) / 1.349 <= STEADY_WORK * mid
+    mid = steady(ratios, STEADY_WORK)
+    return mid is not None and mid <= ON_CPU
 
 
 def work_ratio(step: Step) -> float | None:
@@ -457,14 +454,9 @@ def one_work_of(step: Step, n: int) -> float | None:
 
 
 def steady_work(works: Sequence[float]) -> float | None:
-    """The median of one step's ``works``, in order (``one_work``), where they hold steady: their
-    spread (IQR / 1.349) at most STEADY_WORK of it, over at least MIN_STEADY of them; else None."""
-    m = len(works)
-    if m < MIN_STEADY:
-        return None
-    mid = (works[(m - 1) // 2] + works[m // 2]) / 2
-    spread = (works[3 * m // 4] - works[m // 4]) / 1.349
-    return mid if mid > 0 and spread <= STEADY_WORK * mid else None
+    """The median of one step's ``works``, in order (``one_work``), where they hold steady
+    (``steady``, within STEADY_WORK); else None."""
+    return steady(works, STEADY_WORK)
 
 
 def median_holds(durations: Sequence[float], moved: int) -> bool:
@@ -515,13 +507,20 @@ def one_share(step: Step, n: int) -> float | None:
 
 
 def steady_share(shares: Sequence[float]) -> float | None:
-    """The median of ``shares``, in order (``one_outside``), where they hold steady; else None."""
-    m = len(shares)
+    """The median of ``shares``, in order (``one_outside``), where they hold steady (``steady``,
+    within STEADY_OUTSIDE); else None."""
+    return steady(shares, STEADY_OUTSIDE)
+
+
+def steady(values: Sequence[float], within: float) -> float | None:
+    """The median of ``values`` (in order) where they hold steady: their spread (IQR / 1.349) at
+    most ``within`` of it, over at least MIN_STEADY of them; else None."""
+    m = len(values)
     if m < MIN_STEADY:
         return None
-    mid = (shares[(m - 1) // 2] + shares[m // 2]) / 2
-    spread = (shares[3 * m // 4] - shares[m // 4]) / 1.349
-    return mid if mid > 0 and spread <= STEADY_OUTSIDE * mid else None
+    mid = (values[(m - 1) // 2] + values[m // 2]) / 2
+    spread = (values[3 * m // 4] - values[m // 4]) / 1.349
+    return mid if mid > 0 and spread <= within * mid else None
 
 
 def expand_counted(intervals: Sequence[Step], counts: Sequence[int], unseen: float | None,
