@@ -68,7 +68,7 @@ TRUTHED = {
     "truth_workers32": ("input_bound", ("--workers", "32", "--input-share", "0.2"), 1),
     # tests/test_e2e_rate.py's job: 2 gloo ranks of ~32-ms steps, rank 0 with 20 ms of extra forward
     # work, the rate raised to 400 Hz, on 2 cores that the attacher's py-spy waits for 16% of the
-    # time: 14 of 212 boundaries go unseen where e^-λ expects 4, and the rank's CPU counters tell
+    # time: about 17 of 212 boundaries go unseen where e^-λ expects 4, and the rank's CPU counters tell
     # those intervals from slow steps (clock.worked). (Recorded as a 10-s snapshot 1 s after ready.)
     "truth_ddp_starved": ("ddp", ("--straggler", "compute", "--slow-rank", "0", "--width", "64", "--extra-ms", "20",
                                   "--base-input-ms", "1"), 2),

@@ -372,7 +372,7 @@ def worked(step: Step, n: int, work: Work | None) -> int | None:
 
     Sampling misses boundaries far more often than its rate says where the sampler waits for a
     core: 2 gloo ranks of 33-ms steps with the attacher on 2 cores (its py-spy queued 16% of the
-    time) hid 14 boundaries in 212 steps where e^-λ expects 4, and the draw (``slow_share``) took
+    time) hid about 17 boundaries in 212 steps where e^-λ expects 4, and the draw (``slow_share``) took
     10 of those intervals for slow steps: 201 steps counted, +4.3% on the step time. Through the
     thread's counters the intervals that hid a boundary worked 1.8-2.2 steps' time, the one slow
     step 1.1."""
