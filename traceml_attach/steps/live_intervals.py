@@ -51,7 +51,7 @@ from traceml_attach.steps.clock import (
     shared_unseen,
     slow_share,
     steady_share,
-    tells_work,
+    sure_counts,
     work_of,
     work_ratio,
 )
@@ -112,6 +112,16 @@ class Interval:
         self.sync: tuple[tuple[int, int, str], ...] = ()   # (lo, hi, phase) to read blocked time from
         self.pending = False     # its CPU counter has not reached its end yet
         self.alive = True        # still in the window
+
+
+def _keep(values: list[float], value: float | None, sign: int) -> None:
+    """Add (1) or take away (-1) ``value`` (None: nothing) in ``values``, kept in order."""
+    if value is None:
+        return
+    if sign > 0:
+        bisect.insort(values, value)
+    else:
+        del values[bisect.bisect_left(values, value)]
 
 
 def _trig(dur: float, period: float) -> tuple[float, ...]:
@@ -295,27 +305,12 @@ class IntervalWindow:
     def _tally(self, record: Interval, sign: int) -> None:
         """Count (1) or uncount (-1) an interval in ``counted``, ``counted_steps``."""
         self.counted_steps += sign * record.n
-        share = one_share(record.step, record.n)
-        if share is not None:
-            if sign > 0:
-                bisect.insort(self.one_shares, share)
-            else:
-                del self.one_shares[bisect.bisect_left(self.one_shares, share)]
-        ratio = work_ratio(record.step)
-        if ratio is not None:
-            if sign > 0:
-                bisect.insort(self.ratios, ratio)
-            else:
-                del self.ratios[bisect.bisect_left(self.ratios, ratio)]
+        _keep(self.one_shares, one_share(record.step, record.n), sign)
+        _keep(self.ratios, work_ratio(record.step), sign)
         work = one_work_of(record.step, record.n)
         if work is not None:
-            on_cpu = one_on_cpu(record.step)
-            if sign > 0:
-                bisect.insort(self.one_works, work)
-                bisect.insort(self.one_on_cpu, on_cpu)
-            else:
-                del self.one_works[bisect.bisect_left(self.one_works, work)]
-                del self.one_on_cpu[bisect.bisect_left(self.one_on_cpu, on_cpu)]
+            _keep(self.one_works, work, sign)
+            _keep(self.one_on_cpu, one_on_cpu(record.step), sign)
         elif record.n > 1 and record.step.work_ns is not None and not record.step.swallowing:
             if sign > 0:
                 self.several[record.rid] = record
@@ -563,8 +558,7 @@ class IntervalWindow:
         """As ``sync._quality``: the rank whose counts need no draw, then the one that shows its loop
         best, sets a shared clock."""
         unseen = self.clock.unseen if self.clock.unseen is not None else 1.0
-        sure = 1.0 if unseen <= MAX_UNSEEN or tells_work(self.ratios) else 0.0
-        return (sure, -unseen, len(self.records) * (self.clock.concentration or 1.0) ** 2)
+        return (sure_counts(unseen, self.ratios), -unseen, len(self.records) * (self.clock.concentration or 1.0) ** 2)
 
     @property
     def visible(self) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
-from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_attach.policy import AGREE, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN
@@ -27,7 +26,7 @@ from traceml_attach.steps.clock import (
     edge_steps,
     expand_counted,
     shared_unseen,
-    tells_work,
+    sure_counts,
     work_ratio,
 )
 from traceml_attach.steps.live_tracker import RankTracker
@@ -43,17 +42,6 @@ def _quality(tl: Timeline) -> Quality:
     unseen = clock.unseen if clock.unseen is not None else 1.0
     ratios = sorted(r for r in map(work_ratio, tl.intervals) if r is not None)
     return (sure_counts(unseen, ratios), -unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
-
-
-def sure_counts(unseen: float, ratios: Sequence[float]) -> float:
-    """1.0 where a rank's own counts need no draw between one slow step and several: it saw every
-    boundary (e^-λ at most MAX_UNSEEN), or its thread's time on a CPU tells them apart
-    (``clock.tells_work`` of its intervals' ``ratios``); else 0.0. Such a rank sets the clock
-    before one that sees more boundaries but must draw: 2 gloo ranks on 2 cores that py-spy waited
-    for, the rank that waits in the all-reduce (on a CPU 24% of its step, unsteadily) at e^-λ =
-    0.018 beside the straggler (84%, steadily) at 0.020: its draw counted 193 steps for the job's
-    215, the straggler's work 216."""
-    return 1.0 if unseen <= MAX_UNSEEN or tells_work(ratios) else 0.0
 
 
 def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
