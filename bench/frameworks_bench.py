@@ -1,7 +1,8 @@
 """Accuracy on real framework jobs: each one times itself with the framework's own callbacks or
 hooks (examples/*.py, TRACEML_GROUND_TRUTH); a `traceml snapshot` of it is compared with that.
 
-    python bench/frameworks_bench.py [--seconds 12] [--repeat 1] [NAME ...]
+    python bench/frameworks_bench.py [--seconds 12] [--repeat 1] [--device cuda] [--extra="--width 16384"]
+                                     [--keep DIR] [NAME ...]
 
 Prints, per job: the loop and framework found, the diagnosis, micro-batches per step, optimizer
 steps and the median step against the truth, and the worst phase-share error.
@@ -55,10 +56,15 @@ def snapshot(pid: int, seconds: int, logs: Path) -> dict:
     return json.loads((logs / "bench" / "final_summary.json").read_text())
 
 
-def run(name: str, seconds: int) -> list[str]:
+def run(name: str, seconds: int, extra: tuple[str, ...] = (), keep: Path | None = None) -> list[str]:
+    """One job's rows; with ``keep``, its frames, summary and truth stay in keep/<name>."""
     example, args, ranks = JOBS[name]
+    args = (*args, *extra)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
+        if keep is not None:
+            out = keep / "".join(c if c.isalnum() else "_" for c in name)
+            out.mkdir(parents=True, exist_ok=True)
         if ranks == 1:
             job = start_example(example, *args, truth=out / "gt_0.jsonl", ready_timeout_s=300)
         else:
@@ -91,7 +97,11 @@ def main() -> None:
     parser.add_argument("names", nargs="*", help=f"jobs to run (default: all): {', '.join(JOBS).replace('%', '%%')}")
     parser.add_argument("--seconds", type=int, default=12, help="snapshot length (default 12)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--device", help="passed to each example as --device (cuda: the jobs on a GPU)")
+    parser.add_argument("--extra", default="", help="more arguments for each example, one string")
+    parser.add_argument("--keep", type=Path, help="keep each job's frames, summary and truth in this folder")
     args = parser.parse_args()
+    extra = (*(("--device", args.device) if args.device else ()), *args.extra.split())
     print(f"snapshot {args.seconds} s from 100 Hz (the attacher raises it where steps are short); truth from each "
           "framework's own callbacks/hooks, over the stretch each rank's steps were found in")
     print("| job | rank | framework | diagnosis | micro-batches | steps (traceml / truth) | "
@@ -99,7 +109,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.names or list(JOBS):
         for _ in range(args.repeat):
-            for row in run(name, args.seconds):
+            for row in run(name, args.seconds, extra, args.keep):
                 print(row, flush=True)
 
 

@@ -12,7 +12,10 @@ of the others):
                    errors against each job's own (host-side) timing, the slowdown, the attacher's CPU
   first.txt        seconds from `traceml attach` to its first diagnosis line, input_bound on the GPU,
                    with `nvidia-smi`'s reading of the job beside the summary's
+  frameworks.md    bench/frameworks_bench.py --device cuda on the plain loop with accumulation,
+                   bf16 autocast and torch.compile, its MLP widened (``--width``) to ~17 ms micro-batches
   streams.tar.gz   each test's frames.msgpack, final_summary.json and the job's truth (*.jsonl)
+  frameworks.tar.gz  the same for the frameworks bench's jobs
 
 tests/fixtures/cuda_*.msgpack are made from streams.tar.gz (tests/test_gpu_recorded.py).
 """
@@ -91,9 +94,9 @@ def first_diagnosis(out: Path, runs: int, device: str) -> None:
     print("gpu_session: first diagnosis done", flush=True)
 
 
-def streams(basetemp: Path, out: Path) -> None:
+def streams(basetemp: Path, archive: Path) -> None:
     keep = (".msgpack", ".json", ".jsonl", ".txt")
-    with tarfile.open(out / "streams.tar.gz", "w:gz") as tar:
+    with tarfile.open(archive, "w:gz") as tar:
         for path in sorted(basetemp.rglob("*")):
             if path.is_file() and path.suffix in keep and path.stat().st_size < 20_000_000:
                 tar.add(path, arcname=str(path.relative_to(basetemp)))
@@ -104,18 +107,26 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="one bench cycle and one first-diagnosis run")
     ap.add_argument("--device", default="cuda", help="the examples' --device (cpu: try this script without a GPU)")
+    ap.add_argument("--width", type=int, default=16384,
+                    help="the frameworks bench's MLP width (16384: ~17 ms fp32 micro-batches on an H100)")
     args = ap.parse_args()
     out = args.out
+    os.environ["TRACEML_GROUND_TRUTH_SYNC"] = "0"   # the jobs' truth is the host thread's time (tests/test_gpu.py)
     out.mkdir(parents=True, exist_ok=True)
     basetemp = Path(tempfile.mkdtemp(prefix="traceml-gpu-"))
     environment(out)
     run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "--basetemp", str(basetemp),
          "tests/test_gpu.py"], out / "pytest.log", 240)
-    streams(basetemp, out)
+    streams(basetemp, out / "streams.tar.gz")
     cycles = "1" if args.quick else "2"
     run([sys.executable, "bench/attach_bench.py", "--device", args.device, "--cycles", cycles, "--baseline", "6",
          "--seconds", "8", "input_bound", "compute_bound", "wait_heavy"], out / "bench.md", 150)
     first_diagnosis(out, 1 if args.quick else 3, args.device)
+    jobs = Path(tempfile.mkdtemp(prefix="traceml-gpu-frameworks-"))
+    run([sys.executable, "bench/frameworks_bench.py", "--device", args.device, f"--extra=--width {args.width}",
+         "--keep", str(jobs), "plain --accum 4", "plain --accum 4 --autocast", "plain --compile"],
+        out / "frameworks.md", 200)
+    streams(jobs, out / "frameworks.tar.gz")
 
 
 if __name__ == "__main__":
