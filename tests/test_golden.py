@@ -28,7 +28,10 @@ EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
             "fw_grad_accum4": "COMPUTE_BOUND", "fw_closure": "COMPUTE_BOUND", "fw_compile": "COMPUTE_BOUND",
             # on an H100 (tests/test_gpu.py's runs; tests/test_gpu_recorded.py holds them to the jobs' truth)
             "cuda_input_bound": "INPUT_BOUND", "cuda_wait_heavy": "WAIT_HEAVY", "cuda_compute_bound": "COMPUTE_BOUND",
-            "cuda_mem_eval_loss": "INPUT_BOUND", "cuda_mem_flat": "INPUT_BOUND"}
+            "cuda_mem_eval_loss": "INPUT_BOUND", "cuda_mem_flat": "INPUT_BOUND",
+            # ...and on 2026-11-27: GPUs that set the pace (tests/test_gpu_recorded.py)
+            "cuda_compute_bound_2": "COMPUTE_BOUND", "cuda_accum4": "COMPUTE_BOUND",
+            "cuda_accum4_autocast": "COMPUTE_BOUND", "cuda_compile": "COMPUTE_BOUND"}
 # what each framework fixture's loop is: (loop function, framework named, micro-batches per step)
 LOOPS = {
     "fw_hf_trainer": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),

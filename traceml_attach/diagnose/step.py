@@ -148,6 +148,14 @@ def diagnose_step_time(
     base = StepEvidence(steps, step_ms, inp, wait, compute)
     findings = _stragglers(ranks, steps, policy)
     sev = _severity(inp, steps, policy, policy.share_warn, policy.share_crit)
+    if sev and findings and findings[0].kind in (Kind.INPUT_STRAGGLER, Kind.STRAGGLER):
+        # the typical rank's input is the straggler's alone (of two ranks, the median is their
+        # mean): the input straggler leads. Lightning under torchrun, input 8.7% and 36.2% of the
+        # two ranks' steps: 23% "typical" made INPUT-BOUND critical above the warning that named rank 1
+        others = [r for r in ranks if r.rank != str(findings[0].worst_rank)]
+        if others and _severity(_median_component(others, "input"), steps, policy, policy.share_warn,
+                                policy.share_crit) is None:
+            sev = min(sev, findings[0].severity, key=SEVERITY_ORDER.__getitem__)
     if sev:
         h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
         detail = f" (host-to-device copies {_pct(h2d)})" if h2d >= 0.02 else ""
@@ -318,11 +326,12 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
     utilization tells a saturated GPU (compute-bound) from a starving one."""
     if not sm_util:
         return findings
+    util = statistics.median(sm_util.values())
+    findings = _paced_input(findings, ranks, util, policy)
     head = next((f for f in findings if f.kind == Kind.WAIT_HEAVY), None)
     if head is None:
-        return _saturated_compute(findings, ranks, statistics.median(sm_util.values()), policy)
+        return _saturated_compute(findings, ranks, util, policy)
     sync_share = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks)
-    util = statistics.median(sm_util.values())
     if sync_share < policy.device_sync_share:
         return findings
     if util >= policy.gpu_saturated:
@@ -332,6 +341,10 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
             "busy: the time belongs to GPU kernels queued by forward/backward/optimizer",
             "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
             head.worst_rank, _with_gpu(head, util, sync_share))
+        paced = next((f for f in findings if f.kind == Kind.COMPUTE_BOUND), None)    # ``_paced_input``'s
+        if paced is not None:        # one finding says it, with both reasons
+            compute = replace(paced, why=f"{paced.why}; and {compute.why}")
+            findings = [f for f in findings if f is not paced]
         return sorted((compute if f is head else f for f in findings), key=finding_order)
     if util < policy.gpu_starving:
         starving = Finding(
@@ -343,14 +356,42 @@ def refine_with_gpu(findings: list[Finding], ranks: list[RankStepStats], sm_util
     return findings
 
 
+def _paced_input(findings: list[Finding], ranks: list[RankStepStats], util: float,
+                 policy: StepTimePolicy) -> list[Finding]:
+    """INPUT-BOUND on a GPU that sets the pace (busy at least ``gpu_paces``) is COMPUTE-BOUND: the
+    GPU hardly ever waits for the input, so the host's input ran while the GPU worked through what
+    was queued, and its host-to-device copies waited for it (a copy from pageable memory starts
+    after the kernels queued before it). Faster input cannot shorten such a step. (On the H100,
+    accumulation over a 16384-wide MLP: the GPU 99% busy, the host 71% of its step in ``.to()``,
+    the INPUT-BOUND it read as advised DataLoader workers.)"""
+    head = next((f for f in findings if f.kind == Kind.INPUT_BOUND), None)
+    if head is None or util < policy.gpu_paces or not isinstance(head.evidence, StepEvidence):
+        return findings
+    ev = head.evidence
+    h2d = statistics.median((r.shares or {}).get("h2d", 0.0) for r in ranks)
+    compute = Finding(
+        Kind.COMPUTE_BOUND, "info", f"the GPU is {util:.0f}% busy: it sets the pace, not the input",
+        f"input is {_pct(ev.input_share)} of the host's typical step ({_over(ev.step_ms, ev.steps)}; host-to-device "
+        f"copies {_pct(h2d)}), but the rank's GPU is {util:.0f}% busy through it: the host runs ahead of the GPU, "
+        "loads its next batch while the GPU works, and waits for the GPU in its copies (a copy from pageable memory "
+        "starts after the kernels queued before it); faster input would not shorten the step",
+        "optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
+        head.worst_rank, replace(ev, score=None, gpu_sm_util=util))
+    return sorted((compute if f is head else f for f in findings), key=finding_order)
+
+
 def _saturated_compute(findings: list[Finding], ranks: list[RankStepStats], util: float,
                        policy: StepTimePolicy) -> list[Finding]:
-    """A COMPUTE-BOUND head on a saturated GPU, told where its phase shares come from: the host
+    """A COMPUTE-BOUND head on a GPU that sets the pace (or a BALANCED one that is, ``_paced_balance``),
+    told where its phase shares come from: the host
     runs ahead of the GPU and waits wherever its launches queue up (an H100 job syncing every 50
     steps waited in the optimizer's foreach kernels 83% of the step), so they say where the thread
     waited, not which phase's kernels take the GPU's time."""
-    head = next((f for f in findings if f.kind == Kind.COMPUTE_BOUND), None)
-    if head is None or util < policy.gpu_paces or not isinstance(head.evidence, StepEvidence):
+    if util < policy.gpu_paces:
+        return findings
+    stated = next((f for f in findings if f.kind == Kind.COMPUTE_BOUND), None)
+    head = stated or _paced_balance(findings, ranks, policy)
+    if head is None or not isinstance(head.evidence, StepEvidence) or head.evidence.gpu_sm_util is not None:
         return findings
     shares = next((r.shares for r in ranks if r.rank == str(head.worst_rank) and r.shares), None)
     where = ""
@@ -362,7 +403,31 @@ def _saturated_compute(findings: list[Finding], ranks: list[RankStepStats], util
                              f"waited{where}, not which phase's kernels take the GPU's time",
                    action="optimize GPU compute: precision (AMP), torch.compile, batch size; profile the kernels",
                    evidence=replace(head.evidence, gpu_sm_util=util))
-    return [told if f is head else f for f in findings]
+    replaced = stated or findings[0]       # the COMPUTE-BOUND finding, or the BALANCED one it reads as
+    return [told if f is replaced else f for f in findings]
+
+
+def _paced_balance(findings: list[Finding], ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
+    """A BALANCED head on a GPU that sets the pace, as COMPUTE-BOUND where compute and the host's
+    wait for the GPU (device sync) together reach ``compute_bound``: that wait is the GPU's kernels
+    too. (The H100 job that syncs every 50 steps: compute 86%, device sync 7% of its step, input 7%
+    on the host while the GPU ran ahead, 100% busy.)"""
+    head = findings[0] if findings else None
+    if head is None or head.kind != Kind.BALANCED or not isinstance(head.evidence, StepEvidence):
+        return None
+    ev = head.evidence
+    sync = statistics.median(r.wait_labels.get("device_sync", 0.0) for r in ranks) * ev.wait_share
+    if ev.compute_share + sync < policy.compute_bound:
+        return None
+    return Finding(
+        Kind.COMPUTE_BOUND, "info",
+        f"model compute is {_pct(ev.compute_share)} of the typical step, and the host waits for the GPU in "
+        f"{_pct(sync)} more",
+        f"forward+backward+optimizer are {_pct(ev.compute_share)} of the typical step and device sync "
+        f"{_pct(sync)} ({_over(ev.step_ms, ev.steps)}); input {_pct(ev.input_share)}, other wait "
+        f"{_pct(ev.wait_share - sync)}",
+        "optimize GPU compute", head.worst_rank, replace(ev, device_sync_share=sync / ev.wait_share if ev.wait_share
+                                                          else None))
 
 
 def _with_gpu(head: Finding, util: float, sync_share: float) -> StepEvidence | None:

@@ -173,5 +173,5 @@ def net_line(net: NetReport) -> str:
 def micro_text(micro_batches: int | None) -> str:
     """How many micro-batches a step holds, as the text and the TUI say it."""
     if micro_batches is None:
-        return "(found from the optimizer; its micro-batches not counted)"
+        return "(its micro-batches not counted)"
     return f"of {micro_batches} micro-batches"
