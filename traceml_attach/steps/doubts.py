@@ -96,10 +96,9 @@ _MAX_LOG_ODDS = 700.0
 
 def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     """The k of gradient accumulation that the gaps (in steps counted) between the optimizer's
-    visits make at least UNDECIDED_ODDS times likelier than none (on fewer than PROVISIONAL_GAPS
-    gaps, FEW_GAPS_ODDS: as likely), and that likelihood ratio; None where no k does. An optimizer
-    seen rarely (a short optimizer step, at a low rate) is too rare for ``_multiples_in`` to count
-    k, and then its few gaps are all the evidence: without
+    visits make at least UNDECIDED_ODDS times likelier than none, and that likelihood ratio;
+    None where no k does. An optimizer seen rarely (a short optimizer step, at a low rate) is
+    too rare for ``_multiples_in`` to count k, and then its few gaps are all the evidence: without
     accumulation they are geometric with the share ``seen``, with k they are k times geometric
     with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
     if not gaps or not 0.0 < seen < 1.0:
