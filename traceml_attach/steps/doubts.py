@@ -15,13 +15,11 @@ import statistics
 from collections.abc import Sequence
 
 from traceml_attach.policy import (
-    FEW_GAPS_ODDS,
     LUMPED_MIN_SAMPLES,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
     MIN_GAPS,
     MISCOUNTED,
-    PROVISIONAL_GAPS,
     SPACED_UNSEEN,
     SUGGESTED,
     UNDECIDED_ODDS,
@@ -103,13 +101,11 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
     if not gaps or not 0.0 < seen < 1.0:
         return None
-    # few gaps can hardly favour a k: there, one as likely as none leaves the step unknown
-    least = UNDECIDED_ODDS if len(gaps) >= PROVISIONAL_GAPS else FEW_GAPS_ODDS
     best: tuple[int, float] | None = None   # k and its log odds
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
-        # the share seen is itself a count: over 1/k by a visit or two (an optimizer seen in every
-        # one of its steps, 4 visits in 14 micro-batches of 4) leaves k possible, at its most
-        seen_k = min(seen * k, 1.0 - MISCOUNTED)
+        seen_k = seen * k
+        if seen_k >= 1.0:
+            break
         log_ratio = 0.0
         for g in gaps:
             # a miscounted gap is as likely as without accumulation
@@ -119,7 +115,7 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
                 with_k = math.log1p(-MISCOUNTED) + math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
                 ratio += math.exp(with_k - without)
             log_ratio += math.log(ratio)
-        if log_ratio >= math.log(least) and (best is None or log_ratio > best[1]):
+        if log_ratio >= math.log(UNDECIDED_ODDS) and (best is None or log_ratio > best[1]):
             best = (k, log_ratio)
     # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
     return (best[0], math.exp(min(best[1], _MAX_LOG_ODDS))) if best is not None else None
