@@ -708,9 +708,9 @@ def _micro_work(intervals: Sequence[Step]) -> list[Step]:
     """The intervals with their time on a CPU less their optimizer's time, as ``micro_counts``
     counts them (the optimizer's own time is no micro-batch's), for ``expand`` to tell a slow
     micro-batch from two by it (``clock.worked``): the thread works through an optimizer step on the
-    CPU, or launching its kernels. 4 micro-batches of 29 ms, a 10-ms optimizer, a third of the
-    steps slowed up to twice by other work on the cores: 74-82 optimizer steps counted for 71-77
-    (+3 to +10%), then 71-76 (at most +1.3%; ``tests/test_simulated_steps.py``)."""
+    CPU, or launching its kernels. 4 micro-batches of 29 ms, a 2- or 10-ms optimizer, a third of
+    the steps slowed up to twice by other work on the cores, 8 runs: 72-83 optimizer steps counted
+    for 71-77 (up to +15%), then each within 1.4% (``tests/test_simulated_steps.py``)."""
     return [replace(iv, work_ns=max(iv.work_ns - iv.phases_ns.get("optimizer", 0), 0))
             if iv.work_ns is not None and iv.phases_ns.get("optimizer", 0) else iv for iv in intervals]
 
