@@ -701,7 +701,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     clock = replace(clock, period_ns=period, typical_ns=typical,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
-    return replace(tl, steps=steps, clock=clock, micro_batches=None if _split_in_place(tl.intervals, micro, k) else k)
+    return replace(tl, steps=steps, clock=clock, micro_batches=None if _split_in_place(tl.intervals, counts, k) else k)
 
 
 def _micro_work(intervals: Sequence[Step]) -> list[Step]:
@@ -715,16 +715,16 @@ def _micro_work(intervals: Sequence[Step]) -> list[Step]:
             if iv.work_ns is not None and iv.phases_ns.get("optimizer", 0) else iv for iv in intervals]
 
 
-def _split_in_place(intervals: Sequence[Step], period_ns: float, k: int) -> bool:
-    """Whether the intervals counted as several micro-batches sit at one place of the optimizer
-    step beyond chance: a boundary goes unseen at random, so a count that splits an interval at the
-    same place step after step is a long micro-batch among short ones, which the micro-batch
-    period divides, and k is unsure (the optimizer steps, whole, stay right). On the H100, a
+def _split_in_place(intervals: Sequence[Step], counts: Sequence[int], k: int) -> bool:
+    """Whether the intervals counted as several micro-batches (``counts``, ``micro_counts``'s) sit at
+    one place of the optimizer step beyond chance: a boundary goes unseen at random, so a count that
+    splits an interval at the same place step after step is a long micro-batch among short ones,
+    which the micro-batch period divides, and k is unsure (the optimizer steps, whole, stay right). On the H100, a
     GPU-paced host's micro-batches took 18, 18, 18 and 36 ms (its copy waited for the queue in one):
     59 of the 116 intervals counted as two sat one place before the optimizer's, and k was 5 for 4."""
     places: Counter[int] = Counter()
     at: int | None = None        # micro-batches since the optimizer's last visit
-    for iv, n in zip(intervals, micro_counts(intervals, period_ns), strict=True):
+    for iv, n in zip(intervals, counts, strict=True):
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             at = 0
         if at is None:
