@@ -86,6 +86,7 @@ class Sampler:
         self._watch: TargetWatch | None = None   # set in begin(): is it still the job, is it running
         self._stops: deque[list[int | None]] = deque(maxlen=STOPS_KEPT)   # [from, to or None] ns, stopped
         self._foreign = False    # the PID is no longer the job's (reused, exec): nothing more is emitted
+        self._over = False       # the watch saw the job end (exit, reuse, exec): said once, never looked at again
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -152,7 +153,7 @@ class Sampler:
                         cpu.read()
                         recorders_cpu.read(pid for pid in (w.recorder_pid for w in windows) if pid is not None)
                     with costs.part("watch"):
-                        ended = self._changed(watch.look())   # an exit, a zombie's status with it
+                        ended = self._ended()   # an exit, a zombie's status with it
                     if ended:
                         reason = "target_exited"
                         return reason
@@ -186,7 +187,9 @@ class Sampler:
                 if now >= next_proc:   # the 20 ms branch above has just looked at the target
                     next_proc = now + cfg.proc_every_s
                     with costs.part("proc"):
-                        frame = poller.poll()
+                        # looked at again first: this thread may have been paused since (a loaded
+                        # machine), and psutil reads whatever process has the PID now
+                        frame = None if self._ended() else poller.poll()
                     if frame is None:
                         reason = "target_exited"
                         return reason
@@ -227,6 +230,15 @@ class Sampler:
                 self.rates.forget(self.pid)
             self.exit_reason = reason
             _remove_dir(tmp)
+
+    def _ended(self) -> bool:
+        """True once the target is no longer the job's running process. Every path that reads the
+        target asks this first, so what ended it (an exit, its PID reused, an exec) is found and
+        recorded once, by the watch, and never read from whatever process has the PID now."""
+        if not self._over:
+            watch = self._watch = self._watch or TargetWatch(self.pid)
+            self._over = self._changed(watch.look())
+        return self._over
 
     def _changed(self, change: Change | None) -> bool:
         """Record what the watch saw; True when the target is no longer the job's running process
@@ -334,6 +346,8 @@ class Sampler:
 
     def _gone(self) -> bool:
         """True once the target has exited; catches its exit status while it is a zombie."""
+        if self._ended():
+            return True
         status = exit_status(self.pid)
         if status is not None:
             self._status = status
@@ -341,8 +355,12 @@ class Sampler:
         return not os.path.exists(f"/proc/{self.pid}")
 
     def _poll_threads(self) -> None:
+        if self._ended():
+            return
         try:
-            self._write_threads(dump(self.binary, self.pid))
+            threads = dump(self.binary, self.pid)
+            if not self._ended():   # the dump is of the job only if the job still has the PID after it
+                self._write_threads(threads)
         except PySpyError as exc:
             if not self._gone():
                 self._error(exc.kind, str(exc))

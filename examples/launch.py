@@ -94,6 +94,9 @@ class Truth:
     steps: int
     step_ms: float               # median step time
     shares: dict[str, float]     # total phase time / total step time
+    # how much the steps varied: their interquartile range / 1.349 / their median (a relative
+    # standard deviation that an occasional long step does not move); 0 under 4 steps
+    spread: float = 0.0
 
 
 def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
@@ -109,8 +112,13 @@ def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
         raise ValueError(f"no ground-truth steps inside [{start_s}, {end_s}]")
     total = sum(r["end"] - r["start"] for r in rows)
     shares = {p: sum(r["phases"][p] for r in rows) / total for p in PHASES}
-    step_ms = statistics.median((r["end"] - r["start"]) * 1000 for r in rows)
-    return Truth(len(rows), step_ms, shares)
+    durations = [(r["end"] - r["start"]) * 1000 for r in rows]
+    step_ms = statistics.median(durations)
+    spread = 0.0
+    if len(durations) >= 4:
+        q1, _, q3 = statistics.quantiles(durations, n=4)
+        spread = (q3 - q1) / 1.349 / step_ms
+    return Truth(len(rows), step_ms, shares, spread)
 
 
 def start_torchrun(

@@ -25,6 +25,10 @@ SHARE_TOLERANCE = 0.05   # phase shares within 5 percentage points of ground tru
 # suite read its 7.8% input as 10.2%), so it is sampled twice as long
 SECONDS = {"balanced": 20}
 STEP_TOLERANCE = 0.10    # median step time within 10%
+# On a loaded machine (CI: 2 shared cores) a job's own steps can vary by 20% and more; 25 of them
+# then pin their median to no better than about 5% (docs/steps.md, "A median that holds"), and the step
+# time is said to be unknown because they vary. That is the real reason only where they did.
+VARIED = 0.15
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -46,7 +50,11 @@ def test_snapshot_diagnoses_each_example(name: str, example, tmp_path: Path):
     assert rank["steps"] >= 20
     for phase in PHASES:
         assert abs(rank["shares"][phase] - truth.shares[phase]) <= SHARE_TOLERANCE, (phase, rank["shares"], truth)
-    assert abs(rank["step_ms"] - truth.step_ms) <= STEP_TOLERANCE * truth.step_ms
+    if rank["step_ms"] is None:
+        note = summary["step_time"]["step_time_note"]
+        assert "the steps vary too much" in note and truth.spread >= VARIED, (note, truth)
+    else:
+        assert abs(rank["step_ms"] - truth.step_ms) <= STEP_TOLERANCE * truth.step_ms, (rank["step_ms"], truth)
     assert sum(rank["shares"].values()) == pytest.approx(1.0, abs=1e-3)
     assert f"[{summary['primary_diagnosis']['status']}]" in out.stdout
     # the text file is the same summary the command printed, and `view` prints it again

@@ -20,6 +20,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent.pyspy import find_pyspy
+from agent.sampler import Sampler
+from agent.watch import TargetWatch
 from launch import start_example, stop_example
 from tests.conftest import ROOT
 from traceml_attach.errors import EXIT_OK, EXIT_TARGET_EXITED
@@ -169,6 +172,37 @@ def test_a_reused_pid_is_never_sampled_as_the_job(example, tmp_path: Path):
         impostor.kill()
         impostor.wait()
 
+
+
+def test_every_read_of_the_target_asks_the_watch_first():
+    # GIVEN a sampler watching a job that exits, and another process that takes its PID before the
+    # sampler's thread runs again (it was paused between its look at the target and its next read:
+    # the race the test above can lose on a loaded machine)
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    time.sleep(0.3)
+    sampler = Sampler(job.pid, find_pyspy())
+    sampler._watch = TargetWatch(job.pid)
+    frames: list[dict] = []
+    sampler.writer.listen(frames.append)
+    assert not sampler._gone()
+    job.kill()
+    job.wait()
+    impostor = take_pid(job.pid, [sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    if impostor is None:
+        pytest.skip("cannot give a process a chosen PID here (/proc/sys/kernel/ns_last_pid not writable, or taken)")
+    try:
+        # WHEN its thread dump and its check after a failed window read the target again
+        sampler._poll_threads()
+        gone = [sampler._gone(), sampler._gone()]
+        # THEN the job is gone, its PID reused is said once, and nothing of the other process is
+        # written as the job's
+        assert gone == [True, True]
+        assert [f["kind"] for f in frames if f["k"] == "error"] == ["target_reused"]
+        assert not [f for f in frames if f["k"] == "threads"]
+        assert impostor.poll() is None
+    finally:
+        impostor.kill()
+        impostor.wait()
 
 # -- the attacher killed, or two at once ---------------------------------------------------
 
