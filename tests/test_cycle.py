@@ -191,8 +191,20 @@ def test_a_few_gaps_between_rare_visits_rule_accumulation_in_doubt_only_when_k_d
     assert undecided([1, 2, 1, 4, 2], 0.5) is None
     # multiples of 3, seen in 1 step of 10
     assert (undecided([6, 12, 3], 0.1) or (0, 0.0))[0] == 3
-    # an optimizer seen in every other step: k = 2 would see it in all of them, so it is not asked
-    assert undecided([2, 2, 2, 2], 0.5) is None
+    # an optimizer seen in every other step, always 2 apart: k = 2 seeing it in every one of its
+    # optimizer steps, 124 times likelier than none (the share seen is a count: k * seen may reach 1)
+    k, odds = undecided([2, 2, 2, 2], 0.5) or (0, 0.0)
+    assert k == 2 and odds > 100
+    # few gaps leave a k as likely as none in doubt (FEW_GAPS_ODDS): 4 visits among 14 micro-batches
+    # of 2.1 s, 5, 4 and 4 apart (bf16 autocast on a CPU, 4 micro-batches to a step), 6:1 for k = 4
+    k, odds = undecided([5, 4, 4], 4 / 14) or (0, 0.0)
+    assert k == 4 and 1 <= odds < 8
+    # ...but from twelve gaps on, only a k UNDECIDED_ODDS times likelier: odds of 1.2 for k = 2 on
+    # eleven gaps are a doubt, and not with one gap more
+    gaps = [6, 5, 4, 2, 3, 2, 2, 2, 2, 5, 4, 6]
+    k, odds = undecided(gaps[:11], 0.3) or (0, 0.0)
+    assert k == 2 and 1 <= odds < 8
+    assert undecided(gaps, 0.3) is None
     # 630 gaps (synchronized ranks pooled over a long window): odds beyond a float are held, not raised
     k, odds = undecided([4] * 600 + [3] * 30, 0.13) or (0, 0.0)
     assert k == 4 and 1e300 < odds < float("inf")
@@ -262,3 +274,18 @@ def test_hf_parameter_counting_is_not_the_update():
     assert r.step_ms is None or abs(r.step_ms / 101.9 - 1) <= 0.05, r.step_ms
     assert r.micro_batches == 4, r.clock
     assert (r.wait_labels or {}).get("logging", 0) > 0
+
+
+def test_a_window_of_few_optimizer_steps_does_not_give_a_micro_batch_as_the_step():
+    # GIVEN 30 s of examples/grad_accum.py --accum 4 --autocast on this project's CPU (bf16: 2.1-s
+    # micro-batches, 8.3-9.2-s optimizer steps by its own timing, 3 of them whole in the window),
+    # its optimizer seen in 4 of the 14 intervals between the loop's wraps, 5, 4 and 4 apart
+    from traceml_attach.ingest.stream import read_recording
+
+    rec, problem = read_recording(Path(__file__).parent / "fixtures" / "cpu_autocast_accum4.msgpack")
+    assert problem is None
+    r = analyze(rec, load_rules()).ranks[0]
+    # THEN the step time is unknown, saying that a step may be a micro-batch (it was 2,140 ms "known",
+    # the micro-batch, for the job's 8,438)
+    assert r.step_ms is None and r.clock is not None
+    assert "a step may be a micro-batch" in (r.clock.reason or ""), r.clock

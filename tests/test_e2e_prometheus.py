@@ -79,8 +79,11 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
         assert current_diagnosis(metrics) == "INPUT_STRAGGLER", {s.labels["kind"]: s.value for s in
                                                                  metrics["traceml_diagnosis"].samples}
         steps = by_rank(metrics["traceml_step_seconds"])
+        # the job's own timing over the window the metrics say they are over
+        window = {s.labels["edge"]: s.value for s in metrics["traceml_window_timestamp_seconds"].samples}
+        assert began < window["start"] < window["end"] <= scraped_at, (began, window, scraped_at)
         for rank in (0, 1):
-            truth = rank_truth(tmp_path, rank, began, scraped_at)
+            truth = rank_truth(tmp_path, rank, window["start"], window["end"])
             assert steps[str(rank)] * 1e3 == pytest.approx(truth.step_ms, rel=0.15), (rank, steps, truth)
             shares = {s.labels["phase"]: s.value for s in metrics["traceml_phase_share"].samples
                       if s.labels["rank"] == str(rank)}

@@ -107,11 +107,18 @@ def families(rec: Recording, an: Analysis, diagnoses: set[tuple[str, str]]) -> l
         if newest.change_pct is not None:
             change_pct.add_metric([direction], newest.change_pct)
 
+    window = GaugeMetricFamily("traceml_window_timestamp_seconds", "The live window the step metrics are over: its "
+                               "first and last sample (Unix time); absent before the first", labels=["edge"])
+    spans = rec.time_range()
+    if spans is not None and an.end_ns is not None:   # a window reaching back past the first sample starts there
+        window.add_metric(["start"], max(an.start_ns or 0, spans[0]) / 1e9)
+        window.add_metric(["end"], an.end_ns / 1e9)
+
     sampling = report.sampling
     samples = CounterMetricFamily("traceml_samples", "Stack samples py-spy took over the session")
     errors = CounterMetricFamily("traceml_sampling_errors", "Stack samples py-spy could not take over the session")
     out: list[Metric] = [step, phase, share, diagnosis, straggler, up, rss, gpu_mem, sm, whatif, gain, last,
-                         change, change_pct]
+                         change, change_pct, window]
     if sampling.samples is not None:
         samples.add_metric([], sampling.samples)
         out.append(samples)

@@ -15,11 +15,13 @@ import statistics
 from collections.abc import Sequence
 
 from traceml_attach.policy import (
+    FEW_GAPS_ODDS,
     LUMPED_MIN_SAMPLES,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
     MIN_GAPS,
     MISCOUNTED,
+    PROVISIONAL_GAPS,
     SPACED_UNSEEN,
     SUGGESTED,
     UNDECIDED_ODDS,
@@ -94,18 +96,21 @@ _MAX_LOG_ODDS = 700.0
 
 def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     """The k of gradient accumulation that the gaps (in steps counted) between the optimizer's
-    visits make at least UNDECIDED_ODDS times likelier than none, and that likelihood ratio;
-    None where no k does. An optimizer seen rarely (a short optimizer step, at a low rate) is
-    too rare for ``_multiples_in`` to count k, and then its few gaps are all the evidence: without
+    visits make at least UNDECIDED_ODDS times likelier than none (on fewer than PROVISIONAL_GAPS
+    gaps, FEW_GAPS_ODDS: as likely), and that likelihood ratio; None where no k does. An optimizer
+    seen rarely (a short optimizer step, at a low rate) is too rare for ``_multiples_in`` to count
+    k, and then its few gaps are all the evidence: without
     accumulation they are geometric with the share ``seen``, with k they are k times geometric
     with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
     if not gaps or not 0.0 < seen < 1.0:
         return None
+    # few gaps can hardly favour a k: there, one as likely as none leaves the step unknown
+    least = UNDECIDED_ODDS if len(gaps) >= PROVISIONAL_GAPS else FEW_GAPS_ODDS
     best: tuple[int, float] | None = None   # k and its log odds
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
-        seen_k = seen * k
-        if seen_k >= 1.0:
-            break
+        # the share seen is itself a count: over 1/k by a visit or two (an optimizer seen in every
+        # one of its steps, 4 visits in 14 micro-batches of 4) leaves k possible, at its most
+        seen_k = min(seen * k, 1.0 - MISCOUNTED)
         log_ratio = 0.0
         for g in gaps:
             # a miscounted gap is as likely as without accumulation
@@ -115,7 +120,7 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
                 with_k = math.log1p(-MISCOUNTED) + math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
                 ratio += math.exp(with_k - without)
             log_ratio += math.log(ratio)
-        if log_ratio >= math.log(UNDECIDED_ODDS) and (best is None or log_ratio > best[1]):
+        if log_ratio >= math.log(least) and (best is None or log_ratio > best[1]):
             best = (k, log_ratio)
     # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
     return (best[0], math.exp(min(best[1], _MAX_LOG_ODDS))) if best is not None else None
