@@ -34,7 +34,6 @@ def steps_from(summary: dict, rank: int | str = 0) -> float:
     return float(since if since is not None else summary["sampling"]["window"]["start"])
 
 
-
 # On a loaded machine (CI: 2 shared cores) a job's own steps can vary by 20% and more; with every
 # boundary seen, their median must hold over 5% of the steps either side (docs/steps.md, "A median
 # that holds"), and tens of such steps pass or fail that by chance: the step time is then said to be
@@ -48,6 +47,7 @@ def honestly_unknown(summary: dict, rank: int | str, truth: Truth) -> bool:
     row = summary["step_time"]["ranks"][str(rank)]
     reason = (row["clock"] or {}).get("reason") or ""
     return row["step_ms"] is None and "the steps vary too much" in reason and truth.spread >= VARIED
+
 
 @pytest.fixture
 def example(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
