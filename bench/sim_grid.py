@@ -1,6 +1,7 @@
 """The step estimator over a wide grid of simulated jobs: how often it knows, how wrong it is when it does.
 
     python bench/sim_grid.py [--seconds 10] [--seeds 2] [--quick] [--shape FAMILY] [--worst 20] [--reasons]
+                             [--max-rate HZ]
     python bench/sim_grid.py --point SPEC      # one grid point again, rank by rank
 
 Each grid point is a job (testkit/simulator.py) with a known schedule, sampled by a simulated py-spy
@@ -31,6 +32,14 @@ phase's duration jittered by 2-20% each step. The full analysis runs on it. The 
            loader on two cores py-spy shared showed); input 50-90% of the step. The knob is that
            share.
 
+The rate in use. The attacher raises a rank's rate by itself where the analysis advises it (steps
+too short to tell apart, an optimizer seen too rarely: diagnose/rate.py), up to --max-rate (400 Hz
+by default), and reads the job's next windows there. So each point is judged where the attacher
+settles: where its analysis advises a faster rate, the same job (its schedule drawn from the same
+seed) is sampled again at that rate, until none is advised, and its rank-windows are counted at
+the rate in use (their samples per step too). The target's line is printed for the same points at
+their own fixed rates as well; --max-rate 0 judges every point at its own rate only.
+
 The truth is each rank's median step over the analysis window; for an accumulating job a step is
 an optimizer step (and samples per step count samples per optimizer step). With bursty delivery
 the steps are not alike: the median is a ready batch's step (at w = 2 the steps alternate and the
@@ -58,7 +67,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testkit.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, shaped_job, simulate
+from traceml_attach.cli.common import DEFAULT_MAX_RATE
 from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.rate import faster
 from traceml_attach.steps.classify import load_rules
 
 PERIODS_MS = (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500)
@@ -197,11 +208,43 @@ def build(pt: Point) -> tuple[Job, str]:
     return the_job, f"input {input_share:.0%}, {shape}{' ' + library if shape == 'library' else ''}"
 
 
-def run_point(pt: Point, seconds: float, rules) -> tuple[list[Outcome], Analysis, list[Truth]]:
+def advised_hz(an: Analysis, rate_hz: int, max_hz: int) -> int | None:
+    """The rate the attacher's sampler takes next for this job (diagnose/rate.py's ``faster``, the
+    fastest any rank is advised, as synchronized ranks share it), capped at ``max_hz``; None where
+    it stays at ``rate_hz``."""
+    wanted = [advice[0] for tl in an.timelines.values() if (advice := faster(tl)) is not None]
+    rate = min(max(wanted, default=0), max_hz)
+    return rate if rate > rate_hz else None
+
+
+def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
+              ) -> tuple[list[Outcome], list[Outcome], Analysis, list[Truth]]:
+    """The point's rank-windows at its own rate, and at the rate the attacher settles on where
+    ``max_hz`` (--max-rate) is above it: the attacher raises a rank's rate where the analysis
+    advises it and reads the job's next windows there, so the same job (its schedule drawn from the
+    same seed) is sampled again at the advised rate until no faster one is advised. Each outcome's
+    samples per step are at the rate it was sampled at. Returns (fixed, settled, analysis, truths),
+    the last two of the settled run."""
     the_job, about = build(pt)
     about = f"{about}, jitter {the_job.jitter:.0%}"
     rec, truths = simulate(the_job, pt.rate_hz, seconds, seed=pt.seed)
     an = analyze(rec, rules)
+    fixed = settled = judged(pt, an, truths, pt.rate_hz, about)
+    rate_hz = pt.rate_hz
+    for _ in range(4):
+        raised = advised_hz(an, rate_hz, max_hz) if max_hz > rate_hz else None
+        if raised is None:
+            break
+        about += f", raised from {rate_hz} to {raised} Hz"
+        rate_hz = raised
+        rec, truths = simulate(the_job, rate_hz, seconds, seed=pt.seed)
+        an = analyze(rec, rules)
+        settled = judged(pt, an, truths, rate_hz, about)
+    return fixed, settled, an, truths
+
+
+def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: str) -> list[Outcome]:
+    """Each rank's outcome in ``an`` against its truth, sampled at ``rate_hz``."""
     lo, hi = an.start_ns or 0, an.end_ns or 0
     known = [r.step_ms for r in an.ranks if r.step_ms is not None]
     spread = (max(known) - min(known)) / min(known) if len(known) > 1 else None
@@ -214,9 +257,9 @@ def run_point(pt: Point, seconds: float, rules) -> tuple[list[Outcome], Analysis
         err = None if r.step_ms is None else r.step_ms / true_ms - 1
         mean_err = None if r.step_ms is None else r.step_ms / mean_ms - 1
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
-        out.append(Outcome(pt.family, true_ms * pt.rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
+        out.append(Outcome(pt.family, true_ms * rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
                            r.steps, true_steps, spread, pt, about, r.clock.reason if r.clock else None))
-    return out, an, truths
+    return out
 
 
 def points(family: str) -> list[Point]:
@@ -229,9 +272,9 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def show_point(spec: str, seconds: float, rules) -> None:
+def show_point(spec: str, seconds: float, rules, max_hz: int) -> None:
     pt = Point.parse(spec)
-    outcomes, an, truths = run_point(pt, seconds, rules)
+    _, outcomes, an, truths = run_point(pt, seconds, rules, max_hz)
     print(f"{pt.spec}: {outcomes[0].about}")
     lo, hi = an.start_ns or 0, an.end_ns or 0
     for r, truth, o in zip(an.ranks, truths, outcomes, strict=True):
@@ -340,7 +383,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, help="seeds per grid point (default 2; 1 with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_SHARE * 100:.0f}%% of each family's points (the same every run), "
-                             "one seed: ~2 min")
+                             "one seed: ~7 min on one core (~4 with --max-rate 0)")
     parser.add_argument("--shape", choices=FAMILIES, help="one family only")
     parser.add_argument("--worst", type=int, default=20, help="worst points listed (default 20)")
     parser.add_argument("--reasons", action="store_true",
@@ -348,10 +391,15 @@ def main() -> None:
     parser.add_argument("--dump", metavar="FILE", type=Path,
                         help="also write each rank-window's outcome as a JSON line (to compare two runs)")
     parser.add_argument("--point", metavar="SPEC", help="run one point (as the worst points print it), rank by rank")
+    parser.add_argument("--max-rate", type=int, default=DEFAULT_MAX_RATE, metavar="HZ",
+                        help="the attacher's --max-rate: where the analysis advises a faster rate (steps too short "
+                        "to tell apart, an optimizer seen too rarely), the job is read again there, as the attacher "
+                        f"does, and judged at the rate in use (default {DEFAULT_MAX_RATE}, the attacher's; 0: every "
+                        "point at its own fixed rate only)")
     args = parser.parse_args()
     rules = load_rules()
     if args.point:
-        show_point(args.point, args.seconds, rules)
+        show_point(args.point, args.seconds, rules, args.max_rate)
         return
     families = [args.shape] if args.shape else list(FAMILIES)
     seeds = args.seeds or (1 if args.quick else 2)
@@ -360,17 +408,27 @@ def main() -> None:
         pick = random.Random(0)
         todo = [pt for pt in todo if pick.random() < QUICK_SHARE]
     outcomes: list[Outcome] = []
+    fixed: list[Outcome] = []
     t0 = time.monotonic()
     for i, pt in enumerate(todo):
         for s in range(seeds):
-            outcomes += run_point(Point(pt.family, pt.period_ms, pt.knob, pt.rate_hz, pt.ranks, pt.seed + s),
-                                  args.seconds, rules)[0]
+            at_own, settled, _, _ = run_point(Point(pt.family, pt.period_ms, pt.knob, pt.rate_hz, pt.ranks,
+                                                    pt.seed + s), args.seconds, rules, args.max_rate)
+            fixed += at_own
+            outcomes += settled
         if i % 100 == 0:
             print(f"  {i}/{len(todo)} grid points, {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print(f"{len(todo)} grid points x {seeds} seed(s), {len(outcomes)} rank-windows, {args.seconds:g} s windows, "
           f"families {', '.join(families)}\n")
+    if args.max_rate:
+        raised = sum(1 for o in outcomes if ", raised from" in o.about)
+        print(f"at the rate the attacher settles on (--max-rate {args.max_rate}; {raised} of {len(outcomes)} "
+              "rank-windows read again at an advised rate; samples per step at the rate in use):\n")
     table(outcomes, families)
     target(outcomes, families)
+    if args.max_rate:
+        print("\nthe same points, each at its own fixed rate (--max-rate 0):", end="")
+        target(fixed, families)
     known = [o for o in outcomes if o.known]
     over5 = [o for o in known if abs(o.step_error or 0.0) > 0.05]
     over10 = [o for o in known if abs(o.step_error or 0.0) > 0.10]
@@ -383,6 +441,7 @@ def main() -> None:
         with args.dump.open("w") as out:
             for o in outcomes:
                 out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
+                                      "raised": ", raised from" in o.about,
                                       "known": o.known, "step_error": o.step_error, "count_error": o.count_error,
                                       "reason": o.reason}) + "\n")
     if args.reasons:

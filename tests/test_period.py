@@ -9,7 +9,14 @@ import pytest
 
 from traceml_attach.policy import MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
-from traceml_attach.steps.period import PeriodFit, fit_period, suggested_rate_hz, too_ambiguous, visit_samples
+from traceml_attach.steps.period import (
+    PeriodFit,
+    fit_period,
+    suggested_rate_hz,
+    too_ambiguous,
+    visit_samples,
+    visits_vary,
+)
 
 MS = 1_000_000
 
@@ -126,3 +133,35 @@ def test_most_boundaries_unseen_is_said_where_it_is_why_no_period_fits():
     few = unknown_clock(PeriodFit(None, (1,) * 8, None, 180e6, why="few"), 8, 100, unseen=0.48)
     assert few.reason.startswith("only 8 step boundaries were seen (a period needs 10): sample longer; 48% or more")
     assert few.reason.endswith("so a faster rate would show more of them")
+
+
+def seen_visits(lengths_ms: list[float], rate_hz: float, rng: random.Random) -> list[int]:
+    """The visits py-spy sees (ns): Poisson samples at ``rate_hz`` in visits of these lengths,
+    each seen one with the time its samples cover (an exponential gap each)."""
+    out = []
+    for length in lengths_ms:
+        t, k = rng.expovariate(rate_hz / 1e3), 0
+        while t < length:
+            k += 1
+            t += rng.expovariate(rate_hz / 1e3)
+        if k:
+            out.append(int(sum(rng.expovariate(rate_hz) for _ in range(k)) * 1e9))
+    return out
+
+
+@pytest.mark.parametrize("visit_ms", [5.0, 15.0, 40.0])
+def test_visits_of_one_length_do_not_vary_beyond_sampling(visit_ms):
+    # GIVEN visits outside the dominant place all 5-40 ms long (0.5-4 samples at 100 Hz), jittered 10%
+    rng = random.Random(1)
+    visits = seen_visits([visit_ms * rng.uniform(0.9, 1.1) for _ in range(300)], 100, rng)
+    # THEN their spread is sampling's: e^-λ of their mean stands
+    assert not visits_vary(visits, 100)
+
+
+def test_a_few_long_visits_among_short_ones_vary():
+    # GIVEN a GPU job's host: 5-ms visits outside the dominant place, and one step in ten waiting
+    # 150 ms there (a recorded one had 19 times sampling's spread, e^-λ 2% for most steps' ~40%)
+    rng = random.Random(2)
+    visits = seen_visits([150.0 if i % 10 == 0 else 5.0 for i in range(300)], 100, rng)
+    # THEN they vary beyond it
+    assert visits_vary(visits, 100)

@@ -157,6 +157,18 @@ def test_simulated_jobs_get_the_batch_analysis_at_every_tick(name):
         assert not problems, (round((end - full.time_range()[0]) / NS, 1), problems)
 
 
+def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
+    # GIVEN 8 synchronized ranks, 40% of their steps fetching the batch 1.3-2.2x as long, at 400 Hz:
+    # one rank's comb takes its slow steps for two (test_sim_shapes, sync.slow_not_unseen)
+    rec, _ = simulate(build(Point.parse("uneven:20:0.4:100:8:227000"))[0], 400, 10.0, seed=227000)
+    # WHEN the live view looks at the whole window at once
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
+    # THEN it says what the batch says: no step time on any rank, for slow steps
+    assert not differences(got, want)
+    assert all(r.step_ms is None and "slow steps" in (r.clock.reason or "") for r in got.ranks), got.ranks[0].clock
+
+
 def test_a_tick_reads_only_the_new_spans_and_holds_only_the_window():
     # GIVEN ten minutes of a two-rank job, trimmed to the last 40 s as a live session does
     rec, live = Recording(), IncrementalAnalyzer(RULES)

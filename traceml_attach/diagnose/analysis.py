@@ -33,11 +33,11 @@ from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
 from traceml_attach.steps.accumulation import accumulated, plan_of
-from traceml_attach.steps.batch_timeline import Timeline, build_timeline
+from traceml_attach.steps.batch_timeline import Timeline, build_timeline, without_period
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
-from traceml_attach.steps.sync import share_period
+from traceml_attach.steps.sync import counted_of, share_period, slow_clock
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 
@@ -96,6 +96,9 @@ def analyze(
         if sync:
             timelines = share_period(timelines)
         timelines = accumulated(timelines, {rank: plan_of(tl) for rank, tl in timelines.items()}, sync)
+        slow = slow_clock(timelines, counted_of(timelines)) if sync else None
+        if slow is not None:
+            timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)

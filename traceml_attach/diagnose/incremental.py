@@ -29,7 +29,7 @@ one (a recording read again), it starts over.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from traceml_attach.diagnose.analysis import Analysis, analyze, conclude
 from traceml_attach.diagnose.history import History
@@ -43,7 +43,7 @@ from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
-from traceml_attach.steps.sync import share_tracked
+from traceml_attach.steps.sync import share_tracked, slow_clock
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
@@ -144,6 +144,11 @@ class IncrementalAnalyzer:
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
         timelines = accumulated(timelines, {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()},
                                 sync)
+        slow = slow_clock(timelines, lambda rank, period: by_rank[rank].counted_at(period)) if sync else None
+        if slow is not None:
+            for tracker in by_rank.values():
+                tracker.count_ones()
+            timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None

@@ -41,7 +41,7 @@ from traceml_attach.steps.clock import (
 )
 from traceml_attach.steps.dataflow import feeding_lines
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, pick_thread, stack_traits, thread_label
-from traceml_attach.steps.period import visit_samples
+from traceml_attach.steps.period import visit_samples, visits_vary
 from traceml_attach.steps.phases import PHASES
 
 # Wait set aside from training: an iteration that evaluates or checkpoints is one (long) step, and
@@ -134,6 +134,8 @@ class Timeline:
     step_floor: int | None = None
     # of its intervals, how many a draw decided the steps of, and the steps it added (clock.guesses)
     guessed: tuple[int, int] = (0, 0)
+    # its visits outside the dominant place vary beyond sampling's spread (period.visits_vary)
+    visits_vary: bool = False
 
     @property
     def step_count(self) -> int:
@@ -358,7 +360,8 @@ def build_timeline(
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
-                    traits=frozenset().union(*traits.values()), guessed=guessed)
+                    traits=frozenset().union(*traits.values()), guessed=guessed,
+                    visits_vary=outside is not None and visits_vary(_visits(segments, outside), rate_hz))
 
 
 def judged_uneven(tl: Timeline) -> Timeline:
@@ -479,6 +482,15 @@ def _unseen(segments: Sequence[Segment], outside: Sequence[bool] | None, rate_hz
     outside the loop's dominant place (``_outside``), from the visits outside it that were seen."""
     if outside is None:
         return None
+    visits = _visits(segments, outside)
+    if len(visits) < 2:
+        return None
+    mean_samples = statistics.fmean(visits) * rate_hz / 1e9
+    return math.exp(-visit_samples(mean_samples))
+
+
+def _visits(segments: Sequence[Segment], outside: Sequence[bool]) -> list[int]:
+    """The length (ns) of each visit outside the loop's dominant place that was seen."""
     visits: list[int] = []
     in_visit = False
     for seg, away in zip(segments, outside, strict=True):
@@ -489,10 +501,7 @@ def _unseen(segments: Sequence[Segment], outside: Sequence[bool] | None, rate_hz
         else:
             visits.append(seg.dur_ns)
             in_visit = True
-    if len(visits) < 2:
-        return None
-    mean_samples = statistics.fmean(visits) * rate_hz / 1e9
-    return math.exp(-visit_samples(mean_samples))
+    return visits
 
 
 def _clock(intervals: Sequence[Step], segments: Sequence[Segment], outside: Sequence[bool] | None,

@@ -40,12 +40,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from traceml_attach.ingest.model import Span, os_pid
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, SWALLOW_RATIO
+from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, MIN_INTERVALS, SWALLOW_RATIO
 from traceml_attach.steps.batch_timeline import (
     ASIDE_LABELS,
     CYCLE_RANK,
@@ -70,7 +70,7 @@ from traceml_attach.steps.live_spans import SpanWindow
 from traceml_attach.steps.live_stacks import StackInfo, dominant_place, pick_loop, visits_of, where, window_outputs
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, loop_candidates, thread_label
 from traceml_attach.steps.movinglog import Log
-from traceml_attach.steps.period import visit_samples
+from traceml_attach.steps.period import counted_at, visit_samples, visits_vary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import StepTotals
 
@@ -104,6 +104,7 @@ class RankTracker(SpanWindow):
         self._hot: dict[str, list[HotFrame]] | None = None
         self._hot_due = 0
         self._hot_epoch = -1
+        self._counted: tuple[tuple, tuple[bool, bool, int]] | None = None
         self._reset_thread()
 
     def _reset_thread(self) -> None:
@@ -474,6 +475,26 @@ class RankTracker(SpanWindow):
     @property
     def quality(self) -> tuple[float, float, float]:
         return self.window.quality
+
+    def counted_at(self, period: float) -> tuple[int, float | None, int, Callable[[], tuple[bool, bool, int]]]:
+        """``sync.slow_not_unseen``'s view of this rank's intervals at ``period`` (``sync._counted``
+        for a batch timeline): the steps they count as now (on the shared clock) for the screen;
+        the rest worked out only when asked, and kept while the intervals, their e^-λ, the visits
+        and the period stay the same."""
+        records, unseen = self.window.records, self.clock.unseen
+
+        def exact() -> tuple[bool, bool, int]:
+            key = (period, unseen, self.rate_hz, len(records), records[0].rid if records else None,
+                   records[-1].rid if records else None, len(self.visits), self.visit_ns)
+            if self._counted is None or self._counted[0] != key:
+                vary = visits_vary([ns for _, ns in self.visits], self.rate_hz)
+                durations = [float(r.dur) for r in records]
+                unsure, steps = (counted_at(durations, period, unseen, self.rate_hz)
+                                 if len(records) >= MIN_INTERVALS and unseen is not None else (False, len(records)))
+                self._counted = key, (vary, unsure, steps)
+            return self._counted[1]
+
+        return len(records), unseen, self.window.n_total, exact
 
     def count_own(self) -> None:
         self.window.count_own()

@@ -41,6 +41,7 @@ from traceml_attach.policy import (
     MIN_SAMPLES_PER_STEP,
     NEAR_MEDIAN,
     NEAR_SHARE,
+    OVERDISPERSED,
     SURE,
     TARGET_SAMPLES_PER_STEP,
 )
@@ -153,10 +154,16 @@ def strays(interval: float, n: int, period: float, rate_hz: float) -> bool:
 
 
 def _too_ambiguous(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> bool:
+    return counted_at(intervals, period, unseen, rate_hz)[0]
+
+
+def counted_at(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> tuple[bool, int]:
+    """The intervals counted at ``period`` (``count_posteriors``): whether too many of the counts
+    are unsure (``too_ambiguous``), and the steps they count in all."""
     posts = count_posteriors(intervals, period, unseen, rate_hz)
     short = [p < SURE or strays(i, n, period, rate_hz) for i, (n, p) in zip(intervals, posts, strict=True) if n <= 2]
-    return too_ambiguous(sum(1 for _, p in posts if p < SURE), len(posts), sum(short), len(short),
-                         sum(n for n, _ in posts))
+    steps = sum(n for n, _ in posts)
+    return too_ambiguous(sum(1 for _, p in posts if p < SURE), len(posts), sum(short), len(short), steps), steps
 
 
 def jitter(intervals: Sequence[float], period: float, rate_hz: float) -> float:
@@ -408,3 +415,19 @@ def visit_samples(mean_visit_samples: float) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def visits_vary(visits_ns: Sequence[int], rate_hz: float) -> bool:
+    """Whether the visits outside the loop's dominant place vary in length beyond what sampling
+    visits of one length makes of them: then e^-λ (``visit_samples`` of their mean) bounds nothing,
+    as a few long visits (a GPU job's occasional long wait) raise the mean that most steps' short
+    ones fall far below. A visit of λ samples' time is seen with a zero-truncated Poisson count of
+    samples, mean μ, variance μ(1 + λ - μ), each sample's gap adding μ more (exponential gaps, in
+    units of 1/rate): OVERDISPERSED times that squared coefficient of variation, or more, varies."""
+    if len(visits_ns) < 2:
+        return False
+    samples = [v * rate_hz / 1e9 for v in visits_ns]
+    mean = statistics.fmean(samples)
+    lam = visit_samples(mean)
+    model = (mean * (1 + lam - mean) + mean) / (mean * mean)
+    return statistics.pvariance(samples) / (mean * mean) > OVERDISPERSED * model

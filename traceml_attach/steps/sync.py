@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import AGREE, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN
+from traceml_attach.policy import AGREE, MAX_STEP_ERROR, MAX_UNSEEN, MIN_INTERVALS, REF_MARGIN, SLOW_HIDDEN
 from traceml_attach.steps.batch_timeline import Timeline, without_period
 from traceml_attach.steps.clock import (
     IRREGULAR,
+    UNEVEN,
     StepClock,
     edge_steps,
     expand_counted,
@@ -30,7 +33,7 @@ from traceml_attach.steps.clock import (
     work_ratio,
 )
 from traceml_attach.steps.live_tracker import RankTracker
-from traceml_attach.steps.period import map_counts
+from traceml_attach.steps.period import counted_at, map_counts
 
 # a rank's claim to set the shared clock: its counts need no draw (``sure_counts``), then the
 # boundaries it leaves unseen (-e^-λ), then its intervals weighed by its comb's concentration
@@ -129,6 +132,81 @@ def varied_clock(rank: str) -> StepClock:
     return StepClock("unknown", None, reason=reason, cause=IRREGULAR)
 
 
+
+
+# One rank's intervals as ``slow_not_unseen`` weighs them at a period: how many, the chance that a
+# boundary goes unseen (e^-λ; None where unmeasured), the steps they count, roughly (a screen), and
+# what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
+# much for it to bound anything (period.visits_vary), whether too many of their counts are unsure,
+# and the steps they count (period.counted_at)
+Counted = tuple[int, float | None, int, Callable[[], tuple[bool, bool, int]]]
+
+
+def slow_clock(timelines: dict[str, Timeline], counted: Callable[[str, float], Counted]) -> StepClock | None:
+    """The clock of synchronized ranks (``share_period``, ``share_tracked``, then gradient
+    accumulation) counted on a reference's comb that took slow steps for several
+    (``slow_not_unseen``), or None. ``counted`` gives a rank's intervals counted at a period
+    (``counted_of`` for a batch timeline, ``RankTracker.counted_at`` live). Not where a rank's
+    steps are optimizer steps of several micro-batches: the comb was the micro-batches', and the
+    optimizer's visits counted the steps (a straggler's all-reduce in the last micro-batch
+    makes them uneven, and they are no steps of their own)."""
+    combs = [tl.clock.period_ns for tl in timelines.values() if tl.clock.method == "comb"]
+    if len(combs) != 1 or combs[0] is None or any(tl.micro_batches != 1 for tl in timelines.values()):
+        return None
+    period = combs[0]
+    return slow_not_unseen([counted(rank, period) for rank in timelines], period)
+
+
+def counted_of(timelines: dict[str, Timeline]) -> Callable[[str, float], Counted]:
+    """``slow_clock``'s ``counted`` for batch timelines."""
+    return lambda rank, period: _counted(timelines[rank], period)
+
+
+def _counted(tl: Timeline, period: float) -> Counted:
+    durations = [float(s.counted_ns) for s in tl.intervals]
+    unsure, steps = (counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
+                     if len(durations) >= MIN_INTERVALS and tl.clock.unseen is not None else (False, len(durations)))
+    return len(durations), tl.clock.unseen, steps, lambda: (tl.visits_vary, unsure, steps)
+
+
+def _hidden_beyond_chance(ranks: Sequence[tuple[int, float, int]], bar: float = 1.0) -> bool:
+    """Whether (intervals, e^-λ, steps counted) of the ranks together count more steps hidden in
+    longer intervals than ``bar`` times SLOW_HIDDEN times what e^-λ expects, plus three standard
+    deviations and three."""
+    hidden = sum(steps - intervals for intervals, _, steps in ranks)
+    expected = sum(intervals * unseen / (1 - unseen) for intervals, unseen, _ in ranks)
+    return hidden > bar * (SLOW_HIDDEN * expected + 3 * math.sqrt(expected) + 3)
+
+
+def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None:
+    """The clock of synchronized ranks whose reference fitted a comb at ``period`` where its long
+    intervals are slow steps rather than boundaries unseen; None where the period stands. Of the
+    ranks with MIN_INTERVALS and a measured e^-λ on visits alike enough for it to bound anything,
+    most cannot tell their intervals of one step from two at that period (``too_ambiguous``), and
+    together they count more steps hidden in their intervals than SLOW_HIDDEN times what e^-λ
+    expects, beyond chance: the ranks take the same steps, so one rank that passed its own checks
+    passed them by chance, and the period, the median split of the slow steps, is no step
+    (policy.SLOW_HIDDEN). A rough count screens first, at half the bar: the rest costs a count of
+    every interval of every rank, which a live tick of 64 ranks cannot pay every second."""
+    judged = [(n, u, steps, exact) for n, u, steps, exact in ranks if u is not None and u < 1 and n >= MIN_INTERVALS]
+    if len(judged) < 2 or not _hidden_beyond_chance([(n, u, steps) for n, u, steps, _ in judged], bar=0.5):
+        return None
+    kept = []
+    for n, u, _, exact in judged:
+        vary, unsure, steps = exact()
+        if not vary:
+            kept.append((n, u, steps, unsure))
+    unsure_ranks = sum(1 for *_, unsure in kept if unsure)
+    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not _hidden_beyond_chance([k[:3] for k in kept]):
+        return None
+    hidden = sum(steps - n for n, _, steps, _ in kept)
+    expected = sum(n * u / (1 - u) for n, u, _, _ in kept)
+    reason = (f"the synchronized ranks' intervals fit a step of {period / 1e6:.1f} ms only by counting {hidden} "
+              f"steps hidden in longer ones, where the boundaries they leave unseen would hide about "
+              f"{expected:.0f}, and {unsure_ranks} of {len(kept)} ranks cannot tell their intervals of one step from "
+              "two there: the long intervals are slow steps (an input pipeline, or other work on the cores, slowing "
+              f"some steps), too uneven for their median to be given within {100 * MAX_STEP_ERROR:.0f}%")
+    return StepClock("unknown", None, reason=reason, cause=UNEVEN)
 
 
 def _better(new: Quality, old: Quality) -> bool:
