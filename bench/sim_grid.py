@@ -69,7 +69,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from testkit.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, shaped_job, simulate
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 from traceml_attach.diagnose.analysis import Analysis, analyze
-from traceml_attach.diagnose.rate import faster
+from traceml_attach.diagnose.rate import advise_rates, futile
+from traceml_attach.ingest.stream import Recording
 from traceml_attach.steps.classify import load_rules
 
 PERIODS_MS = (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500)
@@ -208,13 +209,12 @@ def build(pt: Point) -> tuple[Job, str]:
     return the_job, f"input {input_share:.0%}, {shape}{' ' + library if shape == 'library' else ''}"
 
 
-def advised_hz(an: Analysis, rate_hz: int, max_hz: int) -> int | None:
-    """The rate the attacher's sampler takes next for this job (diagnose/rate.py's ``faster``, the
-    fastest any rank is advised, as synchronized ranks share it), capped at ``max_hz``; None where
-    it stays at ``rate_hz``."""
-    wanted = [advice[0] for tl in an.timelines.values() if (advice := faster(tl)) is not None]
-    rate = min(max(wanted, default=0), max_hz)
-    return rate if rate > rate_hz else None
+def advised_hz(rec: Recording, an: Analysis, max_hz: int) -> int | None:
+    """The rate the attacher's sampler takes next for this job, sampled at one rate throughout:
+    the fastest its analysis advises (``diagnose.rate.advise_rates``: synchronized ranks share it),
+    capped at ``max_hz``; None where none is advised."""
+    advice = advise_rates(rec, an.pids, an.timelines, an.end_ns or 0)
+    return min(max(a.rate_hz for a in advice), max_hz) if advice else None
 
 
 def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
@@ -222,24 +222,27 @@ def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
     """The point's rank-windows at its own rate, and at the rate the attacher settles on where
     ``max_hz`` (--max-rate) is above it: the attacher raises a rank's rate where the analysis
     advises it and reads the job's next windows there, so the same job (its schedule drawn from the
-    same seed) is sampled again at the advised rate until no faster one is advised. Each outcome's
-    samples per step are at the rate it was sampled at. Returns (fixed, settled, analysis, truths),
-    the last two of the settled run."""
+    same seed) is sampled again at the advised rate until no faster one is advised; a rank raised
+    to ``max_hz`` whose steps are still too short there goes back to its own rate
+    (``diagnose.rate.futile``). Each outcome's samples per step are at the rate it was sampled
+    at. Returns (fixed, settled, analysis, truths), the last two of the settled run."""
     the_job, about = build(pt)
     about = f"{about}, jitter {the_job.jitter:.0%}"
     rec, truths = simulate(the_job, pt.rate_hz, seconds, seed=pt.seed)
-    an = analyze(rec, rules)
+    first = an = analyze(rec, rules)
     fixed = settled = judged(pt, an, truths, pt.rate_hz, about)
-    rate_hz = pt.rate_hz
+    rate_hz, first_truths = pt.rate_hz, truths
     for _ in range(4):
-        raised = advised_hz(an, rate_hz, max_hz) if max_hz > rate_hz else None
-        if raised is None:
+        raised = advised_hz(rec, an, max_hz) if max_hz > rate_hz else None
+        if raised is None or raised <= rate_hz:
             break
         about += f", raised from {rate_hz} to {raised} Hz"
         rate_hz = raised
         rec, truths = simulate(the_job, rate_hz, seconds, seed=pt.seed)
         an = analyze(rec, rules)
         settled = judged(pt, an, truths, rate_hz, about)
+    if rate_hz > pt.rate_hz and any(futile(tl, pt.rate_hz, rate_hz) for tl in an.timelines.values()):
+        return fixed, fixed, first, first_truths   # back at its own rate, as the attacher gives up
     return fixed, settled, an, truths
 
 

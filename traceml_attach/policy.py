@@ -341,10 +341,11 @@ MIN_STEADY = 20
 # expects (plus three standard deviations and three), the long intervals are slow steps, not
 # boundaries unseen, and the period (the slow steps' median split) is no step. On the grid, 8
 # ranks whose input ran 1.3-2.2x as long in 40% of the steps counted 113 hidden for 18 expected
-# (and 24.2 ms for 26.0, counts +12-17%); the comb fits the rule left alone counted 0.7-1.2 times
-# what e^-λ expects. Either test alone made 24 right step times unknown on the grid (most ranks
-# ambiguous at 5-8 samples a step), or 3 right ones on recorded jobs (e^-λ alone: a GPU job's
-# single rank counted 40 hidden for 1.2 expected, and was right).
+# (and 24.2 ms for 26.0, counts +12-17%); a right comb it leaves alone (8 ranks, 5 samples a step)
+# counted 0.83-0.88 times what e^-λ expects, its ranks together. Most ranks unsure alone made 24
+# right step times unknown on the grid (5-8 samples a step); the hidden count alone made right
+# recorded ones unknown: 2 gloo ranks whose sampler starved for a core (39 hidden for 10), and, rank
+# by rank, a GPU job's single rank (40 hidden for 1.2 expected).
 SLOW_HIDDEN = 2.0
 # ...judged only on ranks whose visits outside the dominant place are as alike as sampling visits of
 # one length makes them (period.visits_vary: their squared coefficient of variation at most this

@@ -339,7 +339,8 @@ def build_timeline(
     outside = _outside(segments, loop)
     intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz,
                            sampler, outside)
-    clock, counts = _clock(intervals, segments, outside, rate_hz)
+    visits = _visits(segments, outside) if outside is not None else None
+    clock, counts = clock_of([s.counted_ns for s in intervals], _unseen(visits, rate_hz), rate_hz)
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":
@@ -361,7 +362,7 @@ def build_timeline(
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),
                     traits=frozenset().union(*traits.values()), guessed=guessed,
-                    visits_vary=outside is not None and visits_vary(_visits(segments, outside), rate_hz))
+                    visits_vary=visits is not None and visits_vary(visits, rate_hz))
 
 
 def judged_uneven(tl: Timeline) -> Timeline:
@@ -477,13 +478,11 @@ def _outside(segments: Sequence[Segment], loop: LoopFrame | None) -> list[bool] 
     return [not inside(place, dominant) for place in places]
 
 
-def _unseen(segments: Sequence[Segment], outside: Sequence[bool] | None, rate_hz: int) -> float | None:
+def _unseen(visits: Sequence[int] | None, rate_hz: int) -> float | None:
     """Probability that a step's boundary goes unseen: e^-λ, with λ the samples per step
-    outside the loop's dominant place (``_outside``), from the visits outside it that were seen."""
-    if outside is None:
-        return None
-    visits = _visits(segments, outside)
-    if len(visits) < 2:
+    outside the loop's dominant place (``_outside``), from the visits outside it that were seen
+    (``_visits``; None: no dominant place)."""
+    if visits is None or len(visits) < 2:
         return None
     mean_samples = statistics.fmean(visits) * rate_hz / 1e9
     return math.exp(-visit_samples(mean_samples))
@@ -502,11 +501,6 @@ def _visits(segments: Sequence[Segment], outside: Sequence[bool]) -> list[int]:
             visits.append(seg.dur_ns)
             in_visit = True
     return visits
-
-
-def _clock(intervals: Sequence[Step], segments: Sequence[Segment], outside: Sequence[bool] | None,
-           rate_hz: int) -> tuple[StepClock, tuple[int, ...]]:
-    return clock_of([s.counted_ns for s in intervals], _unseen(segments, outside, rate_hz), rate_hz)
 
 
 def without_period(tl: Timeline, clock: StepClock) -> Timeline:

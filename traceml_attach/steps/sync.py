@@ -135,7 +135,7 @@ def varied_clock(rank: str) -> StepClock:
 
 
 # One rank's intervals as ``slow_not_unseen`` weighs them at a period: how many, the chance that a
-# boundary goes unseen (e^-λ; None where unmeasured), the steps they count, roughly (a screen), and
+# boundary goes unseen (e^-λ; None where unmeasured), the steps they count as now (a screen), and
 # what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
 # much for it to bound anything (period.visits_vary), whether too many of their counts are unsure,
 # and the steps they count (period.counted_at)
@@ -163,18 +163,29 @@ def counted_of(timelines: dict[str, Timeline]) -> Callable[[str, float], Counted
 
 
 def _counted(tl: Timeline, period: float) -> Counted:
+    """``slow_clock``'s view of a batch timeline: its steps as counted (the screen), the rest
+    counted again at ``period`` only when asked."""
     durations = [float(s.counted_ns) for s in tl.intervals]
-    unsure, steps = (counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
-                     if len(durations) >= MIN_INTERVALS and tl.clock.unseen is not None else (False, len(durations)))
-    return len(durations), tl.clock.unseen, steps, lambda: (tl.visits_vary, unsure, steps)
+
+    def exact() -> tuple[bool, bool, int]:
+        unsure, steps = (counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
+                         if len(durations) >= MIN_INTERVALS and tl.clock.unseen is not None
+                         else (False, len(durations)))
+        return tl.visits_vary, unsure, steps
+
+    return len(durations), tl.clock.unseen, len(tl.steps), exact
 
 
-def _hidden_beyond_chance(ranks: Sequence[tuple[int, float, int]], bar: float = 1.0) -> bool:
-    """Whether (intervals, e^-λ, steps counted) of the ranks together count more steps hidden in
-    longer intervals than ``bar`` times SLOW_HIDDEN times what e^-λ expects, plus three standard
+def _hidden(ranks: Sequence[tuple[int, float, int]]) -> tuple[int, float]:
+    """The steps that (intervals, e^-λ, steps counted) of the ranks count hidden in longer
+    intervals, and how many e^-λ expects."""
+    return (sum(steps - intervals for intervals, _, steps in ranks),
+            sum(intervals * unseen / (1 - unseen) for intervals, unseen, _ in ranks))
+
+
+def _beyond_chance(hidden: int, expected: float, bar: float = 1.0) -> bool:
+    """More steps hidden than ``bar`` times SLOW_HIDDEN times the expected, plus three standard
     deviations and three."""
-    hidden = sum(steps - intervals for intervals, _, steps in ranks)
-    expected = sum(intervals * unseen / (1 - unseen) for intervals, unseen, _ in ranks)
     return hidden > bar * (SLOW_HIDDEN * expected + 3 * math.sqrt(expected) + 3)
 
 
@@ -186,21 +197,20 @@ def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None
     together they count more steps hidden in their intervals than SLOW_HIDDEN times what e^-λ
     expects, beyond chance: the ranks take the same steps, so one rank that passed its own checks
     passed them by chance, and the period, the median split of the slow steps, is no step
-    (policy.SLOW_HIDDEN). A rough count screens first, at half the bar: the rest costs a count of
-    every interval of every rank, which a live tick of 64 ranks cannot pay every second."""
+    (policy.SLOW_HIDDEN). The steps as counted screen first, at half the bar: the rest costs a
+    count of every interval of every rank, which a live tick of 64 ranks cannot pay every second."""
     judged = [(n, u, steps, exact) for n, u, steps, exact in ranks if u is not None and u < 1 and n >= MIN_INTERVALS]
-    if len(judged) < 2 or not _hidden_beyond_chance([(n, u, steps) for n, u, steps, _ in judged], bar=0.5):
+    if len(judged) < 2 or not _beyond_chance(*_hidden([(n, u, steps) for n, u, steps, _ in judged]), bar=0.5):
         return None
-    kept = []
+    kept, unsure_ranks = [], 0
     for n, u, _, exact in judged:
         vary, unsure, steps = exact()
         if not vary:
-            kept.append((n, u, steps, unsure))
-    unsure_ranks = sum(1 for *_, unsure in kept if unsure)
-    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not _hidden_beyond_chance([k[:3] for k in kept]):
+            kept.append((n, u, steps))
+            unsure_ranks += unsure
+    hidden, expected = _hidden(kept)
+    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not _beyond_chance(hidden, expected):
         return None
-    hidden = sum(steps - n for n, _, steps, _ in kept)
-    expected = sum(n * u / (1 - u) for n, u, _, _ in kept)
     reason = (f"the synchronized ranks' intervals fit a step of {period / 1e6:.1f} ms only by counting {hidden} "
               f"steps hidden in longer ones, where the boundaries they leave unseen would hide about "
               f"{expected:.0f}, and {unsure_ranks} of {len(kept)} ranks cannot tell their intervals of one step from "
