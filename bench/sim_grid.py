@@ -132,6 +132,7 @@ class Outcome:
     point: Point
     about: str
     reason: str | None = None     # why the step time is unknown (the clock's words)
+    method: str | None = None     # how the clock was found (comb, wraps, joint, ...)
 
 
 def build(pt: Point) -> tuple[Job, str]:
@@ -261,7 +262,8 @@ def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: st
         mean_err = None if r.step_ms is None else r.step_ms / mean_ms - 1
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
         out.append(Outcome(pt.family, true_ms * rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
-                           r.steps, true_steps, spread, pt, about, r.clock.reason if r.clock else None))
+                           r.steps, true_steps, spread, pt, about, r.clock.reason if r.clock else None,
+                           r.clock.method if r.clock else None))
     return out
 
 
@@ -446,7 +448,7 @@ def main() -> None:
                 out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
                                       "raised": ", raised from" in o.about,
                                       "known": o.known, "step_error": o.step_error, "count_error": o.count_error,
-                                      "reason": o.reason}) + "\n")
+                                      "method": o.method, "reason": o.reason}) + "\n")
     if args.reasons:
         reasons(outcomes, families)
         outside(outcomes)

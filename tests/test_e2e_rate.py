@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launch import rank_truth
-from tests.conftest import traceml
+from tests.conftest import honestly_unknown, traceml
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
@@ -36,6 +36,7 @@ def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, 
         assert 100 < rate["rate_hz"] <= DEFAULT_MAX_RATE and "samples at " in rate["why"], sampling["rates"]
         assert f"Rate: {rate['rate_hz']} Hz on rank" in out.stdout
     # AND the verdict stands, and each rank's step time is its own within 5%, from the change on
+    # (unknown only where the job's own steps varied, as they can on 2 busy cores: conftest)
     diag = summary["step_time"]["diagnosis"]
     assert (diag["kind"], diag["worst_rank"]) == ("COMPUTE_STRAGGLER", 0), out.stdout
     end = sampling["window"]["end"]
@@ -43,7 +44,9 @@ def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, 
         row = summary["step_time"]["ranks"][rank]
         assert row["rate_hz"] > 100 and row["since"] is not None, row
         truth = rank_truth(tmp_path, int(rank), row["since"], end)
-        assert row["step_ms"] is not None, (row["clock"], summary["step_time"]["step_time_note"])
+        if honestly_unknown(summary, rank, truth):
+            continue
+        assert row["step_ms"] is not None, (row["clock"], truth, summary["step_time"]["step_time_note"])
         assert abs(row["step_ms"] / truth.step_ms - 1) <= 0.05, (rank, row["step_ms"], truth.step_ms)
         assert abs(row["steps"] - truth.steps) <= max(3, 0.05 * truth.steps), (rank, row["steps"], truth.steps)
     # AND the recording, which carries the sampler's decisions, replays to the same summary

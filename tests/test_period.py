@@ -102,6 +102,25 @@ def test_steps_shorter_than_a_few_samples_give_no_period():
     assert suggested_rate_hz(fit.upper_bound_ns, 100) >= 250
 
 
+def test_steps_shorter_than_a_few_samples_are_said_to_be_short():
+    intervals, _ = merged(20, 0.5, 100, rate_hz=100, seed=1)
+    assert fit_period(intervals, 100).why == "short"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_long_irregular_steps_are_not_said_to_be_short(seed):
+    # 70 steps of 95-260 ms at 100 Hz, every one seen: a period under 5 samples may score best
+    # among the candidates, fitting nothing (Lightning's steps on two busy cores: R̄ 0.02); the
+    # steps are irregular, and a faster rate would not help them
+    rng = random.Random(seed)
+    intervals = [int(rng.uniform(95, 260) * MS) for _ in range(70)]
+    for unseen in (None, 0.3):
+        fit = fit_period(intervals, 100, unseen)
+        assert fit.why != "short", (fit.concentration, fit.upper_bound_ns)
+        if fit.period_ns is None:
+            assert unknown_clock(fit, 70, 100, unseen).cause != SHORT
+
+
 def test_too_few_intervals_give_no_period():
     intervals, _ = merged(100, 1.0, MIN_INTERVALS - 1, rate_hz=100)
     assert fit_period(intervals, 100).period_ns is None
