@@ -152,6 +152,9 @@ def test_most_boundaries_unseen_is_said_where_it_is_why_no_period_fits():
     few = unknown_clock(PeriodFit(None, (1,) * 8, None, 180e6, why="few"), 8, 100, unseen=0.48)
     assert few.reason.startswith("only 8 step boundaries were seen (a period needs 10): sample longer; 48% or more")
     assert few.reason.endswith("so a faster rate would show more of them")
+    # e^-λ is a share of the boundaries: at 1.0 "nearly all", never "100% or more"
+    none = unknown_clock(PeriodFit(None, (1,) * 2, None, 900e6, why="few"), 2, 50, unseen=1.0)
+    assert "nearly all of the step boundaries go unseen" in none.reason and "100%" not in none.reason
 
 
 def seen_visits(lengths_ms: list[float], rate_hz: float, rng: random.Random) -> list[int]:

@@ -613,7 +613,8 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int) -> tu
 def _mostly_unseen(unseen: float, rate_hz: int) -> str:
     """Why most boundaries go unseen, in words. ``unseen`` (e^-λ) is counted over the intervals
     between the boundaries seen, each one or more steps, so it errs low: "or more"."""
-    return (f"{100 * unseen:.0f}% or more of the step boundaries go unseen, as a step spends too little time "
+    share = "nearly all" if unseen >= 0.995 else f"{100 * unseen:.0f}% or more"
+    return (f"{share} of the step boundaries go unseen, as a step spends too little time "
             f"outside its main phase for {rate_hz} Hz to catch it there")
 
 
