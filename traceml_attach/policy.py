@@ -347,6 +347,13 @@ MIN_STEADY = 20
 # recorded ones unknown: 2 gloo ranks whose sampler starved for a core (39 hidden for 10), and, rank
 # by rank, a GPU job's single rank (40 hidden for 1.2 expected).
 SLOW_HIDDEN = 2.0
+# Returns that vary too much on a synchronized rank that saw them all are said to be micro-batches
+# of longer optimizer steps only where the intervals the optimizer was seen in are the long ones, by
+# this factor (their median over the others'), nine in ten of them above the others' median: 1.8-2.4
+# on the grid's ranks accumulating 2-3 micro-batches behind a straggler, every one above (1.4 at
+# 130-ms steps); a job whose input comes in bursts shows its optimizer in steps of any length,
+# half of them above (accumulation._stepping_longer)
+STEPPING_LONGER = 1.25
 # ...judged only on ranks whose visits outside the dominant place are as alike as sampling visits of
 # one length makes them (period.visits_vary: their squared coefficient of variation at most this
 # many times that model's). The grid's ranks looked at showed 0.3-1.0 times it; a recorded GPU job that waits

@@ -61,6 +61,7 @@ from traceml_attach.policy import (
     PEER_COUNT,
     PROVISIONAL_GAPS,
     SAME_GROUPS,
+    STEPPING_LONGER,
     SUGGESTED,
     TARGET_SAMPLES_PER_STEP,
     UNDECIDED_SEEN,
@@ -70,6 +71,7 @@ from traceml_attach.policy import (
 )
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline, judged_uneven
 from traceml_attach.steps.clock import (
+    IRREGULAR,
     SHORT,
     UNDECIDED,
     UNEVEN,
@@ -591,7 +593,8 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
     plans = shared_plans(_pooled_visits(timelines, plans)) if synchronized else {
         rank: decided(p) for rank, p in plans.items()}
     shortest = _seen_step(timelines.values()) if synchronized else None
-    out = {rank: with_accumulation(tl, plans[rank], shortest) for rank, tl in timelines.items()}
+    micro = synchronized and any(_micro_returns(tl) for tl in timelines.values())
+    out = {rank: with_accumulation(tl, plans[rank], shortest, micro) for rank, tl in timelines.items()}
     if synchronized and any(tl.clock.cause == UNEVEN for tl in out.values()):
         # the ranks take the same steps: where slow steps left one rank's median unknown
         # (``judged_uneven``), a peer counted on its period (or its own) has no truer one; each
@@ -653,9 +656,11 @@ def _seen_step(timelines: Iterable[Timeline]) -> float | None:
     return float(statistics.median(seen)) if seen else None
 
 
-def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: float | None = None) -> Timeline:
+def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: float | None = None,
+                      micro_batched: bool = False) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
-    ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks)."""
+    ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks;
+    ``micro_batched``: a rank of its job shows its returns as micro-batches, ``_micro_returns``)."""
     plan = plan or decided(plan_of(tl))
     if plan.marks is not None or (plan.doubt is not None and not plan.no_visit_step):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
@@ -667,7 +672,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
         if stepped is not None and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
                                     or not _whole_intervals(tl, stepped)):
             stepped = None
-        return stepped or _floor(_short_returns(tl))
+        return stepped or _floor(_short_returns(tl, micro_batched))
     if plan.doubt is not None:
         odds = plan.odds if plan.undecided else None
         cause, rate = (UNDECIDED, _seen_more(tl.rate_hz, plan.seen, odds[0])) if odds else (None, None)
@@ -748,17 +753,55 @@ def _seen_more(rate_hz: int, seen: float, k: int) -> int | None:
     return rate if rate > rate_hz else None
 
 
-def _short_returns(tl: Timeline) -> Timeline:
-    """A clock unknown because the returns come too close together to tell apart (SHORT) says
-    what they may be where the optimizer was seen in at most half of the intervals between them:
-    micro-batches of longer optimizer steps (whose own visits fit no step here), not only steps."""
+def _stepping_longer(intervals: Sequence[Step]) -> bool:
+    """Whether the intervals the optimizer was seen in are the long ones: their median at least
+    STEPPING_LONGER times the others', and nine in ten of them longer than the others' median. A
+    micro-batch that steps the optimizer behind the all-reduce's wait is; the steps of a job whose
+    input comes in bursts show the optimizer whatever their length (half of them above the others'
+    median; one rank of 8 on the grid at 1.39 times their median by chance)."""
+    stepping = [iv.dur_ns for iv in intervals if iv.phases_ns.get("optimizer", 0) > 0]
+    others = [iv.dur_ns for iv in intervals if iv.phases_ns.get("optimizer", 0) <= 0]
+    if not stepping or not others:
+        return False
+    median = statistics.median(others)
+    above = sum(1 for d in stepping if d > median)
+    return statistics.median(stepping) >= STEPPING_LONGER * median and above >= 0.9 * len(stepping)
+
+
+def _micro_returns(tl: Timeline) -> bool:
+    """Whether a rank whose returns, every one seen, vary too much (IRREGULAR) shows them as
+    micro-batches: the optimizer seen in at most half of the intervals between them, and those
+    the long ones (``_stepping_longer``)."""
+    if tl.clock.cause != IRREGULAR:
+        return False
+    covered = [iv for iv in tl.intervals if iv.covered]
+    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
+    return 0 < 2 * seen <= len(covered) and _stepping_longer(covered)
+
+
+def _short_returns(tl: Timeline, micro_batched: bool = False) -> Timeline:
+    """A clock unknown because the returns come too close together to tell apart (SHORT), or
+    because a synchronized rank saw every one and they vary too much (IRREGULAR) where a rank of
+    the job shows them as micro-batches (``micro_batched``: ``_micro_returns``), says what they may
+    be where the optimizer was seen in at most half of the intervals between them: micro-batches
+    of longer optimizer steps (whose own visits fit no step here), not only steps. (8 ranks
+    accumulating 2 micro-batches of 250 ms behind a straggler: the last micro-batch, which waits
+    for the all-reduce and steps the optimizer, ran 330 ms on the waiting ranks, the other 170,
+    and 10 s held 11 visits of the optimizer, too few for a step of their own.)"""
     clock = tl.clock
-    if clock.cause != SHORT:
+    if clock.cause not in (SHORT, IRREGULAR) or (clock.cause == IRREGULAR and not micro_batched):
         return tl
     covered = [iv for iv in tl.intervals if iv.covered]
     seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
     if not covered or 2 * seen > len(covered):
         return tl
+    if clock.cause == IRREGULAR:
+        reason = ("the loop's returns, every one seen on a synchronized rank, vary too much for a typical step, "
+                  f"and the optimizer ran in only {seen} of this rank's {len(covered)} intervals between them: "
+                  "they may be micro-batches of longer optimizer steps (gradient accumulation; the micro-batch "
+                  "that steps the optimizer takes longer), and the optimizer's visits fit no step of their own "
+                  "in this window; a longer one would hold more of them")
+        return replace(tl, clock=replace(clock, reason=reason))
     shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / tl.rate_hz
     reason = (f"the loop's returns come less than {MIN_SAMPLES_PER_STEP:.0f} samples apart ({shortest_ms:.0f} ms at "
               f"{tl.rate_hz} Hz), too close to tell apart; the optimizer was seen in only {seen} of the "
