@@ -43,6 +43,10 @@ FRAMEWORKS = {
 TRUTHED = {
     "truth_hf_trainer": ("hf_trainer", ("--input-share", "0.01"), 1),
     "truth_lightning_ddp": ("lightning_job", ("--input-share", "0.02"), 2),
+    # ...accumulating 2 micro-batches, rank 1 an input straggler: rank 0's last micro-batch waits
+    # in the all-reduce, so its returns alternate long and short, every one seen
+    "truth_lightning_ddp_accum2": ("lightning_job", ("--straggler", "input", "--slow-rank", "1", "--input-share",
+                                                     "0.1", "--accumulate", "2"), 2),
     "truth_stream_accum4": ("grad_accum", ("--accum", "4", "--stream", "--opt-repeat", "4"), 1),
     # HF's micro-batch loop, 4 a step, the optimizer ~3% (2 ms): its visits' gaps are multiples of 4
     # but for a miscounted one now and then (the recorded one took the micro-batch for the step)

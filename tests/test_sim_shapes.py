@@ -219,6 +219,15 @@ def right_or_unknown(the_job: Job, rate_hz: float, seed: int) -> None:
             assert abs(r.step_ms / true_ms - 1) <= 0.05, (r.rank, r.step_ms, true_ms, r.clock)
 
 
+def every_rank_within(the_job: Job, rate_hz: float, seed: int, seconds: float = 10.0) -> None:
+    """Every rank's step time known, within 5% of its median step."""
+    rec, truths = simulate(the_job, rate_hz, seconds, seed=seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.clock
+
+
 @pytest.mark.parametrize("inside", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_estimator_wrapper_150ms_at_100hz(inside, seed):
@@ -321,7 +330,7 @@ def test_slow_steps_on_synchronized_ranks_are_not_boundaries_unseen():
     from traceml_attach.steps.clock import UNEVEN
 
     pt = Point.parse("uneven:20:0.4:100:8:227000")
-    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
+    rec, _ = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
     an = analyze(rec, RULES)
     # THEN no rank's step time is given, and the reason says the long intervals are slow steps
     for r in an.ranks:
@@ -330,11 +339,7 @@ def test_slow_steps_on_synchronized_ranks_are_not_boundaries_unseen():
     # and where the ranks' long intervals do hold boundaries unseen (e^-λ ~60%, 5 samples a step,
     # most ranks unsure of their counts there too), the comb stands, as before
     pt = Point.parse("classic:13:0.9:300:8:255000")
-    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
-    for r, truth in zip(an.ranks, truths, strict=True):
-        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.clock
+    every_rank_within(build(pt)[0], 400, pt.seed)
 
 
 def test_uneven_micro_batches_seen_whole_are_said_to_be_micro_batches_not_bursts():
@@ -358,11 +363,7 @@ def test_uneven_micro_batches_seen_whole_are_said_to_be_micro_batches_not_bursts
         assert "may be micro-batches of longer optimizer steps" in reason and "bursts" not in reason, reason
         assert "a longer one would hold more of them" in reason
     # AND a window twice as long does: every rank's optimizer step within 5%
-    rec, truths = simulate(build(pt)[0], pt.rate_hz, 20.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
-    for r, truth in zip(an.ranks, truths, strict=True):
-        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.clock
+    every_rank_within(build(pt)[0], pt.rate_hz, pt.seed, seconds=20.0)
 
 
 def test_micro_batches_miscounted_behind_a_straggler_give_way_to_the_optimizers_visits():

@@ -354,6 +354,12 @@ SLOW_HIDDEN = 2.0
 # 130-ms steps); a job whose input comes in bursts shows its optimizer in steps of any length,
 # half of them above (accumulation._stepping_longer)
 STEPPING_LONGER = 1.25
+STEPPING_ABOVE = 0.9
+# ...and only where the optimizer was seen in at most this share of the rank's intervals: 1/k of
+# them, and some of the next as a visit spills over the return (Lightning with 2 micro-batches at
+# 350 Hz: 0.53); a job stretched by other work on its cores, no accumulation, showed it in 18 of
+# 22, the stretched steps the longer and its optimizer seen more often in them
+STEPPING_SEEN = 0.6
 # ...judged only on ranks whose visits outside the dominant place are as alike as sampling visits of
 # one length makes them (period.visits_vary: their squared coefficient of variation at most this
 # many times that model's). The grid's ranks looked at showed 0.3-1.0 times it; a recorded GPU job that waits

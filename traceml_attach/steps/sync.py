@@ -132,8 +132,6 @@ def varied_clock(rank: str) -> StepClock:
     return StepClock("unknown", None, reason=reason, cause=IRREGULAR)
 
 
-
-
 # One rank's intervals as ``slow_not_unseen`` weighs them at a period: how many, the chance that a
 # boundary goes unseen (e^-λ; None where unmeasured), the steps they count as now (a screen), and
 # what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
