@@ -199,7 +199,7 @@ def _whatif(rec: Recording, lo: int, hi: int, findings: tuple[Finding, ...], sta
     """What each step-time finding's fix is worth, from each rank's mean covered step in the window."""
     totals = {}
     for rank, tl in timelines.items():
-        covered = [s.dur_ns for s in tl.steps if s.covered]
+        covered = [s.end_ns - s.start_ns for s in tl.steps if s.covered]
         totals[rank] = (len(covered), sum(covered))
     hosts = [h for h in rec.hosts if lo <= h.ts_ns < hi and h.node == 0]
     cpus = next((h.cpus for h in reversed(hosts) if h.cpus), None)

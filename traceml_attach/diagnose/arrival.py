@@ -67,8 +67,7 @@ def _timed_tail(steps: Sequence[Step], lo: int, hi: int, since: int) -> list[Ste
     """The covered steps with blocked time that end in [max(lo, since), hi): found by bisection
     (their ends only grow), then read forward from there."""
     out = []
-    for i in range(bisect.bisect_left(steps, max(lo, since), key=lambda s: s.end_ns), len(steps)):
-        s = steps[i]
+    for s in steps[bisect.bisect_left(steps, max(lo, since), key=lambda s: s.end_ns):]:
         if s.end_ns >= hi:
             break
         if s.covered and s.blocked_sync_ns is not None:

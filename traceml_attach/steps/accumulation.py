@@ -122,7 +122,7 @@ def _gaps(intervals: Sequence[Step], period_ns: float) -> tuple[list[int], float
     for iv in intervals:
         if end is not None and iv.start_ns > end:
             steps += round((iv.start_ns - end) / period_ns)   # a hole between intervals
-        steps += micro_counts((iv,), period_ns)[0]
+        steps += micro_count(iv, period_ns)
         end = iv.end_ns
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             marks.append(steps)
@@ -830,5 +830,11 @@ def micro_counts(intervals: Sequence[Step], period_ns: float) -> tuple[int, ...]
     """The micro-batches in each interval between observed returns: the optimizer's own time is
     no micro-batch's (an interval of one micro-batch and a long optimizer step is one, not two),
     nor is the time blocked in the all-reduce, where it was measured (the last micro-batch's)."""
-    return tuple(max(round((iv.counted_ns - iv.phases_ns.get("optimizer", 0) - sum((iv.blocked_sync_ns or {}).values()))
-                           / period_ns), 1) for iv in intervals)
+    return tuple(micro_count(iv, period_ns) for iv in intervals)
+
+
+def micro_count(iv: Step, period_ns: float) -> int:
+    """``micro_counts`` of one interval."""
+    blocked = sum(iv.blocked_sync_ns.values()) if iv.blocked_sync_ns else 0
+    own_ns = iv.end_ns - iv.start_ns - iv.aside_ns - iv.phases_ns.get("optimizer", 0) - blocked
+    return max(round(own_ns / period_ns), 1)

@@ -100,11 +100,15 @@ def labelled(segments: Sequence[Segment], labels: Container[str | None]) -> Iter
     if not isinstance(segments, SegmentView):
         yield from ((seg.label, seg.span.stack, seg.dur_ns) for seg in segments if seg.label in labels)
         return
-    lo, hi, verdicts = segments.start_ns, segments.end_ns, segments.verdicts
+    lo, hi = segments.start_ns, segments.end_ns
+    # the stacks with those labels, looked up once: most spans have none of them
+    wanted = {key: verdict[1] for key, verdict in segments.verdicts.items() if verdict[1] in labels}
+    if not wanted:
+        return
     for span in segments.spans:
-        label = verdicts[id(span.stack)][1]
-        if label in labels:
-            yield label, span.stack, min(span.end_ns, hi) - max(span.ts_ns, lo)
+        key = id(span.stack)
+        if key in wanted:
+            yield wanted[key], span.stack, min(span.end_ns, hi) - max(span.ts_ns, lo)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ unknown, with its words as the reason: a micro-batch taken for a step is the one
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import math
 import statistics
@@ -107,19 +108,24 @@ def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
     # few gaps can hardly favour a k: there, one as likely as none leaves the step unknown
     least = UNDECIDED_ODDS if len(gaps) >= PROVISIONAL_GAPS else FEW_GAPS_ODDS
     best: tuple[int, float] | None = None   # k and its log odds
+    # the same gap counts the same each time: each length once, times how often it came
+    lengths = collections.Counter(gaps)
+    log_seen, log_unseen = math.log(seen), math.log1p(-seen)
+    log_counted, log_miscounted = math.log1p(-MISCOUNTED), math.log(MISCOUNTED)
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
         # the share seen is itself a count: over 1/k by a visit or two (an optimizer seen in every
         # one of its steps, 4 visits in 14 micro-batches of 4) leaves k possible, at its most
         seen_k = min(seen * k, 1.0 - MISCOUNTED)
+        log_seen_k, log_unseen_k = math.log(seen_k), math.log1p(-seen_k)
         log_ratio = 0.0
-        for g in gaps:
+        for g, times in lengths.items():
             # a miscounted gap is as likely as without accumulation
-            ratio = MISCOUNTED
-            if g % k == 0:
-                without = math.log(seen) + (g - 1) * math.log1p(-seen)
-                with_k = math.log1p(-MISCOUNTED) + math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
-                ratio += math.exp(with_k - without)
-            log_ratio += math.log(ratio)
+            if g % k:
+                log_ratio += times * log_miscounted
+                continue
+            without = log_seen + (g - 1) * log_unseen
+            with_k = log_counted + log_seen_k + (g // k - 1) * log_unseen_k
+            log_ratio += times * math.log(MISCOUNTED + math.exp(with_k - without))
         if log_ratio >= math.log(least) and (best is None or log_ratio > best[1]):
             best = (k, log_ratio)
     # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
@@ -146,18 +152,24 @@ def lumped(tl: Timeline) -> str | None:
 
 def lumped_in(intervals: Sequence[Step], period_ns: float, rate_hz: int, unseen: float | None = None) -> str | None:
     per_sample = 1e9 / rate_hz
-    one: list[float] = []
-    long_samples, long_steps, longs = 0.0, 0, 0
+    counted = []
     for iv in intervals:
         if not iv.covered:
             continue
         n = max(round(iv.counted_ns / period_ns), 1)
         if unseen is not None and n > 1 and not hidden_by_chance(n - 1, unseen):
             continue
+        counted.append((iv, n))
+    if all(n == 1 for _, n in counted):
+        return None   # no long interval (a live tick asks every few seconds, of every rank)
+    one: list[float] = []
+    long_samples, long_steps, longs = 0.0, 0, 0
+    for iv, n in counted:
         # the time blocked in the all-reduce (where CPU counters measured it) is no step's compute:
         # it is another rank's stall
-        blocked = sum((iv.blocked_sync_ns or {}).values())
-        compute = max(sum(iv.phases_ns.get(p, 0) for p in COMPUTE_PHASES) - blocked, 0) / per_sample
+        blocked = sum(iv.blocked_sync_ns.values()) if iv.blocked_sync_ns else 0
+        phases = iv.phases_ns
+        compute = max(sum([phases.get(p, 0) for p in COMPUTE_PHASES]) - blocked, 0) / per_sample
         if n == 1:
             one.append(compute)
         else:

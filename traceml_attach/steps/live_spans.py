@@ -99,8 +99,8 @@ class SpanWindow:
             queue = self.by_tid[tid]
             chosen = tid == self.tid
             gone_ns = gone_presence = gone_score = 0
-            while queue and queue[0].ts_ns + queue[0].dur_ns <= start_ns:
-                span = queue.popleft()
+            while (span := queue.first()) is not None and span.ts_ns + span.dur_ns <= start_ns:
+                queue.popleft()
                 dur = span.dur_ns
                 info = stacks[id(span.stack)]
                 if not info.background:

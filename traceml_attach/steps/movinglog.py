@@ -88,6 +88,10 @@ class Log(Sequence[T]):
     def extend(self, items: Iterable[T]) -> None:
         self.items.extend(items)
 
+    def first(self) -> T | None:
+        """The first item; None where there is none (a loop that forgets from the front)."""
+        return self.items[self.head] if self.head < len(self.items) else None
+
     def popleft(self) -> T:
         item = self.items[self.head]
         self.head += 1
