@@ -63,13 +63,15 @@ class SegmentView(Sequence[Segment]):
     """A live window's segments, made on demand from its spans (a live tick reads two of them):
     each span with its stack's verdict, the first and last clipped to [start_ns, end_ns)."""
 
-    __slots__ = ("end_ns", "spans", "start_ns", "verdicts")
+    __slots__ = ("end_ns", "spans", "stack_labels", "start_ns", "verdicts")
 
     def __init__(self, spans: Sequence[Span], verdicts: dict[int, tuple[str, str | None, int | None]],
-                 start_ns: int, end_ns: int) -> None:
+                 start_ns: int, end_ns: int, stack_labels: Sequence[tuple[str, Stack, int]] | None = None) -> None:
         self.spans = spans
         self.verdicts = verdicts   # id(stack) -> (phase, label, deciding frame)
         self.start_ns, self.end_ns = start_ns, end_ns
+        # each labelled stack's (label, stack, its time in the window), where the tracker keeps them
+        self.stack_labels = stack_labels
 
     def __len__(self) -> int:
         return len(self.spans)
@@ -95,10 +97,14 @@ class SegmentView(Sequence[Segment]):
 
 def labelled(segments: Sequence[Segment], labels: Container[str | None]) -> Iterator[tuple[str | None, Stack, int]]:
     """The label, stack and time in the window of each segment whose label is one of ``labels``: a
-    SegmentView's from its spans and verdicts, without making a Segment of each (a live window at
-    64 ranks: 17,000 spans a rank)."""
+    SegmentView's from its stacks' times (a live tracker's) or its spans and verdicts, without making
+    a Segment of each (a live window at 64 ranks: 17,000 spans a rank). Where a stack has several
+    segments, the per-stack rows give their sum: the same totals."""
     if not isinstance(segments, SegmentView):
         yield from ((seg.label, seg.span.stack, seg.dur_ns) for seg in segments if seg.label in labels)
+        return
+    if segments.stack_labels is not None:   # a stack's time is its spans' (clipped to the window)
+        yield from (row for row in segments.stack_labels if row[0] in labels)
         return
     lo, hi = segments.start_ns, segments.end_ns
     # the stacks with those labels, looked up once: most spans have none of them

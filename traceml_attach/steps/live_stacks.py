@@ -67,8 +67,8 @@ def pick_loop(candidates: list[LoopFrame], current: LoopFrame | None) -> LoopFra
 def window_outputs(stacks: dict[int, StackInfo], spans: Log[Span], start_ns: int, end_ns: int) -> tuple:
     """The training thread's window as the batch sees it, from the per-stack times: how much of
     its first and last span lies outside [start_ns, end_ns), each stack's (leaf, caller, phase,
-    ns) for the hot frames, each stack's verdict, the wait labels' and the frameworks' times, and
-    the traits the stacks show."""
+    ns) for the hot frames, each stack's verdict, the wait labels' and the frameworks' times, the
+    traits the stacks show, and each labelled stack's (label, stack, ns)."""
     head_cut = tail_cut = 0
     head = tail = None
     if spans:
@@ -80,6 +80,7 @@ def window_outputs(stacks: dict[int, StackInfo], spans: Log[Span], start_ns: int
     frameworks: dict[str, int] = {}
     traits: set[str] = set()
     verdicts = {}
+    labelled: list[tuple[str, Stack, int]] = []
     for stack_id, info in stacks.items():
         if not info.segs:
             continue
@@ -90,13 +91,15 @@ def window_outputs(stacks: dict[int, StackInfo], spans: Log[Span], start_ns: int
             ns -= tail_cut
         weighted.append((info.leaf, info.via, info.phase, ns))
         verdicts[stack_id] = (info.phase, info.label, info.decider)
+        if info.label is not None:
+            labelled.append((info.label, info.stack, ns))
         if info.phase == "wait":
             label = info.label or "other"
             labels[label] = labels.get(label, 0) + ns
         if info.framework:
             frameworks[info.framework] = frameworks.get(info.framework, 0) + ns
         traits |= info.traits
-    return head_cut, tail_cut, weighted, labels, verdicts, frameworks, frozenset(traits)
+    return head_cut, tail_cut, weighted, labels, verdicts, frameworks, frozenset(traits), tuple(labelled)
 
 
 def dominant_place(stacks: dict[int, StackInfo]) -> Place | None:

@@ -407,7 +407,7 @@ class RankTracker(SpanWindow):
 
     def timeline(self, clock: StepClock | None = None) -> Timeline:
         """The window's Timeline: on the rank's own clock, or on ``clock`` (a shared one)."""
-        _, head_cut, tail_cut, _, labels, verdicts, frameworks, traits = self._outputs()
+        _, head_cut, tail_cut, _, labels, verdicts, frameworks, traits, stack_labels = self._outputs()
         spans = self._thread_spans().view()
         first = last = coverage = stuck = None
         if spans:
@@ -420,8 +420,9 @@ class RankTracker(SpanWindow):
         if loop is not None and loop.wraps != len(self.bounds):
             loop = self.loop = replace(loop, wraps=len(self.bounds))
         tid = self.tid
+        segments = SegmentView(spans, verdicts, self.start_ns, self.end_ns, stack_labels)
         return Timeline(self.pid, tid, thread_label(self.names.get(tid) if tid is not None else None, self.pid),
-                        loop, SegmentView(spans, verdicts, self.start_ns, self.end_ns), self.window.steps(), clock,
+                        loop, segments, self.window.steps(), clock,
                         dict(labels), self.bounds.view(), stuck, last, coverage, self.window.intervals.view(),
                         self.rate_hz, first, framework_of(loop, frameworks), traits=traits,
                         guessed=self.window.guesses())
