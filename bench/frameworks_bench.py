@@ -56,14 +56,15 @@ def snapshot(pid: int, seconds: int, logs: Path) -> dict:
     return json.loads((logs / "bench" / "final_summary.json").read_text())
 
 
-def run(name: str, seconds: int, extra: tuple[str, ...] = (), keep: Path | None = None) -> list[str]:
-    """One job's rows; with ``keep``, its frames, summary and truth stay in keep/<name>."""
+def run(name: str, seconds: int, extra: tuple[str, ...] = (), keep: Path | None = None, nth: int = 1) -> list[str]:
+    """One job's rows; with ``keep``, its frames, summary and truth stay in keep/<name>/<nth>
+    (each repeat its own: a folder used again read the first run's summary back)."""
     example, args, ranks = JOBS[name]
     args = (*args, *extra)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if keep is not None:
-            out = keep / "".join(c if c.isalnum() else "_" for c in name)
+            out = keep / "".join(c if c.isalnum() else "_" for c in name) / str(nth)
             out.mkdir(parents=True, exist_ok=True)
         if ranks == 1:
             job = start_example(example, *args, truth=out / "gt_0.jsonl", ready_timeout_s=300)
@@ -113,8 +114,8 @@ def main() -> None:
           "median step ms (traceml / truth) | worst share error |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.names or list(JOBS):
-        for _ in range(args.repeat):
-            for row in run(name, args.seconds, extra, args.keep):
+        for nth in range(1, args.repeat + 1):
+            for row in run(name, args.seconds, extra, args.keep, nth):
                 print(row, flush=True)
 
 

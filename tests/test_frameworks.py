@@ -18,9 +18,10 @@ from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.diagnose.step import diagnose_step_time
 from traceml_attach.ingest.model import CodeFrame, Span
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.steps.accumulation import micro_batches, with_accumulation
-from traceml_attach.steps.batch_timeline import build_timeline
+from traceml_attach.steps.accumulation import micro_batches, visit_end, with_accumulation
+from traceml_attach.steps.batch_timeline import Segment, build_timeline
 from traceml_attach.steps.classify import RulesError, classify, load_rules
+from traceml_attach.steps.clock import Step
 from traceml_attach.steps.loopframe import find_loop, stack_traits
 from traceml_attach.steps.steptime import rank_stats
 
@@ -252,6 +253,74 @@ def test_lightnings_closure_called_by_itself_is_not_eval(inner, phase):
           lib("Closure.closure", "lightning/pytorch/loops/optimization/automatic.py", 129), *inner)
     # THEN its forward and backward are forward and backward
     assert classify(st, RULES, 2).phase == phase
+
+
+def test_lightnings_backward_hooks_inside_the_optimizer_step_are_backward():
+    # GIVEN the stepping micro-batch of Lightning's closure (accumulate_grad_batches=2): a callback
+    # after torch's backward sets a Module's attribute, under Strategy.backward inside Adam.step
+    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+          lib("LightningOptimizer.step", "lightning/pytorch/core/optimizer.py", 154),
+          torch_frame("Adam.step", "torch/optim/adam.py"),
+          lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146),
+          lib("Closure.closure", "lightning/pytorch/loops/optimization/automatic.py", 129),
+          lib("Strategy.backward", "lightning/pytorch/strategies/strategy.py", 210),
+          lib("Precision.post_backward", "lightning/pytorch/plugins/precision/precision.py", 80),
+          torch_frame("Module.__setattr__", "torch/nn/modules/module.py"))
+    # THEN it is the backward pass's (was forward: a return to the cycle's start inside the
+    # optimizer step, which split the step in two)
+    assert classify(st, RULES, 2).phase == "backward"
+
+
+def test_leaving_a_generator_context_manager_is_not_input():
+    # GIVEN DDP's no_sync left after an accumulating micro-batch's backward: contextlib's __exit__
+    # runs `next(self.gen)`
+    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+          lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210),
+          f("_GeneratorContextManager.__exit__", file="/usr/lib/python3.11/contextlib.py", line=144,
+            src="next(self.gen)"),
+          lib("ParallelStrategy.block_backward_sync", "lightning/pytorch/strategies/parallel.py", 120, src="yield"))
+    # THEN it is no batch being fetched (an input sample after backward read as the next step's start)
+    assert classify(st, RULES, 2).phase != "input"
+    # while a loop's own `next(it)` still is
+    assert classify((MODULE, MAIN, loop(30, "x, y = next(it)")), RULES, 2).phase == "input"
+
+
+def timed(*parts: tuple[str, float, tuple[CodeFrame, ...]]) -> tuple[list[Segment], Step]:
+    """Segments one after another (phase, ms, stack) and the interval that holds them."""
+    segments, t = [], 0
+    for phase, ms, st in parts:
+        span = Span(1, 1, t, int(ms * 1e6), st)
+        segments.append(Segment(t, span.dur_ns, phase, None, span, None))
+        t += span.dur_ns
+    phases: dict[str, int] = {}
+    for seg in segments:
+        phases[seg.phase] = phases.get(seg.phase, 0) + seg.dur_ns
+    return segments, Step(0, t, phases, None)
+
+
+LIGHTNING = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+             lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210))
+CLEARS = (*LIGHTNING, lib("_AutomaticOptimization._optimizer_zero_grad",
+                          "lightning/pytorch/loops/optimization/automatic.py", 300),
+          torch_frame("Optimizer.zero_grad", "torch/optim/optimizer.py"))
+UPDATES = (*LIGHTNING, torch_frame("Adam.step", "torch/optim/adam.py"))
+PASSES = (*LIGHTNING, torch_frame("Tensor.backward", "torch/_tensor.py"))
+
+
+def test_gradients_cleared_before_the_backward_pass_end_no_optimizer_step():
+    # GIVEN Lightning's first micro-batch of two: its closure clears the gradients, then runs backward
+    segments, iv = timed(("input", 30, PASSES), ("forward", 20, PASSES), ("optimizer", 2, CLEARS),
+                         ("backward", 40, PASSES))
+    # THEN that is no visit of the optimizer's that ends a step (such visits made the input straggler
+    # of tests/fixtures/truth_lightning_ddp_accum2 count 42 optimizer steps for 38)
+    assert visit_end(segments, iv) is None
+    # while the update, with or without clearing after it, ends its step
+    segments, iv = timed(("forward", 20, PASSES), ("backward", 40, PASSES), ("optimizer", 5, UPDATES),
+                         ("optimizer", 2, CLEARS))
+    assert visit_end(segments, iv) == iv.end_ns
+    # and so does clearing after the pass where the update went unsampled
+    segments, iv = timed(("forward", 20, PASSES), ("backward", 40, PASSES), ("optimizer", 2, CLEARS))
+    assert visit_end(segments, iv) == iv.end_ns
 
 
 def test_an_eval_function_decorated_with_no_grad_is_still_eval():

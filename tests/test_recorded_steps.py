@@ -25,11 +25,7 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # told 18 of the 55 intervals counted as two or more for one slow micro-batch each: its one-micro-batch
 # intervals are on a CPU 90.0% of their time, just over ON_CPU, so the other 37, which worked 1.5-2.4
 # micro-batches' time, are drawn)
-# Known wrong: Lightning's Trainer.fit on 2 gloo ranks, 2 micro-batches a step, rank 1 an input
-# straggler: both ranks' optimizer steps within 0.2% of their own (296.4 / 296.6 ms for 295.9 /
-# 297.4), but rank 1 counts 42 of them for 38 (+10.5%; rank 0 39)
-KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 132 steps for 128",
-               "truth_lightning_ddp_accum2": "the input straggler counts 42 optimizer steps for 38"}
+KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 132 steps for 128"}
 # Known wrong: 2 gloo ranks on 2 cores that the attacher's py-spy (queued 16% of the time) shares:
 # the rank that waits in the all-reduce shows its input 2.6 points short and its backward 4.6 over
 SHARES_WRONG: dict[str, str] = {"truth_ddp_starved": "the waiting rank's backward 4.6 points over, input 2.6 short"}

@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from traceml_attach.ingest.model import Span
+from traceml_attach.ingest.model import Span, Stack
 from traceml_attach.policy import (
     ADJACENT_ODDS,
     COUNTED_ODDS,
@@ -297,6 +297,8 @@ def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
         run.append(iv)
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             at = visit_end(tl.segments, iv)
+            if at is None:
+                continue   # only zero_grad(): where it starts an optimizer step, not where one ends
             if at == mark and len(run) == 1:
                 # one visit across a return (``step()`` at the end of a step, ``zero_grad()`` at the
                 # start of the next): the later interval ends its step
@@ -312,22 +314,44 @@ def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
     return groups, lengths
 
 
-def visit_end(segments: Sequence[Segment], iv: Step) -> int:
+def visit_end(segments: Sequence[Segment], iv: Step) -> int | None:
     """The end of the last optimizer visit (a run of optimizer segments without a gap) that begins
     in the interval ``iv``: it may run past the interval's end (``zero_grad()`` at the start of the
-    next step). Only the interval's own segments are read: a live window's are made on demand."""
+    next step). None where the optimizer segments that begin in it only clear the gradients and a
+    forward or backward pass follows them: ``zero_grad()`` that begins an optimizer step apart from
+    the update (Lightning clears them in the first micro-batch's closure and updates in the last
+    one's: such a visit split a step in two, issue 23). Only the interval's own segments are read:
+    a live window's are made on demand."""
     # a live window's segments are found by their spans' starts, one to one, without making them
     starts: Sequence[Segment] | Sequence[Span] = segments.spans if isinstance(segments, SegmentView) else segments
     i = max(bisect.bisect_left(starts, iv.start_ns, key=lambda x: x.ts_ns) - 1, 0)
     end: int | None = None
+    begun = iv.start_ns   # where the last visit began
+    updates = False       # an optimizer segment that begins in the interval and does not only clear
+    worked = iv.start_ns  # where the last forward or backward segment in the interval began
     for k in range(i, len(segments)):
         seg = segments[k]
         optimizer = seg.phase == "optimizer"
         if seg.ts_ns >= iv.end_ns and not (optimizer and end is not None and seg.ts_ns <= end):
             break
         if optimizer:
-            end = max(end, seg.ts_ns + seg.dur_ns) if end is not None and seg.ts_ns <= end else seg.ts_ns + seg.dur_ns
+            if end is not None and seg.ts_ns <= end:
+                end = max(end, seg.ts_ns + seg.dur_ns)
+            else:
+                end, begun = seg.ts_ns + seg.dur_ns, seg.ts_ns
+            updates = updates or (seg.ts_ns >= iv.start_ns and not _clears(seg.span.stack))
+        elif seg.phase in ("forward", "backward") and seg.ts_ns >= iv.start_ns:
+            worked = seg.ts_ns
+    # gradients cleared with the pass still to come: a step begins there (a visit carried across
+    # the return from the last step's update, or clearing after the update, still ends one)
+    if end is not None and not updates and iv.start_ns <= begun < worked:
+        return None
     return end if end is not None else iv.end_ns
+
+
+def _clears(stack: Stack) -> bool:
+    """Whether a stack clears the gradients (``zero_grad``, a framework's ``optimizer_zero_grad``)."""
+    return any(f.name.endswith("zero_grad") for f in stack)
 
 
 def _below(stepped: Timeline, seen_step_ns: float) -> bool:
