@@ -222,13 +222,19 @@ def test_forward_and_backward_inside_an_optimizer_closure_are_forward_and_backwa
     assert classify(st, RULES, 2).phase == phase
 
 
+ADVANCE = lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352)
+
+
+def in_lightning_step(optimizer: CodeFrame, *below: CodeFrame) -> tuple[CodeFrame, ...]:
+    """A stack of Lightning's stepping micro-batch: its closure, called by the optimizer's step."""
+    return (MODULE, MAIN, ADVANCE, lib("LightningOptimizer.step", "lightning/pytorch/core/optimizer.py", 154),
+            optimizer, lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146), *below)
+
+
 def test_lightnings_training_step_inside_the_optimizer_step_is_forward():
-    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
-          lib("LightningOptimizer.step", "lightning/pytorch/core/optimizer.py", 154),
-          torch_frame("SGD.step", "torch/optim/sgd.py"),
-          lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146),
-          lib("Strategy.training_step", "lightning/pytorch/strategies/strategy.py", 390),
-          f("Model.training_step", line=30, src="loss = (self.net(x) - y).pow(2).mean()"))
+    st = in_lightning_step(torch_frame("SGD.step", "torch/optim/sgd.py"),
+                           lib("Strategy.training_step", "lightning/pytorch/strategies/strategy.py", 390),
+                           f("Model.training_step", line=30, src="loss = (self.net(x) - y).pow(2).mean()"))
     verdict = classify(st, RULES, 2)
     assert (verdict.phase, verdict.framework) == ("forward", "Lightning")
 
@@ -246,7 +252,7 @@ def test_lightnings_closure_called_by_itself_is_not_eval(inner, phase):
     # closure with no optimizer step, and the closure is decorated with @torch.enable_grad(),
     # which runs through the decorate_context that @torch.no_grad() uses (was: eval and metric,
     # 26 pp of the step on examples/lightning_job.py --accumulate 4)
-    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+    st = (MODULE, MAIN, ADVANCE,
           lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210),
           lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146),
           torch_frame("_DecoratorContextManager.__call__.<locals>.decorate_context", "torch/utils/_contextlib.py"),
@@ -258,14 +264,11 @@ def test_lightnings_closure_called_by_itself_is_not_eval(inner, phase):
 def test_lightnings_backward_hooks_inside_the_optimizer_step_are_backward():
     # GIVEN the stepping micro-batch of Lightning's closure (accumulate_grad_batches=2): a callback
     # after torch's backward sets a Module's attribute, under Strategy.backward inside Adam.step
-    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
-          lib("LightningOptimizer.step", "lightning/pytorch/core/optimizer.py", 154),
-          torch_frame("Adam.step", "torch/optim/adam.py"),
-          lib("Closure.__call__", "lightning/pytorch/loops/optimization/automatic.py", 146),
-          lib("Closure.closure", "lightning/pytorch/loops/optimization/automatic.py", 129),
-          lib("Strategy.backward", "lightning/pytorch/strategies/strategy.py", 210),
-          lib("Precision.post_backward", "lightning/pytorch/plugins/precision/precision.py", 80),
-          torch_frame("Module.__setattr__", "torch/nn/modules/module.py"))
+    st = in_lightning_step(torch_frame("Adam.step", "torch/optim/adam.py"),
+                           lib("Closure.closure", "lightning/pytorch/loops/optimization/automatic.py", 129),
+                           lib("Strategy.backward", "lightning/pytorch/strategies/strategy.py", 210),
+                           lib("Precision.post_backward", "lightning/pytorch/plugins/precision/precision.py", 80),
+                           torch_frame("Module.__setattr__", "torch/nn/modules/module.py"))
     # THEN it is the backward pass's (was forward: a return to the cycle's start inside the
     # optimizer step, which split the step in two)
     assert classify(st, RULES, 2).phase == "backward"
@@ -274,7 +277,7 @@ def test_lightnings_backward_hooks_inside_the_optimizer_step_are_backward():
 def test_leaving_a_generator_context_manager_is_not_input():
     # GIVEN DDP's no_sync left after an accumulating micro-batch's backward: contextlib's __exit__
     # runs `next(self.gen)`
-    st = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+    st = (MODULE, MAIN, ADVANCE,
           lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210),
           f("_GeneratorContextManager.__exit__", file="/usr/lib/python3.11/contextlib.py", line=144,
             src="next(self.gen)"),
@@ -298,7 +301,7 @@ def timed(*parts: tuple[str, float, tuple[CodeFrame, ...]]) -> tuple[list[Segmen
     return segments, Step(0, t, phases, None)
 
 
-LIGHTNING = (MODULE, MAIN, lib("_TrainingEpochLoop.advance", "lightning/pytorch/loops/training_epoch_loop.py", 352),
+LIGHTNING = (MODULE, MAIN, ADVANCE,
              lib("_AutomaticOptimization.run", "lightning/pytorch/loops/optimization/automatic.py", 210))
 CLEARS = (*LIGHTNING, lib("_AutomaticOptimization._optimizer_zero_grad",
                           "lightning/pytorch/loops/optimization/automatic.py", 300),
