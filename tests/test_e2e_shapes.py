@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from launch import PHASES, read_truth, start_example, stop_example
-from tests.conftest import steps_from, traceml
+from tests.conftest import hold, steps_from, traceml
 from traceml_attach.ingest.stream import read_recording
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
@@ -103,14 +103,18 @@ def hand_written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dic
     snapshot: (its summary, its text, the job's own timing, the job's pid)."""
     tmp_path = tmp_path_factory.mktemp("hand_written")
     truth = tmp_path / "hand_written.jsonl"
-    job = start_example("hand_written", "--vocab", "32", "--hidden", "8", "--batch", "2048", "--block", "4",
-                        truth=truth)
-    try:
-        time.sleep(2)
-        summary, text = snapshot(job.pid, tmp_path, "hand_written")
-        yield summary, text, tmp_path, job.pid
-    finally:
-        stop_example(job)
+    # a module's fixture is made before a test's locks are taken (tests/conftest.py): the snapshot
+    # measures the job, so it holds the machine itself, and the job ends with it (the tests read
+    # what was recorded), not with the module
+    with hold(False, True):
+        job = start_example("hand_written", "--vocab", "32", "--hidden", "8", "--batch", "2048", "--block", "4",
+                            truth=truth)
+        try:
+            time.sleep(2)
+            summary, text = snapshot(job.pid, tmp_path, "hand_written")
+        finally:
+            stop_example(job)
+    yield summary, text, tmp_path, job.pid
 
 
 def test_a_hand_written_loader_and_update_are_input_and_optimizer(hand_written):
