@@ -76,20 +76,13 @@ def trend(series: Series, policy: MemoryPolicy, from_ns: int, gpu: bool = False)
     thirds = _split(points, 3)
     if thirds is None:
         return None
-    head, mid, tail = (int(_median([v for _, v in b])) for b in thirds)
+    head, mid, tail = (int(statistics.median([v for _, v in b])) for b in thirds)
     span_s = (last - first) / 1e9
     rise, se, dof, steady, rose = _fit(points, policy)
     noise = max(T_975.get(dof, 2.0) * se, policy.min_noise_bytes)
     return Trend(first, span_s, (head, mid, tail), min(v for _, v in thirds[2]) >= max(v for _, v in thirds[0]),
                  rise, se, noise, steady, span_s < policy.creep_min_span_s, _jump(points, policy), gpu,
                  rose, (policy.blocks if _split(points, policy.blocks) else 3) - 1)
-
-
-def _median(values: list[int]) -> float:
-    """``statistics.median`` of a list, without its checks (the trend is worked out every tick)."""
-    values = sorted(values)
-    n = len(values)
-    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
 def _split(points: Sequence[tuple[int, int]], n: int) -> list[list[tuple[int, int]]] | None:
@@ -111,9 +104,10 @@ def _fit(points: Sequence[tuple[int, int]], policy: MemoryPolicy) -> tuple[float
     blocks = _split(points, policy.blocks) or _split(points, 3)
     if blocks is None:
         return 0.0, math.inf, 0, False, 0
-    xs = [math.fsum([t for t, _ in b]) / len(b) / 1e9 for b in blocks]
-    ys = [_median([v for _, v in b]) for b in blocks]
-    x0, y0 = math.fsum(xs) / len(xs), math.fsum(ys) / len(ys)
+    # lists, not generators: fmean takes a list about 4 times as fast (the trend is worked out every tick)
+    xs = [statistics.fmean([t for t, _ in b]) / 1e9 for b in blocks]
+    ys = [statistics.median([v for _, v in b]) for b in blocks]
+    x0, y0 = statistics.fmean(xs), statistics.fmean(ys)
     sxx = sum((x - x0) ** 2 for x in xs)
     slope = sum((x - x0) * (y - y0) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
     span = (points[-1][0] - points[0][0]) / 1e9
