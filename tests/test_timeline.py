@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
-from traceml_attach.ingest.model import Span, ThreadInfo
+from traceml_attach.ingest.model import Span, Stack, ThreadInfo
 from traceml_attach.steps.batch_timeline import CpuCounter, Timeline, _around, build_timeline
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.loopframe import find_loop
@@ -152,14 +152,21 @@ def test_without_a_device_no_wait_is_a_device_sync():
     assert cpu.wait_labels["other"] == pytest.approx(2 / 3, abs=0.02)      # .item(): other work
     assert cpu.wait_labels["logging"] == pytest.approx(1 / 3, abs=0.02)    # formatting: logging
     assert cpu.shares == stats.shares                                      # the phases stand
-    # a live window's segments (a SegmentView: its spans and their stacks' verdicts) split alike
+    # a live window's segments (a SegmentView: its spans, their stacks' verdicts and each labelled
+    # stack's time) split alike (the live tracker's own times: tests/test_tracker.py)
     from dataclasses import replace
 
     from traceml_attach.steps.batch_timeline import SegmentView
 
     segs = tl.segments
     verdicts = {id(seg.span.stack): (seg.phase, seg.label, seg.decider) for seg in segs}
-    view = SegmentView([seg.span for seg in segs], verdicts, segs[0].ts_ns, segs[-1].ts_ns + segs[-1].dur_ns)
+    per_stack: dict[int, tuple[str, Stack, int]] = {}
+    for seg in segs:
+        if seg.label is not None:
+            ns = per_stack.get(id(seg.span.stack), (seg.label, seg.span.stack, 0))[2]
+            per_stack[id(seg.span.stack)] = (seg.label, seg.span.stack, ns + seg.dur_ns)
+    view = SegmentView([seg.span for seg in segs], verdicts, segs[0].ts_ns, segs[-1].ts_ns + segs[-1].dur_ns,
+                       tuple(per_stack.values()))
     assert without_device(stats, replace(tl, segments=view)).wait_labels == cpu.wait_labels
 
 

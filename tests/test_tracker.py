@@ -84,15 +84,22 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
             out.append(f"rank {a.rank}: step time {a.step_ms} != {b.step_ms} ({tb.clock.reason or ta.clock.reason})")
         elif a.step_ms is not None and b.step_ms is not None and abs(a.step_ms / b.step_ms - 1) > 0.02:
             out.append(f"rank {a.rank}: step time {a.step_ms:.2f} != {b.step_ms:.2f} ms")
+        # the wait's labels (a rank without a GPU splits its syncs by its stacks' times live, by
+        # its segments in the batch)
+        labels = set(a.wait_labels) | set(b.wait_labels)
+        if any(abs(a.wait_labels.get(k, 0.0) - b.wait_labels.get(k, 0.0)) > 0.01 for k in labels):
+            out.append(f"rank {a.rank}: wait labels {a.wait_labels} != {b.wait_labels}")
     if live.findings[0].kind != batch.findings[0].kind:
         out.append(f"diagnosis {live.findings[0].kind} != {batch.findings[0].kind}")
     return out
 
 
 # truth_hand_written_text: Python's garbage collections hold one stack for 2-3 steps' time while
-# py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live)
+# py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live);
+# truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging)
 @pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler",
-                                  "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_text"])
+                                  "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_text",
+                                  "truth_hand_written_log"])
 def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
     # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
     rec, live = Recording(), IncrementalAnalyzer(RULES)

@@ -66,11 +66,11 @@ class SegmentView(Sequence[Segment]):
     __slots__ = ("end_ns", "spans", "stack_labels", "start_ns", "verdicts")
 
     def __init__(self, spans: Sequence[Span], verdicts: dict[int, tuple[str, str | None, int | None]],
-                 start_ns: int, end_ns: int, stack_labels: Sequence[tuple[str, Stack, int]] | None = None) -> None:
+                 start_ns: int, end_ns: int, stack_labels: Sequence[tuple[str, Stack, int]]) -> None:
         self.spans = spans
         self.verdicts = verdicts   # id(stack) -> (phase, label, deciding frame)
         self.start_ns, self.end_ns = start_ns, end_ns
-        # each labelled stack's (label, stack, its time in the window), where the tracker keeps them
+        # each labelled stack's (label, stack, its time in the window): the tracker keeps them
         self.stack_labels = stack_labels
 
     def __len__(self) -> int:
@@ -96,25 +96,13 @@ class SegmentView(Sequence[Segment]):
 
 
 def labelled(segments: Sequence[Segment], labels: Container[str | None]) -> Iterator[tuple[str | None, Stack, int]]:
-    """The label, stack and time in the window of each segment whose label is one of ``labels``: a
-    SegmentView's from its stacks' times (a live tracker's) or its spans and verdicts, without making
-    a Segment of each (a live window at 64 ranks: 17,000 spans a rank). Where a stack has several
-    segments, the per-stack rows give their sum: the same totals."""
-    if not isinstance(segments, SegmentView):
-        yield from ((seg.label, seg.span.stack, seg.dur_ns) for seg in segments if seg.label in labels)
-        return
-    if segments.stack_labels is not None:   # a stack's time is its spans' (clipped to the window)
+    """The label, stack and time in the window of each segment whose label is one of ``labels``; a
+    SegmentView's per stack, from the times its tracker keeps (a live window at 64 ranks holds
+    17,000 spans a rank), which sum as its segments do."""
+    if isinstance(segments, SegmentView):
         yield from (row for row in segments.stack_labels if row[0] in labels)
-        return
-    lo, hi = segments.start_ns, segments.end_ns
-    # the stacks with those labels, looked up once: most spans have none of them
-    wanted = {key: verdict[1] for key, verdict in segments.verdicts.items() if verdict[1] in labels}
-    if not wanted:
-        return
-    for span in segments.spans:
-        key = id(span.stack)
-        if key in wanted:
-            yield wanted[key], span.stack, min(span.end_ns, hi) - max(span.ts_ns, lo)
+    else:
+        yield from ((seg.label, seg.span.stack, seg.dur_ns) for seg in segments if seg.label in labels)
 
 
 @dataclass(frozen=True)
