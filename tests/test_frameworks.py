@@ -317,13 +317,15 @@ def test_gradients_cleared_before_the_backward_pass_end_no_optimizer_step():
     # THEN that is no visit of the optimizer's that ends a step (such visits made the input straggler
     # of tests/fixtures/truth_lightning_ddp_accum2 count 42 optimizer steps for 38)
     assert visit_end(segments, iv) is None
-    # while the update, with or without clearing after it, ends its step
+    # while the update, with or without clearing after it, ends its step (where that visit ends,
+    # not the interval: a wait follows it)
     segments, iv = timed(("forward", 20, PASSES), ("backward", 40, PASSES), ("optimizer", 5, UPDATES),
-                         ("optimizer", 2, CLEARS))
-    assert visit_end(segments, iv) == iv.end_ns
+                         ("optimizer", 2, CLEARS), ("wait", 3, LIGHTNING))
+    assert visit_end(segments, iv) == segments[3].ts_ns + segments[3].dur_ns < iv.end_ns
     # and so does clearing after the pass where the update went unsampled
-    segments, iv = timed(("forward", 20, PASSES), ("backward", 40, PASSES), ("optimizer", 2, CLEARS))
-    assert visit_end(segments, iv) == iv.end_ns
+    segments, iv = timed(("forward", 20, PASSES), ("backward", 40, PASSES), ("optimizer", 2, CLEARS),
+                         ("wait", 3, LIGHTNING))
+    assert visit_end(segments, iv) == segments[2].ts_ns + segments[2].dur_ns < iv.end_ns
 
 
 def test_an_eval_function_decorated_with_no_grad_is_still_eval():
