@@ -9,7 +9,7 @@ from pathlib import Path
 from testkit.stacks import FETCH, MAIN, MODULE, f, steps, torch_frame
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.ingest.model import Span
-from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation
+from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation, with_earlier
 from traceml_attach.steps.batch_timeline import CYCLE_RANK, build_timeline, returns
 from traceml_attach.steps.classify import load_rules
 
@@ -168,6 +168,34 @@ def test_synchronized_ranks_pool_the_optimizers_gaps():
     # odd gaps among them: nothing to pool, every rank keeps its steps
     mixed = {str(r): Plan(gaps=(2, 3, 2, 5, 1, 8, 4, 7), seen=0.1, undecided=True) for r in range(4)}
     assert shared_plans(mixed) == mixed
+
+
+def test_the_visits_before_a_rate_change_are_weighed_with_the_ones_after():
+    # tests/fixtures/truth_ddp_raised: 2 gloo ranks of 120-ms steps whose optimizer takes 0.4 ms,
+    # raised from 100 to 300 Hz 6 s into a 10-s snapshot; the gaps between its visits (as plan_of
+    # leaves them) after the raise, and before it
+    after = {"0": Plan(gaps=(3, 15, 2), seen=0.138, undecided=True),
+             "1": Plan(gaps=(18, 6), seen=0.103, undecided=True)}
+    before = {"0": ((21, 8, 2, 6, 10), 0.125), "1": ((8, 20), 0.059)}
+    # after the raise alone, 4 of the 5 gaps on the two ranks are multiples of 3 (9:1 for k = 3):
+    # the step time was unknown
+    alone = {p.doubt for p in shared_plans(after).values()}
+    assert len(alone) == 1 and "3 or a multiple of 3" in (next(iter(alone)) or "")
+    # weighed with the gaps before it, no k stands: every rank's step is its returns'
+    joined = {rank: with_earlier(plan, *before[rank]) for rank, plan in after.items()}
+    assert joined["1"].gaps == (8, 20, 18, 6) and 0.059 < joined["1"].seen < 0.103 and joined["1"].runs == 2
+    assert {(p.k, p.doubt) for p in shared_plans(joined).values()} == {(1, None)}
+    # rank 1's own four gaps, all even, still point to k = 2: the words count its visits in both runs
+    assert "(6 visits), nearly always 2 or a multiple of 2" in (joined["1"].doubt or "")
+    # gaps that are multiples of 4 before the raise and after: counted together (k = 4)
+    four = Plan(gaps=(4, 8, 4, 4, 12, 4), seen=0.2, undecided=True)
+    assert with_earlier(four, (4, 4, 8, 4, 4, 8), 0.15).k == 4
+    # a plan decided otherwise (a doubt of its own, a k counted) is left as it is; no visits before
+    # the change leave it as it is too
+    doubted = Plan(doubt="slow steps", no_visit_step=True)
+    assert with_earlier(doubted, (2, 3, 1), 0.3) is doubted
+    assert with_earlier(Plan(k=2), (3, 5), 0.2) == Plan(k=2)
+    assert with_earlier(after["0"], (), 0.0) is after["0"]
 
 
 def test_one_synchronized_ranks_doubt_is_every_ranks():

@@ -96,10 +96,11 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
 
 # truth_hand_written_text: Python's garbage collections hold one stack for 2-3 steps' time while
 # py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live);
-# truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging)
+# truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging);
+# truth_ddp_raised: a rate raised mid-window, whose optimizer's visits before the raise are weighed too
 @pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler",
                                   "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_text",
-                                  "truth_hand_written_log"])
+                                  "truth_hand_written_log", "truth_ddp_raised"])
 def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
     # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
     rec, live = Recording(), IncrementalAnalyzer(RULES)

@@ -15,7 +15,7 @@ from traceml_attach.diagnose.hang import detect_hang, detect_stopped
 from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
-from traceml_attach.diagnose.rate import faster, lag_of, stretch
+from traceml_attach.diagnose.rate import earlier_rate, faster, lag_of, stretch
 from traceml_attach.diagnose.report import ProcessReport, Projection, Report
 from traceml_attach.diagnose.sections import (
     net_report,
@@ -32,7 +32,7 @@ from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, proc
 from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import accumulated, plan_of
+from traceml_attach.steps.accumulation import accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline, build_timeline, without_period
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
@@ -84,24 +84,30 @@ def analyze(
     lo, hi = start or 0, end or (1 << 62)
     pids = rank_pids(rec, lo, hi)
     timelines: dict[str, Timeline] = {}
+    earlier: dict[str, tuple[list[int], float]] = {}
     if span_range is not None:
         for rank, pid in pids.items():
             # where the rank's rate changed in the window, its steps are found where one rate holds
             since, rate = stretch(rec, pid, lo, hi)
-            timelines[rank] = build_timeline(
-                pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rate, since, hi,
-                rec.cpu.get(pid, ()), rec.sources, rec.sampler_cpu.get(pid, ()),
-            )
+            timelines[rank] = _timeline(rec, rules, pid, rate, since, hi)
+            if since > lo:   # ...and its optimizer's visits before that are weighed too (with_earlier)
+                earlier[rank] = visit_gaps(_timeline(rec, rules, pid, earlier_rate(rec, pid, lo, since), lo, since))
         sync = synchronized(rec, pids)
         if sync:
             timelines = share_period(timelines)
-        timelines = accumulated(timelines, {rank: plan_of(tl) for rank, tl in timelines.items()}, sync)
+        plans = {rank: with_earlier(plan_of(tl), *earlier.get(rank, ((), 0.0))) for rank, tl in timelines.items()}
+        timelines = accumulated(timelines, plans, sync)
         slow = slow_clock(timelines, counted_of(timelines)) if sync else None
         if slow is not None:
             timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)
+
+
+def _timeline(rec: Recording, rules: Rules, pid: int, rate_hz: int, start_ns: int, end_ns: int) -> Timeline:
+    return build_timeline(pid, rec.spans.get(pid, []), rec.threads.get(pid, {}), rules, rate_hz, start_ns, end_ns,
+                          rec.cpu.get(pid, ()), rec.sources, rec.sampler_cpu.get(pid, ()))
 
 
 def live_window(rec: Recording) -> int | None:

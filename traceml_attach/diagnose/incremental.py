@@ -37,7 +37,7 @@ from traceml_attach.diagnose.ranks import rank_pids, synchronized
 from traceml_attach.diagnose.rate import stretch
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepTimePolicy
-from traceml_attach.steps.accumulation import Plan, accumulated, plan_of
+from traceml_attach.steps.accumulation import Plan, accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
@@ -88,6 +88,10 @@ class IncrementalAnalyzer:
         self.since: dict[int, int] = {}   # pid -> where its tracker's stretch began (rate.stretch)
         self.replaced: dict[int, tuple[int, Timeline]] = {}   # pid -> Tracked.replaced's entry
         self._last: dict[int, Timeline] = {}   # pid -> its timeline at the last track
+        self._raw: dict[int, Timeline] = {}    # pid -> the same before accumulation (its returns' own clock)
+        # pid -> (its rate change, its old tracker's last timeline before accumulation): the
+        # optimizer's visits before the change, which its plan weighs too (``with_earlier``)
+        self.earlier: dict[int, tuple[int, Timeline]] = {}
 
     def tick(self, rec: Recording, end_ns: int | None = None, history: History | None = None) -> Analysis:
         """The Analysis of [end_ns - window, end_ns) (default: up to the newest span); with the
@@ -111,6 +115,7 @@ class IncrementalAnalyzer:
         start = end - self.window_ns
         if self.last_end_ns is not None and end < self.last_end_ns:
             self.trackers, self.reference, self.since, self.replaced, self._last = {}, None, {}, {}, {}
+            self._raw, self.earlier = {}, {}
         self.last_end_ns = end
         pids = rank_pids(rec, start, end)
         trackers = {}
@@ -123,6 +128,10 @@ class IncrementalAnalyzer:
             if tracker is None or tracker.rate_hz != rate or since < self.since.get(pid, since):
                 if tracker is not None and since > start and pid in self._last:
                     self.replaced[pid] = (since, self._last[pid])   # no longer advanced: its views hold
+                    if pid in self._raw:
+                        self.earlier[pid] = (since, self._raw[pid])
+                else:
+                    self.earlier.pop(pid, None)
                 tracker = RankTracker(pid, self.rules, rate, stagger=self.created * GOLDEN)
                 self.created += 1
             self.since[pid] = since
@@ -132,6 +141,7 @@ class IncrementalAnalyzer:
         self.since = {pid: v for pid, v in self.since.items() if pid in trackers}
         # a change older than the window: everything before it has been folded long since
         self.replaced = {pid: v for pid, v in self.replaced.items() if pid in trackers and v[0] >= start}
+        self.earlier = {pid: v for pid, v in self.earlier.items() if pid in trackers and v[0] > start}
         self.micro = {pid: v for pid, v in self.micro.items() if pid in trackers}
         self._fit(end)
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
@@ -142,8 +152,14 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_own()
             timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
-        timelines = accumulated(timelines, {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()},
-                                sync)
+        self._raw = {pids[rank]: tl for rank, tl in timelines.items()}
+        plans = {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()}
+        for rank, plan in plans.items():
+            # as the batch: the visits before the rank's rate changed, inside the window
+            change = self.earlier.get(pids[rank])
+            if change is not None:
+                plans[rank] = with_earlier(plan, *visit_gaps(change[1], start, change[0]))
+        timelines = accumulated(timelines, plans, sync)
         slow = slow_clock(timelines, lambda rank, period: by_rank[rank].counted_at(period)) if sync else None
         if slow is not None:
             for tracker in by_rank.values():

@@ -62,6 +62,14 @@ def stretch(rec: Recording, pid: int, start_ns: int, end_ns: int,
     return since, _reached(rec, pid, since, end_ns, rate, policy)
 
 
+def earlier_rate(rec: Recording, pid: int, start_ns: int, since_ns: int,
+                 policy: RatePolicy = DEFAULT_RATE_POLICY) -> int:
+    """The rate the stretch before ``since_ns`` (where ``stretch`` found the rank's steps from) is
+    read at: the lowest it was sampled at there, or the rate py-spy reached where that lags."""
+    changes = [c.rate_hz for c in rec.rates.get(pid, ()) if start_ns < c.ts_ns < since_ns]
+    return _reached(rec, pid, start_ns, since_ns, min([rec.rate_at(pid, start_ns), *changes]), policy)
+
+
 def lag_of(rec: Recording, pid: int, start_ns: int, end_ns: int,
            policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, int, int] | None:
     """(the rate reached, the rate asked, threads a sample) where ``stretch`` reads ``pid`` at the

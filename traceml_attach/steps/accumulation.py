@@ -94,6 +94,7 @@ from traceml_attach.steps.doubts import (
     lumped,
     lumped_in,
     optimizer_unseen,
+    suggested_words,
     undecided,
     undecided_words,
 )
@@ -391,6 +392,10 @@ class Plan:
     gaps: tuple[int, ...] = ()
     seen: float = 0.0
     odds: tuple[int, float] | None = None   # ``undecided`` of the gaps, where ``undecided``
+    # the separate runs of the optimizer's visits that the gaps come from (each a stretch where it
+    # was seen): 2 where the visits before a rate change are weighed too (``with_earlier``);
+    # visits = gaps + runs
+    runs: int = 1
 
     @property
     def provisional(self) -> bool:
@@ -417,9 +422,50 @@ def plan_of(tl: Timeline) -> Plan:
     apart = _visits_apart(tl)
     if apart is not None:
         return Plan(1, None, apart[0], no_visit_step=not apart[1], gaps=tuple(gaps), seen=seen)
+    return _undecided_plan(gaps, seen, 1)
+
+
+def _undecided_plan(gaps: Sequence[int], seen: float, runs: int) -> Plan:
+    """The plan where the gaps between the optimizer's visits neither counted k nor raised another
+    doubt: unknown where they cannot rule accumulation out either (``undecided``)."""
     odds = undecided(gaps, seen)
-    doubt = undecided_words(odds, len(gaps) + 1, seen) if odds is not None and _unjudged(gaps, odds) else None
-    return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds)
+    doubt = undecided_words(odds, len(gaps) + runs, seen) if odds is not None and _unjudged(gaps, odds) else None
+    return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds, runs=runs)
+
+
+def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = None) -> tuple[list[int], float]:
+    """``_gaps`` of ``tl``'s intervals that lie inside [start_ns, end_ns] (all by default), on its
+    own period: the evidence on gradient accumulation that ``plan_of`` weighs. None of it
+    (``([], 0.0)``) without a loop or a known period."""
+    period = tl.clock.period_ns
+    if tl.loop is None or not tl.clock.known or not period:
+        return [], 0.0
+    intervals = [iv for iv in tl.intervals
+                 if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
+    return _gaps(intervals, period)
+
+
+def with_earlier(plan: Plan, gaps: Sequence[int], seen: float) -> Plan:
+    """``plan`` weighed together with the optimizer's visits before the rank's rate changed
+    (``gaps`` in steps counted at the old rate, in the share ``seen`` of them; ``visit_gaps``).
+    After a raise the steps are found from the change on (diagnose/rate.py), but the raise came
+    because the visits before it could not settle accumulation (an optimizer seen too rarely),
+    and the visits after it alone are fewer still: a 10-s snapshot of a 2-rank DDP job with a
+    0.4-ms optimizer in 120-ms steps, raised to 300 Hz after 6 s, had 5 gaps after the raise
+    (9:1 for k = 3, so unknown) and 12 with the ones before (no k likelier than none). Only a plan
+    that nothing but those gaps decided (``Plan.undecided``) is weighed again; the two runs' shares
+    seen are pooled as the synchronized ranks' are (``_pooled``)."""
+    if not plan.undecided or not gaps:
+        return plan
+    joined = [*gaps, *plan.gaps]
+    seen = (seen * len(gaps) + plan.seen * len(plan.gaps)) / len(joined)
+    runs = (plan.runs if plan.seen > 0 else 0) + 1   # a run with no visit adds none
+    k, chance, n = _multiples_in(joined, seen)
+    if _counted(k, chance, n) > 1:
+        return Plan(k)
+    if chance <= SUGGESTED:
+        return Plan(1, None, suggested_words(k), gaps=tuple(joined), seen=seen, runs=runs)
+    return _undecided_plan(joined, seen, runs)
 
 
 def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
@@ -584,7 +630,8 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     elif doubts:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
     elif odds is not None and _unjudged(gaps, odds):
-        doubt, undecided_too = undecided_words(odds, len(gaps) + len(pool), seen, len(pool)), True
+        visits = len(gaps) + sum(p.runs for p in pool.values())
+        doubt, undecided_too = undecided_words(odds, visits, seen, len(pool)), True
     else:
         return plans
     return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen, odds=odds)

@@ -60,8 +60,7 @@ def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
     own gaps.) ``multiples``: ``_multiples`` of its intervals, as ``plan_of`` found them."""
     k, chance, _ = multiples
     if chance <= SUGGESTED:
-        return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
-                f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
+        return suggested_words(k)
     apart = spaced(tl)
     if apart is not None:
         return apart
@@ -78,6 +77,13 @@ def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
                 "whose micro-batches per optimizer step could not be counted; sample longer")
     return None
 
+
+
+def suggested_words(k: int) -> str:
+    """Why the steps may be micro-batches where the gaps between the optimizer's visits are
+    multiples of ``k`` with a chance of at most SUGGESTED without accumulation."""
+    return (f"the optimizer was seen only every {k} or a multiple of {k} of the steps counted, which points to "
+            f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
 
 
 def undecided_words(odds: tuple[int, float], visits: int, seen: float, ranks: int = 1) -> str:
