@@ -7,10 +7,11 @@ import random
 
 import pytest
 
-from traceml_attach.policy import MIN_INTERVALS
+from traceml_attach.policy import MIN_GIVEN_INTERVALS, MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
 from traceml_attach.steps.period import (
     PeriodFit,
+    fit_at,
     fit_period,
     suggested_rate_hz,
     too_ambiguous,
@@ -124,6 +125,21 @@ def test_long_irregular_steps_are_not_said_to_be_short(seed):
 def test_too_few_intervals_give_no_period():
     intervals, _ = merged(100, 1.0, MIN_INTERVALS - 1, rate_hz=100)
     assert fit_period(intervals, 100).period_ns is None
+
+
+def test_a_period_given_is_tested_on_fewer_intervals_than_a_search():
+    # a rank's 9 optimizer visits in a 10-s window of 800-ms steps (one unseen: 1,600 ms), checked
+    # against its synchronized peers' period: too few for a search, enough for one period given
+    intervals = [1556, 805, 803, 793, 818, 780, 811, 789, 806]
+    assert len(intervals) < MIN_INTERVALS and fit_period([i * MS for i in intervals], 100).period_ns is None
+    fit = fit_at([i * MS for i in intervals], 800 * MS, 100)
+    assert fit.period_ns is not None and abs(fit.period_ns / (800 * MS) - 1) < 0.01
+    assert fit.counts == (2, 1, 1, 1, 1, 1, 1, 1, 1)
+    # ...but no fewer than MIN_GIVEN_INTERVALS, however well they sit on it
+    assert fit_at([800 * MS] * (MIN_GIVEN_INTERVALS - 1), 800 * MS, 100).why == "few"
+    # and a period they do not sit on is not taken, however many (lengths spread over 1-2 periods)
+    spread = [int((800 + 800 * ((i * 0.618) % 1)) * MS) for i in range(9)]
+    assert fit_at(spread, 800 * MS, 100).period_ns is None
 
 
 @pytest.mark.parametrize("lam", [0.05, 0.5, 2.0, 6.0])

@@ -294,6 +294,10 @@ MIN_INTERVALS = 10            # fewer observed intervals: a comb fit is not sign
 MIN_CONCENTRATION = 0.2       # R̄ at the period: below it, the comb is lost in the blur
 MIN_RAYLEIGH_Z = 9.0          # m·R̄²: a chance fit among ~100 candidate periods stays below this
 GIVEN_RAYLEIGH_Z = 6.9        # ...and on one period given (a synchronized peer's), P(m·R̄² ≥ z) = e^-z: 0.1%
+# ...which takes at least 7 intervals even at R̄ = 1: a period given is tested on as few as this
+# (a search needs MIN_INTERVALS), so that a rank whose slow optimizer steps left it 9 visits in a
+# 10-s window (800-ms steps, one visit unseen) may take its peers' step where its visits sit on it
+MIN_GIVEN_INTERVALS = 7
 PEER_COUNT = 0.02              # a rank counted on its peers' period counts within this of their median count
 MIN_SAMPLES_PER_STEP = 5.0    # a boundary is blurred by ~1 sampling interval: below this, n is a guess
 HARMONIC_KEEP = 0.85          # a longer candidate within this factor of the best R̄ is the fundamental

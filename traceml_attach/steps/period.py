@@ -36,6 +36,7 @@ from traceml_attach.policy import (
     MAX_UNSURE_STEPS,
     MEDIAN_RANKS,
     MIN_CONCENTRATION,
+    MIN_GIVEN_INTERVALS,
     MIN_INTERVALS,
     MIN_RAYLEIGH_Z,
     MIN_SAMPLES_PER_STEP,
@@ -385,7 +386,7 @@ def fit_at(intervals_ns: Sequence[int], period: float, rate_hz: float) -> Period
     intervals' own blur need not rule it out, as ``too_ambiguous`` does)."""
     full = [float(i) for i in intervals_ns]
     ones = tuple(1 for _ in full)
-    if len(full) < MIN_INTERVALS:
+    if len(full) < MIN_GIVEN_INTERVALS:
         return PeriodFit(None, ones, None, why="few")
     own, counts = refine_map(full, period, None, rate_hz)
     r_bar = concentration(full, own)
