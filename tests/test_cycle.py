@@ -198,6 +198,31 @@ def test_the_visits_before_a_rate_change_are_weighed_with_the_ones_after():
     assert with_earlier(after["0"], (), 0.0) is after["0"]
 
 
+def test_micro_batches_seen_whole_are_grouped_at_the_optimizers_visits():
+    from traceml_attach.steps.accumulation import _visit_runs
+    from traceml_attach.steps.clock import Step
+    from traceml_attach.steps.phases import PHASES
+
+    def micro(i: int, optimizer: bool, ms: int = 100) -> Step:
+        phases = dict.fromkeys(PHASES, 0)
+        phases["backward" if not optimizer else "optimizer"] = ms * MS
+        return Step(i * 100 * MS, (i + 1) * 100 * MS, phases)
+
+    # k = 4: optimizer in intervals 2, 6, 9 (one boundary missed: 3 apart), 13 (and 14: zero_grad
+    # after the return), none at 17 (unseen), 21; returns 0..23
+    visits = {2, 6, 9, 13, 14, 21}
+    intervals = [micro(i, i in visits) for i in range(24)]
+    steps = _visit_runs(intervals, 4)
+    spans = [(s.start_ns // (100 * MS), s.end_ns // (100 * MS)) for s in steps]
+    # nothing whole before the first visit (3 returns), a step of 3 where a boundary was missed, the
+    # spill into 14 is the same step's, the unseen visit splits 8 returns into 2 steps, and the 2
+    # returns after the last visit are no whole run of 4
+    assert spans == [(3, 7), (7, 10), (10, 14), (14, 18), (18, 22)]
+    # a whole run of k before the first visit is a step
+    assert _visit_runs([micro(i, i == 5) for i in range(10)], 3)[0].start_ns == 0
+    assert _visit_runs([micro(i, False) for i in range(10)], 3) == []
+
+
 def test_one_synchronized_ranks_doubt_is_every_ranks():
     doubt = Plan(doubt="the optimizer was seen only every 4 ...")
     plans = shared_plans({"0": doubt, "1": Plan(gaps=(3, 1, 2), seen=0.2), "2": Plan(gaps=(5, 2, 1), seen=0.2)})

@@ -668,6 +668,12 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
     shortest = _seen_step(timelines.values()) if synchronized else None
     micro = synchronized and any(_micro_returns(tl) for tl in timelines.values())
     out = {rank: with_accumulation(tl, plans[rank], shortest, micro) for rank, tl in timelines.items()}
+    k = _returns_k(timelines) if micro else 1
+    if k > 1:
+        for rank, tl in timelines.items():
+            stepped = by_counted_returns(tl, k) if not out[rank].clock.known and _seen_whole(tl) else None
+            if stepped is not None:
+                out[rank] = stepped
     if synchronized and any(tl.clock.cause == UNEVEN for tl in out.values()):
         # the ranks take the same steps: where slow steps left one rank's median unknown
         # (``judged_uneven``), a peer counted on its period (or its own) has no truer one; each
@@ -718,6 +724,105 @@ def _visits_at(tl: Timeline, period: float) -> Timeline | None:
     clock = StepClock("joint", period, len(fit.counts) / sum(fit.counts), fit.concentration, typical_ns=period,
                       edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, step_floor=None)
+
+
+def _seen_whole(tl: Timeline) -> bool:
+    """Whether ``tl``'s returns were every one seen, and vary too much for a typical one (IRREGULAR):
+    each interval between them is one return's (one micro-batch, where they are micro-batches)."""
+    return tl.clock.irregular and tl.clock.unseen is not None and tl.clock.unseen <= MAX_UNSEEN
+
+
+def _returns_k(timelines: dict[str, Timeline]) -> int:
+    """k, the micro-batches per optimizer step, where synchronized ranks saw every return and the
+    returns vary too much for a typical step (``_seen_whole``) while a rank shows them as
+    micro-batches (``_micro_returns``): each interval is one micro-batch, so the gaps between the
+    optimizer's visits are counted in intervals, not in a period that no typical return gives; the
+    ranks' gaps together are one test (``_multiples_in``, counted as ``_counted``). 1 where none is
+    counted. (4 ranks accumulating 3 micro-batches of an 800-ms step behind a 30% straggler: the
+    waiting ranks' last micro-batch holds the all-reduce's wait, and 11 visits a rank in 10 s were
+    too few to time the step by, but 40 gaps of exactly 3 intervals are no chance.)"""
+    gaps: list[int] = []
+    visits = intervals = 0
+    for tl in timelines.values():
+        if _seen_whole(tl):
+            own, seen, covered = _index_gaps(tl.intervals)
+            gaps += own
+            visits += seen
+            intervals += covered
+    if not gaps or not intervals:
+        return 1
+    return _counted(*_multiples_in(gaps, min(visits / intervals, 0.999)))
+
+
+def _index_gaps(intervals: Sequence[Step]) -> tuple[list[int], int, int]:
+    """The gaps, in intervals, between the intervals that hold optimizer time (none across a hole
+    or an interval that sampling did not cover), the visits, and the intervals covered."""
+    gaps: list[int] = []
+    last: int | None = None
+    visits = covered = 0
+    end = None
+    for i, iv in enumerate(intervals):
+        if (end is not None and iv.start_ns != end) or not iv.covered:
+            last = None   # the intervals across a hole are not counted
+        end = iv.end_ns
+        if not iv.covered:
+            continue
+        covered += 1
+        if iv.phases_ns.get("optimizer", 0) > 0:
+            visits += 1
+            if last is not None:
+                gaps.append(i - last)
+            last = i
+    return gaps, visits, covered
+
+
+def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
+    """``tl`` in optimizer steps of ``k`` of its returns each (``_returns_k``), where every return
+    was seen (``_seen_whole``): each visit of the optimizer ends a step, and the intervals between
+    two visits are as many steps as k goes into them, rounded (``_visit_runs``); each step's length
+    is measured whole, and their clock is any seen steps' (``clock_of``: the median must hold).
+    None where it does not."""
+    steps = _visit_runs(tl.intervals, k)
+    if len(steps) < 2:
+        return None
+    clock, counts = clock_of([s.dur_ns for s in steps], tl.clock.unseen, tl.rate_hz)
+    if clock.method != "wraps" or any(n != 1 for n in counts):
+        return None
+    # no edge steps: every whole run of k intervals is a step already, and what is left at either
+    # end (fewer than k intervals, and the part of a return before the first one seen) holds none
+    typical = statistics.median(s.dur_ns for s in steps)
+    clock = replace(clock, typical_ns=typical, edge_steps=0)
+    return replace(tl, steps=steps, clock=clock, micro_batches=k, step_floor=None)
+
+
+def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
+    """Optimizer steps of about ``k`` intervals each, every one ending at an interval that holds
+    optimizer time (a visit) or k intervals before one: the intervals between two visits are
+    round(n / k) steps, the last ones k intervals each (the first takes the rest: a boundary missed
+    or counted twice costs one step its length, not every later step its alignment, as ``group``'s
+    one offset for the window would); a visit under k / 2 intervals after the one before is the
+    same optimizer step's (``zero_grad`` after the return). Whole runs of k before the first visit
+    and after the last are steps too; none across a hole."""
+    visits = [i for i, iv in enumerate(intervals) if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
+    if not visits:
+        return []
+    spans: list[tuple[int, int]] = []   # [first, last + 1) intervals of each step
+    anchor = visits[0]
+    spans += [(anchor + 1 - (n + 1) * k, anchor + 1 - n * k) for n in reversed(range((anchor + 1) // k))]
+    for visit in visits[1:]:
+        m = round((visit - anchor) / k)
+        if m == 0:
+            continue
+        cuts = [anchor + 1, *(visit + 1 - (m - j) * k for j in range(1, m)), visit + 1]
+        spans += itertools.pairwise(cuts)
+        anchor = visit
+    spans += [(anchor + 1 + n * k, anchor + 1 + (n + 1) * k) for n in range((len(intervals) - 1 - anchor) // k)]
+    out = []
+    for a, b in spans:
+        run = intervals[a:b]
+        if run and all(x.end_ns == y.start_ns for x, y in itertools.pairwise(run)):   # no hole inside
+            out.append(_merged(run))
+    return out
 
 
 def _seen_step(timelines: Iterable[Timeline]) -> float | None:
