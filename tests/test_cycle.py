@@ -221,6 +221,11 @@ def test_micro_batches_seen_whole_are_grouped_at_the_optimizers_visits():
     # a whole run of k before the first visit is a step
     assert _visit_runs([micro(i, i == 5) for i in range(10)], 3)[0].start_ns == 0
     assert _visit_runs([micro(i, False) for i in range(10)], 3) == []
+    # an interval sampling did not cover (a drop-out may hide returns) ends a run: the 2 returns
+    # between it and the next visit are not counted as a step of 3 across it
+    dropped = [replace(iv, covered=False) if i == 7 else iv for i, iv in enumerate(intervals)]
+    spans = [(s.start_ns // (100 * MS), s.end_ns // (100 * MS)) for s in _visit_runs(dropped, 4)]
+    assert spans == [(3, 7), (10, 14), (14, 18), (18, 22)]
 
 
 def test_one_synchronized_ranks_doubt_is_every_ranks():

@@ -451,8 +451,9 @@ def with_earlier(plan: Plan, gaps: Sequence[int], seen: float) -> Plan:
     After a raise the steps are found from the change on (diagnose/rate.py), but the raise came
     because the visits before it could not settle accumulation (an optimizer seen too rarely),
     and the visits after it alone are fewer still: a 10-s snapshot of a 2-rank DDP job with a
-    0.4-ms optimizer in 120-ms steps, raised to 300 Hz after 6 s, had 5 gaps after the raise
-    (9:1 for k = 3, so unknown) and 12 with the ones before (no k likelier than none). Only a plan
+    0.4-ms optimizer in 120-ms steps, raised to 300 Hz after 6 s, had 5 gaps on the two ranks
+    after the raise (4 of them multiples of 3: 9:1 for k = 3, so unknown) and 12 with the ones
+    before (no k stands; ``tests/fixtures/truth_ddp_raised``). Only a plan
     that nothing but those gaps decided (``Plan.undecided``) is weighed again; the two runs' shares
     seen are pooled as the synchronized ranks' are (``_pooled``)."""
     if not plan.undecided or not gaps:
@@ -802,8 +803,22 @@ def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
     or counted twice costs one step its length, not every later step its alignment, as ``group``'s
     one offset for the window would); a visit under k / 2 intervals after the one before is the
     same optimizer step's (``zero_grad`` after the return). Whole runs of k before the first visit
-    and after the last are steps too; none across a hole."""
-    visits = [i for i, iv in enumerate(intervals) if iv.covered and iv.phases_ns.get("optimizer", 0) > 0]
+    and after the last are steps too. A hole, or an interval sampling did not cover (a sampler
+    drop-out, which may hide returns), ends a run: each run between them is counted on its own."""
+    out: list[Step] = []
+    run: list[Step] = []
+    for iv in intervals:
+        if run and (iv.start_ns != run[-1].end_ns or not iv.covered):
+            out += _run_steps(run, k)
+            run = []
+        if iv.covered:
+            run.append(iv)
+    return out + _run_steps(run, k)
+
+
+def _run_steps(intervals: Sequence[Step], k: int) -> list[Step]:
+    """``_visit_runs`` of one run of covered intervals, each one after the other."""
+    visits = [i for i, iv in enumerate(intervals) if iv.phases_ns.get("optimizer", 0) > 0]
     if not visits:
         return []
     spans: list[tuple[int, int]] = []   # [first, last + 1) intervals of each step
@@ -817,12 +832,7 @@ def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
         spans += itertools.pairwise(cuts)
         anchor = visit
     spans += [(anchor + 1 + n * k, anchor + 1 + (n + 1) * k) for n in range((len(intervals) - 1 - anchor) // k)]
-    out = []
-    for a, b in spans:
-        run = intervals[a:b]
-        if run and all(x.end_ns == y.start_ns for x, y in itertools.pairwise(run)):   # no hole inside
-            out.append(_merged(run))
-    return out
+    return [_merged(intervals[a:b]) for a, b in spans]
 
 
 def _seen_step(timelines: Iterable[Timeline]) -> float | None:
