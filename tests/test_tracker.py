@@ -147,6 +147,9 @@ JOBS = {
     # CPU counters tell those intervals from the slow steps (clock.worked), live as in the batch
     "starved": (Job((RankWork(4.0, 0.0, 24.0, 3.0, 0.5),), jitter=0.1, contended=2.0), 400,
                 {"stall_rate": 25.0, "stall_ms": 8.0}),
+    # 3 micro-batches of an 800-ms step on 4 ranks behind a 30% straggler, every return seen and too
+    # uneven for a typical one: k counted in returns between the optimizer's visits, live as in the batch
+    "counted_returns": (build(Point.parse("accum:800:3/short:200:4:2570000"))[0], 200, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
 }
