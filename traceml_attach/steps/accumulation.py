@@ -411,7 +411,7 @@ def plan_of(tl: Timeline) -> Plan:
     slow = lumped(tl)
     if slow is not None:
         return Plan(1, None, slow, no_visit_step=True)
-    gaps, seen = _gaps(tl.intervals, tl.clock.period_ns) if tl.clock.period_ns else ([], 0.0)
+    gaps, seen = visit_gaps(tl)
     multiples = _multiples_in(gaps, seen)
     k = _counted(*multiples)
     if k > 1 or marks is not None:
@@ -436,9 +436,9 @@ def _undecided_plan(gaps: Sequence[int], seen: float, runs: int) -> Plan:
 def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = None) -> tuple[list[int], float]:
     """``_gaps`` of ``tl``'s intervals that lie inside [start_ns, end_ns] (all by default), on its
     own period: the evidence on gradient accumulation that ``plan_of`` weighs. None of it
-    (``([], 0.0)``) without a loop or a known period."""
+    (``([], 0.0)``) without a period."""
     period = tl.clock.period_ns
-    if tl.loop is None or not tl.clock.known or not period:
+    if not period:
         return [], 0.0
     intervals = [iv for iv in tl.intervals
                  if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
@@ -756,25 +756,35 @@ def _returns_k(timelines: dict[str, Timeline]) -> int:
 
 
 def _index_gaps(intervals: Sequence[Step]) -> tuple[list[int], int, int]:
-    """The gaps, in intervals, between the intervals that hold optimizer time (none across a hole
-    or an interval that sampling did not cover), the visits, and the intervals covered."""
+    """The gaps, in intervals, between the intervals that hold optimizer time (inside each of
+    ``_covered_runs``: none across a hole or a drop-out), the visits, and the intervals covered."""
     gaps: list[int] = []
-    last: int | None = None
     visits = covered = 0
-    end = None
-    for i, iv in enumerate(intervals):
-        if (end is not None and iv.start_ns != end) or not iv.covered:
-            last = None   # the intervals across a hole are not counted
-        end = iv.end_ns
-        if not iv.covered:
-            continue
-        covered += 1
-        if iv.phases_ns.get("optimizer", 0) > 0:
-            visits += 1
-            if last is not None:
-                gaps.append(i - last)
-            last = i
+    for run in _covered_runs(intervals):
+        at = _visits_in(run)
+        gaps += [b - a for a, b in itertools.pairwise(at)]
+        visits += len(at)
+        covered += len(run)
     return gaps, visits, covered
+
+
+def _covered_runs(intervals: Sequence[Step]) -> list[list[Step]]:
+    """The intervals that sampling covered, in runs of ones that follow each other: a hole, or an
+    interval sampling did not cover (a sampler drop-out, which may hide returns), ends a run."""
+    runs: list[list[Step]] = []
+    run: list[Step] = []
+    for iv in intervals:
+        if run and (iv.start_ns != run[-1].end_ns or not iv.covered):
+            runs.append(run)
+            run = []
+        if iv.covered:
+            run.append(iv)
+    return [*runs, run] if run else runs
+
+
+def _visits_in(run: Sequence[Step]) -> list[int]:
+    """The places in ``run`` of the intervals that hold optimizer time."""
+    return [i for i, iv in enumerate(run) if iv.phases_ns.get("optimizer", 0) > 0]
 
 
 def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
@@ -803,22 +813,13 @@ def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
     or counted twice costs one step its length, not every later step its alignment, as ``group``'s
     one offset for the window would); a visit under k / 2 intervals after the one before is the
     same optimizer step's (``zero_grad`` after the return). Whole runs of k before the first visit
-    and after the last are steps too. A hole, or an interval sampling did not cover (a sampler
-    drop-out, which may hide returns), ends a run: each run between them is counted on its own."""
-    out: list[Step] = []
-    run: list[Step] = []
-    for iv in intervals:
-        if run and (iv.start_ns != run[-1].end_ns or not iv.covered):
-            out += _run_steps(run, k)
-            run = []
-        if iv.covered:
-            run.append(iv)
-    return out + _run_steps(run, k)
+    and after the last are steps too. Each of ``_covered_runs`` is counted on its own."""
+    return [step for run in _covered_runs(intervals) for step in _run_steps(run, k)]
 
 
 def _run_steps(intervals: Sequence[Step], k: int) -> list[Step]:
     """``_visit_runs`` of one run of covered intervals, each one after the other."""
-    visits = [i for i, iv in enumerate(intervals) if iv.phases_ns.get("optimizer", 0) > 0]
+    visits = _visits_in(intervals)
     if not visits:
         return []
     spans: list[tuple[int, int]] = []   # [first, last + 1) intervals of each step
