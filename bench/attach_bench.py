@@ -88,7 +88,7 @@ def bench_one(name: str, seconds: float, baseline: float, rate: int, cycles: int
     summary, rank, gt = rows[0]
     unattached = statistics.median(_steps_ms(truth, off))
     attached = statistics.median(_steps_ms(truth, on))
-    step_errs = [100 * abs(r["step_ms"] - g.step_ms) / g.step_ms for _, r, g in rows if r["step_ms"] is not None]
+    step_errs = [100 * abs(r["step_ms"] / g.judged(r) - 1) for _, r, g in rows if r["step_ms"] is not None]
     return {
         "example": name,
         "diagnosis": "/".join(sorted({s["step_time"]["diagnosis"]["status"] for s, _, _ in rows})),

@@ -88,13 +88,13 @@ def run(name: str, seconds: int, extra: tuple[str, ...] = (), keep: Path | None 
                             f"{row['micro_batches']} | {row['steps']} / ? | {row['step_ms']} / ? | {e} |")
                 continue
             step = "unknown" if row["step_ms"] is None else f"{row['step_ms']:.1f}"
-            err = "" if row["step_ms"] is None else f" ({100 * (row['step_ms'] / truth.step_ms - 1):+.1f}%)"
+            err = "" if row["step_ms"] is None else f" ({100 * (row['step_ms'] / truth.judged(row) - 1):+.1f}%)"
             share = max(abs((row["shares"] or {}).get(p, 0.0) - truth.shares[p]) for p in PHASES)
             who = f" {diagnosis['worst_rank']}" if "STRAGGLER" in diagnosis["kind"] else ""
             rate = f" @{row['rate_hz']} Hz" if row.get("rate_hz") else ""
             rows.append(f"| {name}{rate} | r{rank} | {row['framework'] or 'plain loop'} | {diagnosis['kind']}{who} | "
                         f"{row['micro_batches']} | {row['steps']} / {truth.steps} | "
-                        f"{step} / {truth.step_ms:.1f}{err} | {100 * share:.1f} pp |")
+                        f"{step} / {truth.judged(row):.1f}{err} | {100 * share:.1f} pp |")
         return rows
 
 

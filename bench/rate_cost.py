@@ -121,7 +121,7 @@ def _ddp(max_rates: list[int], cycles: int, seconds: float, baseline: float, wor
                 for rank in ("0", "1"):
                     r = doc["step_time"]["ranks"][rank]
                     truth = rank_truth(work, int(rank), r["since"] or window["start"], window["end"])
-                    step = "unknown" if r["step_ms"] is None else f"{100 * (r['step_ms'] / truth.step_ms - 1):+.1f}%"
+                    step = "unknown" if r["step_ms"] is None else f"{100 * (r['step_ms'] / truth.judged(r) - 1):+.1f}%"
                     rows[top].append(f"{step} ({r['steps']}/{truth.steps} steps, {r['rate_hz']} Hz)")
                 print(f"  {name}: {'; '.join(rows[top][-2:])}", file=sys.stderr, flush=True)
     finally:

@@ -258,7 +258,8 @@ def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: st
             continue   # no whole step in the window: nothing to judge
         true_ms, mean_ms = truth.median_step_ms(lo, hi), truth.mean_step_ms(lo, hi)
         true_steps = truth.steps_in(lo, hi)
-        err = None if r.step_ms is None else r.step_ms / true_ms - 1
+        mean = r.clock is not None and r.clock.mean   # the step given is the mean: judged against the mean
+        err = None if r.step_ms is None else r.step_ms / (mean_ms if mean else true_ms) - 1
         mean_err = None if r.step_ms is None else r.step_ms / mean_ms - 1
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
         out.append(Outcome(pt.family, true_ms * rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
@@ -447,7 +448,8 @@ def main() -> None:
             for o in outcomes:
                 out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
                                       "raised": ", raised from" in o.about,
-                                      "known": o.known, "step_error": o.step_error, "count_error": o.count_error,
+                                      "known": o.known, "step_error": o.step_error, "mean_error": o.mean_error,
+                                      "count_error": o.count_error,
                                       "method": o.method, "reason": o.reason}) + "\n")
     if args.reasons:
         reasons(outcomes, families)

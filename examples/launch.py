@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PHASES = ("input", "h2d", "forward", "backward", "optimizer", "wait")
@@ -97,6 +98,12 @@ class Truth:
     # how much the steps varied: their interquartile range / 1.349 / their median (a relative
     # standard deviation that an occasional long step does not move); 0 under 4 steps
     spread: float = 0.0
+    mean_ms: float = 0.0         # mean step time: what a step time said to be the mean is judged against
+
+    def judged(self, row: dict[str, Any]) -> float:
+        """The truth a summary's step row is judged against: the median step, or the mean where
+        the row's clock says its step time is the mean (traceml_attach/steps/mean.py)."""
+        return self.mean_ms if (row.get("clock") or {}).get("mean") else self.step_ms
 
 
 def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
@@ -118,7 +125,7 @@ def read_truth(path: Path, start_s: float, end_s: float) -> Truth:
     if len(durations) >= 4:
         q1, _, q3 = statistics.quantiles(durations, n=4)
         spread = (q3 - q1) / 1.349 / step_ms
-    return Truth(len(rows), step_ms, shares, spread)
+    return Truth(len(rows), step_ms, shares, spread, statistics.mean(durations))
 
 
 def start_torchrun(

@@ -47,7 +47,7 @@ def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, 
         if honestly_unknown(summary, rank, truth):
             continue
         assert row["step_ms"] is not None, (row["clock"], truth, summary["step_time"]["step_time_note"])
-        assert abs(row["step_ms"] / truth.step_ms - 1) <= 0.05, (rank, row["step_ms"], truth.step_ms)
+        assert abs(row["step_ms"] / truth.judged(row) - 1) <= 0.05, (rank, row["step_ms"], truth.step_ms)
         assert abs(row["steps"] - truth.steps) <= max(3, 0.05 * truth.steps), (rank, row["steps"], truth.steps)
     # AND the recording, which carries the sampler's decisions, replays to the same summary
     replayed = traceml("replay", str(run), "--write", "--out", str(tmp_path / "replayed"))

@@ -143,6 +143,9 @@ JOBS = {
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
+    # 4 workers on 4 ranks at 500 Hz: every boundary seen, steps too uneven for a median; their mean
+    # is given (steps/mean.py), live as in the batch
+    "bursty_mean": (build(Point.parse("bursty:80:4:500:4:658000"))[0], 500, {}),
     # a sampler that waits for a core 25 times a second hides boundaries beyond chance; the thread's
     # CPU counters tell those intervals from the slow steps (clock.worked), live as in the batch
     "starved": (Job((RankWork(4.0, 0.0, 24.0, 3.0, 0.5),), jitter=0.1, contended=2.0), 400,

@@ -49,6 +49,7 @@ class Clock:
     reason: str | None                # why the step time is unknown
     suggested_rate_hz: int | None     # a --rate that would tell it
     step_upper_ms: float | None       # what the step is known to be shorter than
+    mean: bool = False                # the step time is the steps' mean, not their median (steps/mean.py)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
             _rounded(r.wait_labels, 4) or {}, r.loop, r.thread, _round(r.coverage), _round(r.sync_wait_ms),
             _round(r.sync_wait_share, 4), _clock(r.clock), tuple(own[-MAX_RANK_PROBLEMS:]), len(own),
             r.framework, r.micro_batches, _round(r.step_sd_ms), *_stretch(stretches.get(r.rank)))
-    note = unknown_step_note(stats, faster_hz, max_rate_hz)
+    note = _joined(unknown_step_note(stats, faster_hz, max_rate_hz), mean_note(stats))
     measured = [r for r in stats if r.step_ms is not None and r.phases_ms]
     known = bool(measured) and len(measured) == len([r for r in stats if r.shares])
     if not measured:
@@ -95,6 +95,21 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
         PhaseRow(_round(worst.step_ms), _rounded(worst.phases_ms) or {}, int(worst.rank)),
         round(100 * ((worst.step_ms or 0.0) - med_step) / med_step, 2) if med_step else None,
         round(statistics.median((r.shares or {})["wait"] for r in measured), 4), step_spread(measured))
+
+
+def mean_note(stats: Sequence[RankStepStats]) -> str | None:
+    """Which ranks' step time is the steps' mean (steps/mean.py), and why; None where none is."""
+    ranks = [r.rank for r in stats if r.clock is not None and r.clock.mean]
+    if not ranks:
+        return None
+    which = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(ranks)}"
+    return (f"Step ms on {which} is the mean step: every step boundary was seen, and the steps vary too much "
+            "for a typical one (steps of two lengths or more, as input delivered in bursts makes, or steps slowed "
+            "at random by other work on the cores)")
+
+
+def _joined(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
 
 
 def _stretch(where: tuple[int | None, int] | None) -> tuple[int | None, float | None]:
@@ -126,7 +141,7 @@ def _clock(c: StepClock | None) -> Clock | None:
     if c is None:
         return None
     return Clock(c.method, _round(c.visible), _round(c.concentration), c.reason, c.suggested_rate_hz,
-                 _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1))
+                 _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1), c.mean)
 
 
 def rank_status(rec: Recording, timelines: dict[str, Timeline], pids: dict[str, int],

@@ -123,6 +123,9 @@ class StepClock:
     # shows it more often, ``accumulation.with_accumulation``) or UNEVEN (slow steps beyond chance
     # whose counts a guess decided move the median: ``uneven_clock``)
     cause: str | None = None
+    # typical_ns is the steps' mean, not their median: every boundary seen, the steps vary too
+    # much for a median to hold (steps/mean.py)
+    mean: bool = False
 
     @property
     def known(self) -> bool:
@@ -138,7 +141,7 @@ class StepClock:
         """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
         unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
         return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
-                         self.step_upper_ns, self.typical_ns, unseen, edge_steps)
+                         self.step_upper_ns, self.typical_ns, unseen, edge_steps, mean=self.mean)
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
