@@ -377,6 +377,20 @@ def test_steps_seen_whole_too_uneven_for_a_median_are_given_as_their_mean():
         assert "their means disagree" in (r.clock.reason or ""), r.clock.reason
 
 
+def test_a_mean_over_few_steps_is_not_given_where_one_missed_boundary_would_move_it():
+    # GIVEN one rank of 500-ms steps, a quarter of them fetching their batch 1.3-2.2x as long, at
+    # 50 Hz for 10 s: every boundary seen as far as e^-λ (0.04%) can tell, 17 intervals, too uneven
+    # for a median; one 150-ms compute phase went unsampled by chance, so one interval is two steps
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("uneven:500:0.25:50:1:620000")
+    rec, _ = simulate(build(pt)[0], 50, 10.0, seed=pt.seed)
+    r = analyze(rec, RULES).ranks[0]
+    # THEN no mean is given (it would be 5.9% long: one step in 17), and the reason says why
+    assert r.step_ms is None and r.clock is not None and not r.clock.mean, r.clock
+    assert "nor their mean: over 17 steps, 1 boundary that sampling missed" in (r.clock.reason or ""), r.clock.reason
+
+
 def test_uneven_micro_batches_seen_whole_are_counted_between_the_optimizers_visits():
     # GIVEN 4 ranks accumulating 3 micro-batches of an 800 ms step behind a 30% straggler at 200 Hz:
     # the waiting ranks' last micro-batch holds the all-reduce's wait and the optimizer, every

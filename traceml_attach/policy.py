@@ -411,6 +411,11 @@ AGREE = 0.10   # synchronized ranks' own periods must agree within this (relativ
 # or two over the window (2 ranks of a slowed-at-random job, 63 steps each, 158.1 and 158.0 ms),
 # while one that missed 5 of 63 boundaries its e^-λ of 0.1% never expected was 8.7% long.
 MEAN_AGREE = 0.01
+# ...and a rank's mean is given only where the chance that sampling hid enough of its boundaries to
+# move it beyond MAX_STEP_ERROR (Poisson, at its e^-λ a boundary) is under this: 17 steps of 500 ms
+# at 50 Hz, e^-λ 0.04% (a 150-ms compute phase unsampled), had one boundary hidden, and the mean of
+# its 17 intervals was 5.9% long (one step in 17)
+MEAN_RISK = 1e-3
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop
 # alike), each one's warm checks come at other times, and the best would change every tick.
 REF_MARGIN = 0.1

@@ -969,8 +969,12 @@ def _micro_returns(tl: Timeline) -> bool:
     of them, and those the long ones (``_stepping_longer``). (Lightning's 2 micro-batches at 350
     Hz showed the optimizer in 21 of 40 and 32 of 60: its ``zero_grad`` spills into the next
     interval now and then.)"""
-    if tl.clock.cause != IRREGULAR:
-        return False
+    return tl.clock.cause == IRREGULAR and stepping_some(tl)
+
+
+def stepping_some(tl: Timeline) -> bool:
+    """Whether the optimizer was seen in some of ``tl``'s intervals, at most STEPPING_SEEN of them,
+    and those the long ones (``_stepping_longer``): as a micro-batch that steps the optimizer shows."""
     covered, seen = _optimizer_seen(tl)
     return 0 < seen <= STEPPING_SEEN * len(covered) and _stepping_longer(covered)
 

@@ -225,7 +225,7 @@ def slow_share(counts: Mapping[int, int], unseen: float | None, sparse: Sparse |
     intervals = sum(counts.values())
     several = intervals - counts.get(1, 0)
     expect = intervals * max(unseen, hidden_share(*sparse) if sparse is not None else 0.0)
-    if not several or _poisson_tail(several, expect) >= DROPOUT_UNSEEN:
+    if not several or poisson_tail(several, expect) >= DROPOUT_UNSEEN:
         return None
     return expect / several
 
@@ -283,12 +283,12 @@ def chance_cut(counts: Mapping[int, int], total: int, missed: float | None, unse
     cut = deepest + 1
     for k in range(deepest, 1, -1):
         seen = sum(m for n, m in counts.items() if k <= n - 1 < cut)
-        if seen and _poisson_tail(seen, total * missed ** k) < DROPOUT_UNSEEN:
+        if seen and poisson_tail(seen, total * missed ** k) < DROPOUT_UNSEEN:
             cut = k
     return cut if cut <= deepest else None
 
 
-def _poisson_tail(m: int, mean: float) -> float:
+def poisson_tail(m: int, mean: float) -> float:
     """P(X >= m) for X Poisson with ``mean`` (its terms in logs: a mean of hundreds of runs, a
     long window's, underflows e^-mean)."""
     if mean <= 0.0:

@@ -9,24 +9,28 @@ intervals' time over their number, which a boundary more or less moves by one st
 That is the job's throughput, and it is given as the mean, said so (``StepClock.mean``), never as a
 typical step.
 
-e^-λ is measured on the visits outside the loop's dominant place, and steps that vary may hide a
-boundary it does not expect (a slowed step's input running on into the next). So the mean is given
-only where it holds even if every interval as long as two median ones or more hid the boundaries it
-could (``_could_hide``: at most MAX_STEP_ERROR of the steps more); where ranks step together, only
-where every one of them saw every boundary and their means agree within MEAN_AGREE; and never where
-the intervals may be micro-batches (the optimizer seen in some of them only: gradient accumulation,
-whose micro-batches are no steps).
+A missed boundary moves a median little and a mean by a whole step in all of them, so the mean is
+given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
+it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``_hidden_beyond``); it holds even
+if every interval as long as two median ones or more hid the boundaries it could (``_could_hide``);
+ranks that step together each saw every boundary and their means agree within MEAN_AGREE (a rank
+whose e^-λ is wrong counts fewer, longer steps than its peers). Never where the intervals may be
+micro-batches: the optimizer seen in some of them only, the long ones
+(``accumulation.stepping_some``), or its visits, weighed on the mean as on any known step, counting
+micro-batches or unable to rule them out (``_one_micro_batch``).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS, STEPPING_SEEN
+from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MEAN_RISK, MIN_INTERVALS
+from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, edge_steps
+from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, edge_steps, poisson_tail
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -36,15 +40,23 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
     varied = {rank: tl for rank, tl in timelines.items() if _varied_whole(tl)}
     if not varied:
         return timelines
-    if synchronized and len(varied) != sum(1 for tl in timelines.values() if tl.intervals):
+    if not synchronized:   # each rank's steps its own
+        out = dict(timelines)
+        for rank, tl in varied.items():
+            out.update(_with_means({rank: tl}, {rank: tl}, False))
+        return out
+    if len(varied) != sum(1 for tl in timelines.values() if tl.intervals):
         return timelines   # a rank that left boundaries unseen: its steps are not its intervals
+    return _with_means(timelines, varied, True)
+
+
+def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], synchronized: bool
+                ) -> dict[str, Timeline]:
+    """``with_mean`` of the ``varied`` ranks of ``timelines``: each given its mean, or none (why)."""
     means = {rank: mean_clock(tl) for rank, tl in varied.items()}
-    given = {rank: clock for rank, clock in means.items() if clock is not None}
-    why = None
-    if len(given) != len(varied):
-        why = ("nor their mean: intervals as long as two steps or more could hide more than "
-               f"{100 * MAX_STEP_ERROR:.0f}% of the steps")
-    elif synchronized:
+    given = {rank: clock for rank, clock in means.items() if isinstance(clock, StepClock)}
+    why = next((f"nor their mean: {clock}" for clock in means.values() if isinstance(clock, str)), None)
+    if why is None and synchronized:
         short, long = (min(given, key=lambda r: _period(given[r])), max(given, key=lambda r: _period(given[r])))
         lo, hi = _period(given[short]), _period(given[long])
         if hi > (1 + MEAN_AGREE) * lo:
@@ -53,7 +65,18 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
     if why is not None:
         return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
                 if rank in varied and tl.clock.reason else tl for rank, tl in timelines.items()}
-    return {rank: replace(tl, clock=given[rank]) if rank in given else tl for rank, tl in timelines.items()}
+    out = {rank: replace(tl, clock=given[rank], step_floor=None) if rank in given else tl
+           for rank, tl in timelines.items()}
+    return out if _one_micro_batch(out, given, synchronized) else timelines
+
+
+def _one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool) -> bool:
+    """Whether the steps given a mean are each one optimizer step: the optimizer's visits, weighed
+    on the mean as on any known step (``accumulation.plan_of``, ``accumulated``), leave each rank
+    of ``given`` known, of one micro-batch a step."""
+    plans = {rank: plan_of(tl) for rank, tl in timelines.items()}
+    out = accumulated(timelines, plans, synchronized)
+    return all(out[rank].clock.known and out[rank].micro_batches == 1 for rank in given)
 
 
 def _period(clock: StepClock) -> float:
@@ -65,22 +88,27 @@ def _varied_whole(tl: Timeline) -> bool:
     much for a median (``clock_of``, ``sync.varied_clock``), and nothing says its intervals are
     micro-batches."""
     clock = tl.clock
-    if clock.known or clock.cause not in (None, IRREGULAR) or tl.micro_batches != 1 or tl.step_floor is not None:
+    if clock.known or clock.cause not in (None, IRREGULAR) or tl.micro_batches != 1:
         return False
     if clock.unseen is None or clock.unseen > MAX_UNSEEN or len(tl.intervals) < MIN_INTERVALS:
         return False
-    covered = [iv for iv in tl.intervals if iv.covered]
-    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
-    return not 0 < seen <= STEPPING_SEEN * len(covered)
+    return not stepping_some(tl)
 
 
-def mean_clock(tl: Timeline) -> StepClock | None:
+def mean_clock(tl: Timeline) -> StepClock | str:
     """The mean of ``tl``'s intervals, each one step (every boundary seen; those that swallowed a
-    sampler drop-out left out: their steps are not known), where it holds (``_could_hide``)."""
+    sampler drop-out left out: their steps are not known), where it holds; else why it does not."""
     whole = [iv for iv in tl.intervals if not iv.swallowing]
-    if len(whole) < MIN_INTERVALS or _could_hide(whole) > MAX_STEP_ERROR * len(whole):
-        return None
-    mean = sum(s.dur_ns for s in whole) / len(whole)
+    n, unseen = len(whole), tl.clock.unseen or 0.0
+    if n < MIN_INTERVALS:
+        return f"only {n} steps were seen whole"
+    if _could_hide(whole) > MAX_STEP_ERROR * n:
+        return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
+    if _hidden_beyond(n, unseen) > MEAN_RISK:
+        m = math.floor(MAX_STEP_ERROR * n) + 1
+        return (f"over {n} steps, {m} {'boundary' if m == 1 else 'boundaries'} that sampling missed by chance "
+                f"(e^-λ {unseen:.2g} each) would move it beyond {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+    mean = sum(s.dur_ns for s in whole) / n
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
 
@@ -89,3 +117,9 @@ def _could_hide(steps: Sequence[Step]) -> int:
     """The boundaries that ``steps`` could hide: an interval n median ones long or more, n - 1."""
     median = statistics.median(s.dur_ns for s in steps)
     return sum(int(s.dur_ns // median) - 1 for s in steps if s.dur_ns >= 2 * median)
+
+
+def _hidden_beyond(n: int, unseen: float) -> float:
+    """The chance that sampling hid more than MAX_STEP_ERROR of ``n`` steps' boundaries, each at
+    ``unseen`` (e^-λ): the mean of the intervals would be beyond MAX_STEP_ERROR."""
+    return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * unseen)
