@@ -83,6 +83,7 @@ from traceml_attach.steps.clock import (
     edge_steps,
     expand,
     guesses,
+    mean_at_risk,
     median_holds,
     one_work,
     slow_share,
@@ -98,7 +99,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import fit_at
+from traceml_attach.steps.period import fit_at, steady_median
 from traceml_attach.steps.phases import PHASES
 
 
@@ -113,17 +114,19 @@ def _counted(k: int, chance: float, gaps: int) -> int:
     return k if gaps >= MIN_GAPS and chance <= MAX_CHANCE else 1
 
 
-def _gaps(intervals: Sequence[Step], period_ns: float) -> tuple[list[int], float]:
+def _gaps(intervals: Sequence[Step], period_ns: float, counts: Sequence[int] | None = None
+          ) -> tuple[list[int], float]:
     """The gaps, in micro-batches, between the intervals that hold optimizer time, and the share
-    of the micro-batches the optimizer was seen in."""
+    of the micro-batches the optimizer was seen in. ``counts``: each interval's micro-batches where
+    the clock counted them (every boundary seen); else ``micro_count``."""
     # each interval's place in micro-batches, counted (not timed: a time over the period drifts by
     # the optimizer's own time once per step, and by the jitter of every micro-batch); the
     # optimizer's own time is no micro-batch's
     marks, steps, end = [], 0, None
-    for iv in intervals:
+    for i, iv in enumerate(intervals):
         if end is not None and iv.start_ns > end:
             steps += round((iv.start_ns - end) / period_ns)   # a hole between intervals
-        steps += micro_count(iv, period_ns)
+        steps += counts[i] if counts is not None else micro_count(iv, period_ns)
         end = iv.end_ns
         if iv.covered and iv.phases_ns.get("optimizer", 0) > 0:
             marks.append(steps)
@@ -414,6 +417,11 @@ def plan_of(tl: Timeline) -> Plan:
     gaps, seen = visit_gaps(tl)
     multiples = _multiples_in(gaps, seen)
     k = _counted(*multiples)
+    whole = _counted_whole(tl) if k == 1 else None
+    if whole is not None:
+        gaps, seen = whole
+        multiples = _multiples_in(gaps, seen)
+        k = _counted(*multiples)
     if k > 1 or marks is not None:
         return Plan(k, marks)
     doubt = doubt_of(tl, multiples)
@@ -443,6 +451,24 @@ def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = N
     intervals = [iv for iv in tl.intervals
                  if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
     return _gaps(intervals, period)
+
+
+def _counted_whole(tl: Timeline) -> tuple[list[int], float] | None:
+    """Where ``tl``'s clock saw every boundary, the gaps between the optimizer's visits counted in
+    its steps as the clock counted them (each interval one but for a clear multiple, whatever its
+    length), where they count k > 1 and the gaps timed over the period (``visit_gaps``) did not;
+    else None. Timed, micro-batches whose input a DataLoader's workers deliver in bursts (3
+    workers, 25 and 75 ms by turns, 4 to an optimizer step of 180 ms) count 1 and 3: no k divided
+    the gaps, and the 28-ms micro-batch was given as the step (-85%). Counted, the fast ranks'
+    micro-batches behind a straggler, whose last one holds the all-reduce's wait and returns
+    within it, count more than k (``micro_count`` leaves that wait out): so timed first."""
+    if tl.clock.method != "wraps" or not tl.clock.period_ns:
+        return None
+    starts = [s.start_ns for s in tl.steps]
+    counts = [max(1, bisect.bisect_left(starts, iv.end_ns) - bisect.bisect_left(starts, iv.start_ns))
+              for iv in tl.intervals]
+    gaps, seen = _gaps(tl.intervals, tl.clock.period_ns, counts)
+    return (gaps, seen) if _counted(*_multiples_in(gaps, seen)) > 1 else None
 
 
 def with_earlier(plan: Plan, gaps: Sequence[int], seen: float) -> Plan:
@@ -885,6 +911,19 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     period = sum(s.dur_ns for s in steps) / len(steps)
     slow = len(micro_steps) < sum(counts)
     typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" or slow else period
+    mean = clock.method == "wraps" and not steady_median(sorted(s.dur_ns for s in steps), len(steps))
+    if mean:
+        # every micro-batch seen, the optimizer steps too uneven for a median (a DataLoader's workers
+        # delivering in bursts: 2 micro-batches a step, steps of ~100 and ~290 ms, whose median of 49
+        # sat at the gap, 123 ms for the job's 109): their mean, as where no accumulation is
+        # (steps/mean.py), said so, where a missed boundary is unlikely to move it
+        if mean_at_risk(len(steps), clock.unseen):
+            reason = ("every micro-batch was seen, and the optimizer steps they make vary too much for a typical one "
+                      f"(irregular steps), and too few of them were seen for their mean to hold within "
+                      f"{100 * MAX_STEP_ERROR:.0f}%: sample longer")
+            unknown = StepClock("unknown", None, None, None, reason, unseen=clock.unseen)
+            return replace(tl, steps=steps, clock=unknown, micro_batches=k, step_floor=len(steps))
+        typical = period
     visits = by_optimizer(tl)
     theirs = visits.clock.typical_ns if visits is not None else None
     if visits is not None and theirs and abs(typical / theirs - 1) > MAX_STEP_ERROR:
@@ -892,7 +931,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
         # micro-batches stray from: the returns are not all micro-batches (an outer loop's wraps
         # among them), or were miscounted; the visits are the steps' own mark
         return replace(visits, micro_batches=None)
-    clock = replace(clock, period_ns=period, typical_ns=typical,
+    clock = replace(clock, period_ns=period, typical_ns=typical, mean=mean,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock, micro_batches=None if _split_in_place(tl.intervals, counts, k) else k)

@@ -21,6 +21,7 @@ from traceml_attach.policy import (
     DROPOUT_UNSEEN,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
+    MEAN_RISK,
     MIN_INTERVALS,
     MIN_SAMPLES_PER_STEP,
     MIN_STEADY,
@@ -286,6 +287,13 @@ def chance_cut(counts: Mapping[int, int], total: int, missed: float | None, unse
         if seen and poisson_tail(seen, total * missed ** k) < DROPOUT_UNSEEN:
             cut = k
     return cut if cut <= deepest else None
+
+
+def mean_at_risk(n: int, unseen: float | None) -> bool:
+    """Whether the chance that sampling hid more than MAX_STEP_ERROR of ``n`` steps' boundaries, each
+    at ``unseen`` (e^-λ), is over MEAN_RISK: the mean of the intervals seen would then be beyond
+    MAX_STEP_ERROR (a median hardly moves; steps/mean.py)."""
+    return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * (unseen or 0.0)) > MEAN_RISK
 
 
 def poisson_tail(m: int, mean: float) -> float:

@@ -11,7 +11,7 @@ typical step.
 
 A missed boundary moves a median little and a mean by a whole step in all of them, so the mean is
 given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
-it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``_hidden_beyond``); it holds even
+it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
 if every interval as long as two median ones or more hid the boundaries it could (``_could_hide``);
 ranks that step together each saw every boundary and their means agree within MEAN_AGREE (a rank
 whose e^-λ is wrong counts fewer, longer steps than its peers). Never where the intervals may be
@@ -27,10 +27,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MEAN_RISK, MIN_INTERVALS
+from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, edge_steps, poisson_tail
+from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, edge_steps, mean_at_risk
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -104,7 +104,7 @@ def mean_clock(tl: Timeline) -> StepClock | str:
         return f"only {n} steps were seen whole"
     if _could_hide(whole) > MAX_STEP_ERROR * n:
         return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
-    if _hidden_beyond(n, unseen) > MEAN_RISK:
+    if mean_at_risk(n, unseen):
         m = math.floor(MAX_STEP_ERROR * n) + 1
         return (f"over {n} steps, {m} {'boundary' if m == 1 else 'boundaries'} that sampling missed by chance "
                 f"(e^-λ {unseen:.2g} each) would move it beyond {100 * MAX_STEP_ERROR:.0f}%: sample longer")
@@ -117,9 +117,3 @@ def _could_hide(steps: Sequence[Step]) -> int:
     """The boundaries that ``steps`` could hide: an interval n median ones long or more, n - 1."""
     median = statistics.median(s.dur_ns for s in steps)
     return sum(int(s.dur_ns // median) - 1 for s in steps if s.dur_ns >= 2 * median)
-
-
-def _hidden_beyond(n: int, unseen: float) -> float:
-    """The chance that sampling hid more than MAX_STEP_ERROR of ``n`` steps' boundaries, each at
-    ``unseen`` (e^-λ): the mean of the intervals would be beyond MAX_STEP_ERROR."""
-    return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * unseen)
