@@ -27,6 +27,8 @@ phase's duration jittered by 2-20% each step. The full analysis runs on it. The 
            stretched, every phase, by 0.5-1 or 0.5-2 times the part of the burst it overlaps (a
            25-ms step up to 3x, as nanoGPT's own loop showed). The knob is the loop: classic (a
            dominant share of 50-99%), wrapper or library.
+  accum_bursty  gradient accumulation (k = 2-8) whose DataLoader workers (w = 2-4) deliver in bursts:
+           micro-batches of two lengths or more, optimizer steps too. The knob is "k/w".
   uneven   a job that reads its batches in Python on cores a sampler shares: this share of the
            steps, at random, fetch their batch 1.3-2.2 times as long (one in four, as a hand-written
            loader on two cores py-spy shared showed); input 50-90% of the step. The knob is that
@@ -89,6 +91,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "bursty": tuple(str(w) for w in WORKERS),
     "contended": ("classic", "wrapper", "library"),
     "uneven": ("0.1", "0.25", "0.4"),
+    "accum_bursty": tuple(f"{k}/{w}" for k in (2, 3, 4, 8) for w in (2, 3, 4)),
 }
 FAMILIES = tuple(KNOBS)
 BANDS = ((0, 2), (2, 5), (5, 10), (10, 30), (30, 100), (100, float("inf")))
@@ -195,6 +198,17 @@ def build(pt: Point) -> tuple[Job, str]:
                              shape=pt.knob, library=library, contended=worst)
         return the_job, (f"input {shares['input']:.1%}, straggler {straggler:.0%}"
                          f"{', ' + library if pt.knob == 'library' else ''}, slowed up to {worst:g}x")
+    if pt.family == "accum_bursty":
+        k_text, w_text = pt.knob.split("/")
+        opt = rng.uniform(0.01, 0.03) if rng.random() < 0.5 else rng.uniform(0.15, 0.30)
+        input_share = rng.choice((0.2, 0.4, 0.6))
+        shape = rng.choice(SHAPES)
+        straggler = min(straggler, 0.3)
+        the_job = shaped_job(p, {"optimizer": opt, "input": input_share}, ranks=n, rng=rng, straggler=straggler,
+                             jitter=jitter, sub_stacks=sub, shape=shape, accumulation=int(k_text),
+                             workers=int(w_text))
+        return the_job, (f"optimizer {opt:.0%}, input {input_share:.0%}, {shape}, straggler {straggler:.0%}, "
+                         f"{w_text} workers")
     if pt.family == "uneven":
         input_share = rng.choice((0.5, 0.7, 0.8, 0.9))
         shape = rng.choice(SHAPES)
@@ -269,7 +283,7 @@ def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: st
 
 
 def points(family: str) -> list[Point]:
-    periods = ACCUM_PERIODS_MS if family == "accum" else PERIODS_MS
+    periods = ACCUM_PERIODS_MS if family in ("accum", "accum_bursty") else PERIODS_MS
     grid = [(p, k, r, n) for p in periods for k in KNOBS[family] for r in RATES_HZ for n in RANKS]
     return [Point(family, p, k, r, n, 1000 * i) for i, (p, k, r, n) in enumerate(grid)]
 
