@@ -443,6 +443,22 @@ def test_optimizer_steps_timed_by_the_optimizers_visits_too_uneven_for_a_median_
         assert r.steps == truth.steps_in(lo, hi)
 
 
+def test_returns_that_the_optimizers_visits_mark_as_micro_batches_are_no_step_where_the_visits_time_none():
+    # GIVEN one rank accumulating 3 micro-batches of a 1.3-s step, 2 workers delivering in bursts, a
+    # 310-ms optimizer seen in every third interval between the returns, at 300 Hz: 7 visits in 10 s,
+    # too few to time the step by or count k
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("accum_bursty:1300:3/2:300:1:2472000")
+    rec, _ = simulate(build(pt)[0], 300, 10.0, seed=pt.seed)
+    r = analyze(rec, RULES).ranks[0]
+    # THEN the step time is unknown (the returns' 470 ms was given once: -58%), and the reason says
+    # the returns are micro-batches or split the step, and a longer window would help
+    assert r.step_ms is None and r.clock is not None, r.clock
+    reason = r.clock.reason or ""
+    assert "ran in only 7 of the 21 intervals" in reason and "a longer window would hold more" in reason, reason
+
+
 def test_uneven_micro_batches_seen_whole_are_counted_between_the_optimizers_visits():
     # GIVEN 4 ranks accumulating 3 micro-batches of an 800 ms step behind a 30% straggler at 200 Hz:
     # the waiting ranks' last micro-batch holds the all-reduce's wait and the optimizer, every
