@@ -27,7 +27,7 @@ from testkit.simulator import (
     simulate,
     true_timeline,
 )
-from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.steps.classify import classify, load_rules
 from traceml_attach.steps.steptime import RankStepStats
 
@@ -230,6 +230,19 @@ def every_rank_within(the_job: Job, rate_hz: float, seed: int, seconds: float = 
         assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.05, r.clock
 
 
+def every_rank_the_mean(the_job: Job, rate_hz: float, seed: int) -> Analysis:
+    """Every rank's step time the steps' mean, said so (steps/mean.py), within 1% of the job's mean
+    step, every step counted; the analysis."""
+    rec, truths = simulate(the_job, rate_hz, 10.0, seed=seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
+        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
+        assert r.steps == truth.steps_in(lo, hi)
+    return an
+
+
 def _truth_ms(r: RankStepStats, truth: Truth, lo: int, hi: int) -> float:
     """The truth a rank's step time is judged against: the steps' median, or their mean where the
     clock says it gave the mean (steps/mean.py)."""
@@ -355,16 +368,9 @@ def test_steps_seen_whole_too_uneven_for_a_median_are_given_as_their_mean():
     # 500 Hz: every boundary seen, the steps too uneven for their median to hold within 5%
     from bench.sim_grid import Point, build
 
-    pt = Point.parse("bursty:80:4:500:4:658000")
-    rec, truths = simulate(build(pt)[0], 500, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
     # THEN each rank's step time is their mean, said so, within 1% of the job's mean step (not its
     # median), every step counted
-    for r, truth in zip(an.ranks, truths, strict=True):
-        assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
-        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
-        assert r.steps == truth.steps_in(lo, hi)
+    an = every_rank_the_mean(build(Point.parse("bursty:80:4:500:4:658000"))[0], 500, 658000)
     note = an.report.step_time.step_time_note or ""
     assert "ranks 0, 1, 2, 3 is the mean step" in note, note
     # AND where one of 2 ranks missed 5 of its 63 boundaries (e^-λ said 0.1%: a slowed step's input
@@ -415,14 +421,8 @@ def test_optimizer_steps_of_micro_batches_too_uneven_for_a_median_are_given_as_t
     # for the job's 109)
     the_job = shaped_job(200, {"optimizer": 0.02, "input": 0.5}, rng=random.Random(0), jitter=0.1,
                          accumulation=2, workers=4)
-    rec, truths = simulate(the_job, 300, 10.0, seed=0)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
-    r, truth = an.ranks[0], truths[0]
     # THEN their mean is given, said so, within 1% of the job's mean optimizer step
-    assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
-    assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
-    assert r.steps == truth.steps_in(lo, hi)
+    every_rank_the_mean(the_job, 300, 0)
 
 
 def test_optimizer_steps_timed_by_the_optimizers_visits_too_uneven_for_a_median_are_their_mean():
@@ -432,15 +432,8 @@ def test_optimizer_steps_timed_by_the_optimizers_visits_too_uneven_for_a_median_
     # rank's step on the others (``_visits_on_peers``); once given as a median, 318 ms (+4.3%)
     from bench.sim_grid import Point, build
 
-    pt = Point.parse("accum_bursty:320:4/3:50:4:1822000")
-    rec, truths = simulate(build(pt)[0], 50, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
     # THEN every rank's step is the mean, said so, within 1% of the job's mean optimizer step
-    for r, truth in zip(an.ranks, truths, strict=True):
-        assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
-        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
-        assert r.steps == truth.steps_in(lo, hi)
+    every_rank_the_mean(build(Point.parse("accum_bursty:320:4/3:50:4:1822000"))[0], 50, 1822000)
 
 
 def test_returns_that_the_optimizers_visits_mark_as_micro_batches_are_no_step_where_the_visits_time_none():
