@@ -103,7 +103,8 @@ def mean_note(stats: Sequence[RankStepStats]) -> str | None:
     if not ranks:
         return None
     which = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(ranks)}"
-    return (f"step ms on {which} is the mean step: every step boundary was seen, and the steps vary too much "
+    return (f"step ms on {which} is the mean step: every boundary (of a step, or of a micro-batch) was seen, and "
+            "the steps vary too much "
             "for a typical one (steps of two lengths or more, as input delivered in bursts makes, or steps slowed "
             "at random by other work on the cores)")
 
