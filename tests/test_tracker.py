@@ -143,9 +143,6 @@ JOBS = {
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
-    # 4 workers on 4 ranks at 500 Hz: every boundary seen, steps too uneven for a median; their mean
-    # is given (steps/mean.py), live as in the batch
-    "bursty_mean": (build(Point.parse("bursty:80:4:500:4:658000"))[0], 500, {}),
     # a sampler that waits for a core 25 times a second hides boundaries beyond chance; the thread's
     # CPU counters tell those intervals from the slow steps (clock.worked), live as in the batch
     "starved": (Job((RankWork(4.0, 0.0, 24.0, 3.0, 0.5),), jitter=0.1, contended=2.0), 400,
@@ -181,6 +178,18 @@ def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
     # THEN it says what the batch says: no step time on any rank, for slow steps
     assert not differences(got, want)
     assert all(r.step_ms is None and "slow steps" in (r.clock.reason or "") for r in got.ranks), got.ranks[0].clock
+
+
+def test_the_mean_step_is_given_live_as_in_the_batch():
+    # GIVEN 4 synchronized ranks whose 4 workers deliver in bursts, at 500 Hz: every boundary seen,
+    # the steps too uneven for a median (test_sim_shapes: their mean is given, steps/mean.py)
+    rec, _ = simulate(build(Point.parse("bursty:80:4:500:4:658000"))[0], 500, 10.0, seed=658000)
+    # WHEN the live view looks at the whole window at once
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
+    # THEN it gives what the batch gives: every rank's mean step, said so
+    assert not differences(got, want)
+    assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
 
 
 def test_a_tick_reads_only_the_new_spans_and_holds_only_the_window():

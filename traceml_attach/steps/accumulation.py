@@ -233,8 +233,7 @@ def _marked_unknown(tl: Timeline) -> StepClock:
     micro-batches, or split a step), and its visits timed no step (``by_optimizer``) nor counted k.
     Not the returns' clock: one rank accumulating 3 micro-batches of a 1.3-s step, a 310-ms
     optimizer in every third interval, 7 visits in 10 s, was given the 470-ms micro-batch (-58%)."""
-    covered = [iv for iv in tl.intervals if iv.covered]
-    seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
+    covered, seen = _optimizer_seen(tl)
     longer = "; a longer window would hold more of them" if seen < 2 * MIN_INTERVALS else ""
     reason = (f"the optimizer, seen in practically every optimizer step, ran in only {seen} of the {len(covered)} "
               "intervals between the loop's returns: the returns are micro-batches of longer optimizer steps "
