@@ -162,21 +162,37 @@ def pyspy_env() -> dict[str, str]:
 
 
 SAMPLER_NICE = -5
+SETTLE_CHECKS = 10   # RecordWindow.settle: its threads are set again at the first 10 counter reads (0.2 s)
 
 
-def _prioritize(pid: int) -> None:
-    """Let the recorder preempt the job: it needs little CPU, but needs it on time.
+def _prioritize(pid: int) -> bool:
+    """Let the recorder preempt the job: it needs little CPU, but needs it on time. Returns
+    whether every thread of it runs at SAMPLER_NICE now.
 
     On a machine whose cores the job fills, a recorder that waits for a core notices stack
-    changes late, which shortens one phase and lengthens the next. Lowering niceness needs
-    root or CAP_SYS_NICE; without them the recorder runs at normal priority.
+    changes late, which shortens one phase and lengthens the next. On Linux a niceness belongs to
+    one thread, and a thread takes its creator's when it starts: py-spy starts its sampling thread
+    within milliseconds of its exec, so renicing the process (its main thread) alone left that
+    thread at 0 in about half of the windows on this machine. Every thread is set, main first
+    (threads it starts later inherit), again while the window settles (``RecordWindow.settle``).
+    Lowering niceness needs root or CAP_SYS_NICE; without them the recorder runs at normal
+    priority.
     """
     try:
         os.setpriority(os.PRIO_PROCESS, pid, SAMPLER_NICE)
-    except PermissionError:
-        return  # not permitted: normal priority, slightly later transitions under full load
-    except ProcessLookupError:
-        return  # the recorder already exited (the target is gone)
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except (PermissionError, ProcessLookupError, FileNotFoundError):
+        return False  # not permitted (normal priority), or the recorder already exited
+    settled = True
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) != SAMPLER_NICE:
+                os.setpriority(os.PRIO_PROCESS, tid, SAMPLER_NICE)
+        except ProcessLookupError:
+            continue   # a thread that ended since it was listed
+        except PermissionError:
+            settled = False
+    return settled
 
 
 @dataclass(frozen=True)
@@ -214,6 +230,7 @@ class RecordWindow:
         self._killed_why: str | None = None             # why we sent SIGKILL, if we did
         self._proc: subprocess.Popen[str] | None = None
         self._spawn_failure: PySpyError | None = None   # py-spy could not be started at all
+        self._settle_checks = SETTLE_CHECKS
         try:
             self._proc = self._spawn(binary, pid, rate_hz, max_s, out_path)
         except OSError as exc:   # removed or replaced since traceml found it
@@ -248,6 +265,13 @@ class RecordWindow:
     def recorder_pid(self) -> int | None:
         """The py-spy process's PID while it runs (its CPU counters: sampler.SamplerCpu)."""
         return self._proc.pid if self.running() and self._proc is not None else None
+
+    def settle(self) -> None:
+        """Set the recorder's threads' priority again at its first SETTLE_CHECKS calls: a thread
+        it started between the spawn and ``_prioritize`` kept the default."""
+        if self._settle_checks > 0 and self._proc is not None and self.running():
+            self._settle_checks -= 1
+            _prioritize(self._proc.pid)
 
     def stop(self) -> None:
         """Ask py-spy to stop and write its file (SIGINT to our own child, never the job)."""

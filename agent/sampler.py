@@ -152,6 +152,9 @@ class Sampler:
                     with costs.part("counters"):
                         cpu.read()
                         recorders_cpu.read(pid for pid in (w.recorder_pid for w in windows) if pid is not None)
+                    with costs.part("spawn"):
+                        for window in windows:
+                            window.settle()
                     with costs.part("watch"):
                         ended = self._ended()   # an exit, a zombie's status with it
                     if ended:
