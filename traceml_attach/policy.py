@@ -463,6 +463,10 @@ UNDECIDED_SEEN = 0.6
 # none of it: the returns are micro-batches (or returns inside a step), and the optimizer's own
 # visits mark the steps (``by_optimizer``).
 OPTIMIZER_UNSEEN = 0.01
+# ...or missed at most this often, where that many intervals without it would be chance at most
+# MAX_CHANCE (``marks_steps``). At 5% a rank of 8 with 8 micro-batches (e^-λ 4.8%) had its visits
+# taken for steps and made its peers' right step times unknown
+MARKS_UNSEEN = 0.025
 MIN_WITHOUT = 0.25
 # ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
 # step is seen in few steps, and a few visits are spaced apart by chance as often as not
