@@ -38,7 +38,7 @@ import itertools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.ingest.model import Span, Stack
@@ -741,14 +741,19 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
             if rank in pool and p.doubt is None else p for rank, p in plans.items()}
 
 
-def agreeing(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
+def agreeing(timelines: dict[str, Timeline], aligned: Container[str] = ()) -> dict[str, Timeline]:
     """Synchronized ranks' optimizer steps, which are one step: where their known step times
     spread by more than MAX_STEP_ERROR, those that stray that far from the rank that saw every
-    boundary (method "wraps": the most certain) are unknown, and all of them without such a rank."""
+    boundary (method "wraps": the most certain) are unknown, and all of them without such a rank.
+    A rank whose steps were aligned on its optimizer's visits (``aligned``: ``by_counted_returns``,
+    its own clock unknown) is not such a rank: its steps are whole, but their ends are where the
+    visits put them. On 8 ranks accumulating 2 micro-batches with bursty input, one rank's returns
+    ended half its intervals 50-100 ms from any micro-batch's end; its aligned pairs' median (174
+    ms) was taken over five ranks whose optimizer visits gave 202 ms, right (-14%)."""
     known = {rank: tl.clock.typical_ns for rank, tl in timelines.items() if tl.clock.typical_ns}
     if len(known) < 2 or max(known.values()) <= (1 + MAX_STEP_ERROR) * min(known.values()):
         return timelines
-    sure = [rank for rank in known if timelines[rank].clock.method == "wraps"]
+    sure = [rank for rank in known if timelines[rank].clock.method == "wraps" and rank not in aligned]
     ref = statistics.median(known[rank] for rank in sure) if sure else None
     out = dict(timelines)
     for rank, typical in known.items():
@@ -772,18 +777,20 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
     micro = synchronized and any(_micro_returns(tl) for tl in timelines.values())
     out = {rank: with_accumulation(tl, plans[rank], shortest, micro) for rank, tl in timelines.items()}
     k = _returns_k(timelines) if micro else 1
+    aligned: set[str] = set()
     if k > 1:
         for rank, tl in timelines.items():
             stepped = by_counted_returns(tl, k) if not out[rank].clock.known and _seen_whole(tl) else None
             if stepped is not None:
                 out[rank] = stepped
+                aligned.add(rank)
     if synchronized and any(tl.clock.cause == UNEVEN for tl in out.values()):
         # the ranks take the same steps: where slow steps left one rank's median unknown
         # (``judged_uneven``), a peer counted on its period (or its own) has no truer one; each
         # interval of theirs holds a step at least
         out = {rank: replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.intervals)) if tl.clock.known
                else tl for rank, tl in out.items()}
-    return _visits_on_peers(timelines, out, agreeing(out)) if synchronized else out
+    return _visits_on_peers(timelines, out, agreeing(out, aligned)) if synchronized else out
 
 
 def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
