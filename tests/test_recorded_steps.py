@@ -15,6 +15,10 @@ from traceml_attach.steps.classify import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.truth.json"))
+# truth_hf_trainer_accum4_micro: HF Trainer with 4 micro-batches, a 12-s snapshot raised to 400 Hz by
+# bench/frameworks_bench.py (one run of three), where a micro-batch's return goes unseen now and then:
+# its micro-batch was given as the step (-75%) until the input's visits, once an optimizer step, counted
+# k with the optimizer's (accumulation._by_odds)
 
 
 # Known wrong (issue "Every step counted"): nanoGPT's own train.py with 4 micro-batches: its
@@ -25,15 +29,7 @@ NAMES = sorted(p.name.removesuffix(".truth.json") for p in FIXTURES.glob("*.trut
 # told 18 of the 55 intervals counted as two or more for one slow micro-batch each: its one-micro-batch
 # intervals are on a CPU 90.0% of their time, just over ON_CPU, so the other 37, which worked 1.5-2.4
 # micro-batches' time, are drawn)
-# HF Trainer with 4 micro-batches (bench/frameworks_bench.py, a 12-s snapshot raised to 400 Hz; one run
-# of three): a micro-batch's return goes unseen now and then, so 11 of the 44 gaps between the
-# optimizer's visits, counted in the clock's steps, are one short of a multiple of 4 (31 are
-# multiples), and the optimizer shows in 47% of its optimizer steps. k = 4 is 1.5e8 times likelier
-# than none, but a recorded DDP stream without accumulation (ddp_input_straggler, looped) shows the
-# same: gaps multiples of 5 or one short, the optimizer in 52%. k is counted (accumulation._by_odds)
-# only where it shows in 60%, so here none is, and the micro-batch is given as the step
-KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 132 steps for 128",
-               "truth_hf_trainer_accum4_micro": "the 22-ms micro-batch given as the step: 384 steps for 99 (-75%)"}
+KNOWN_WRONG = {"truth_nanogpt_accum4": "miscounted micro-batches grouped by 4: 132 steps for 128"}
 # Known wrong: 2 gloo ranks on 2 cores that the attacher's py-spy (queued 16% of the time) shares:
 # the rank that waits in the all-reduce shows its input 2.6 points short and its backward 4.6 over
 SHARES_WRONG: dict[str, str] = {"truth_ddp_starved": "the waiting rank's backward 4.6 points over, input 2.6 short"}

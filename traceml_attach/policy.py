@@ -467,6 +467,9 @@ OPTIMIZER_UNSEEN = 0.01
 # MAX_CHANCE (``marks_steps``). At 5% a rank of 8 with 8 micro-batches (e^-λ 4.8%) had its visits
 # taken for steps and made its peers' right step times unknown
 MARKS_UNSEEN = 0.025
+# Steps aligned on the optimizer's visits (``by_counted_returns``) stand with at most this share of them
+# as long as several (the step count allows 3%)
+ALIGNED_LONG = 0.02
 MIN_WITHOUT = 0.25
 # ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
 # step is seen in few steps, and a few visits are spaced apart by chance as often as not
