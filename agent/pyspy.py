@@ -165,9 +165,8 @@ SAMPLER_NICE = -5
 SETTLE_CHECKS = 10   # RecordWindow.settle: its threads are set again at the first 10 counter reads (0.2 s)
 
 
-def _prioritize(pid: int) -> bool:
-    """Let the recorder preempt the job: it needs little CPU, but needs it on time. Returns
-    whether every thread of it runs at SAMPLER_NICE now.
+def _prioritize(pid: int) -> None:
+    """Let the recorder preempt the job: it needs little CPU, but needs it on time.
 
     On a machine whose cores the job fills, a recorder that waits for a core notices stack
     changes late, which shortens one phase and lengthens the next. On Linux a niceness belongs to
@@ -182,17 +181,13 @@ def _prioritize(pid: int) -> bool:
         os.setpriority(os.PRIO_PROCESS, pid, SAMPLER_NICE)
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except (PermissionError, ProcessLookupError, FileNotFoundError):
-        return False  # not permitted (normal priority), or the recorder already exited
-    settled = True
+        return  # not permitted (normal priority), or the recorder already exited
     for tid in tids:
         try:
             if os.getpriority(os.PRIO_PROCESS, tid) != SAMPLER_NICE:
                 os.setpriority(os.PRIO_PROCESS, tid, SAMPLER_NICE)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             continue   # a thread that ended since it was listed
-        except PermissionError:
-            settled = False
-    return settled
 
 
 @dataclass(frozen=True)

@@ -239,8 +239,8 @@ def _one_short_unknown(tl: Timeline, k: int) -> StepClock:
     """The clock where ``k`` was counted though the clock missed returns (``Plan.one_short``) and
     the optimizer's visits align no steps whose median holds (``by_counted_returns``)."""
     reason = (f"the optimizer's visits count {k} micro-batches to an optimizer step, but some returns between "
-              "them went unseen and the optimizer steps they align vary too much for a typical one: sample "
-              "faster or longer")
+              "them went unseen, and the optimizer steps its visits align are too few or too uneven to time "
+              "within 5%: sample faster or longer")
     return StepClock("unknown", None, None, None, reason, unseen=tl.clock.unseen)
 
 
@@ -525,37 +525,42 @@ def _counted_whole(tl: Timeline) -> tuple[list[int], float, int] | None:
     return (gaps, seen, k) if k > 1 else None
 
 
-def _by_odds(gaps: Sequence[int], seen: float, inputs: tuple[Sequence[int], float] = ((), 0.0)) -> int:
-    """k where the gaps, counted in the clock's steps, make it COUNTED_ODDS times likelier than no
-    accumulation and than any other k (``undecided``), from MIN_GAPS gaps or more, seen in MIN_SEEN
-    of its optimizer steps, though fewer than MULTIPLE_SHARE of them are its multiples; else 1.
+def _by_odds(gaps: Sequence[int], seen: float, inputs: tuple[Sequence[int], float]) -> int:
+    """k where the gaps, counted in the clock's steps, count it though fewer than MULTIPLE_SHARE of
+    them are its multiples (``_one_short_k``), the optimizer seen in UNDECIDED_SEEN of its optimizer
+    steps, or the input's visits (``inputs``: their gaps counted alike) counting the same k so; else 1.
     A micro-batch boundary the clock did not see makes a gap one short of a multiple: 3 workers
     delivering in bursts, 4 micro-batches to an 80-ms optimizer step at 500 Hz, had each
     micro-batch's backward (3 samples) go unseen 1 time in 25, and with it the return after it:
     55 of 75 gaps were multiples of 4 and 15 one short (3, 7, 11, 15, 19), where none would be
     expected one short without accumulation more than any other length; k = 4 was 8e20 times
-    likelier than none, and the 14.5-ms micro-batch was given as the step (-81%)."""
+    likelier than none, the optimizer seen in 64% of its steps, and the 14.5-ms micro-batch was given
+    as the step (-81%). The recorded 2-rank DDP stream without accumulation, repeated for ten minutes
+    (``ddp_input_straggler``), made k = 5 likelier 4.4e5 times, every gap a multiple of 5 or one short,
+    but its optimizer seen in 52% of its steps. HF Trainer fetches a step's micro-batches at once
+    (``get_batch_samples``): with 4 of them at 400 Hz its optimizer showed in 47% of its optimizer
+    steps (31 gaps of 44 multiples of 4, 11 one short, 1.5e8:1), its input in 83% (58 of 79 multiples,
+    17 one short, 1.8e25:1), where that DDP stream fetches every step (every gap 1). It was the 22-ms
+    micro-batch given as the step (-75%)."""
+    k = _one_short_k(gaps, seen)
+    if k == 1 or k * seen >= UNDECIDED_SEEN:
+        return k
+    input_gaps, input_seen = inputs
+    return k if _one_short_k(input_gaps, input_seen) == k and k * input_seen >= UNDECIDED_SEEN else 1
+
+
+def _one_short_k(gaps: Sequence[int], seen: float) -> int:
+    """k where the gaps make it COUNTED_ODDS times likelier than no accumulation and than any other
+    k (``undecided``), from MIN_GAPS gaps or more, seen in MIN_SEEN of its optimizer steps, k >= 3,
+    and MULTIPLE_SHARE of them multiples of k or one short of one (``_one_short``); else 1. Only one
+    short: returns missed, nothing else (the DDP stream above, its optimizer seen every 10th step in
+    a long stretch, 11 gaps of 10 and 4, 5, 24, made k = 10 3.7e5 times likelier than none). One
+    short of a multiple of 2 is any odd gap: k = 2 is not counted so."""
     odds = undecided(gaps, seen)
     if odds is None or len(gaps) < MIN_GAPS or odds[1] < COUNTED_ODDS or odds[0] * seen < MIN_SEEN:
         return 1
-    # ...and only where the gaps that are no multiple of k are one short of one: returns missed,
-    # nothing else. A recorded 2-rank DDP job without accumulation, its optimizer seen every 10th
-    # step in a long stretch (11 gaps of 10, and 4, 5, 24), made k = 10 3.7e5 times likelier than
-    # none. One short of a multiple of 2 is any odd gap: k = 2 is not counted so. And the optimizer
-    # seen in most of its optimizer steps (UNDECIDED_SEEN, not MIN_SEEN): that stream, repeated for
-    # ten minutes, also made k = 5 likelier 4.4e5 times, every gap a multiple of 5 or one short, but
-    # seen in 52% of its steps; the bursty job above in 64%. Or where the input, fetched once an
-    # optimizer step (``inputs``: its visits' gaps counted alike), counts the same k so: HF Trainer
-    # fetches a step's micro-batches at once (``get_batch_samples``), and with 4 of them at 400 Hz
-    # its optimizer showed in 47% of its optimizer steps (31 gaps of 44 multiples of 4, 11 one short,
-    # 1.5e8:1), its input in 83% (58 of 79 multiples, 17 one short, 1.8e25:1); that DDP stream
-    # fetches every step (every gap 1). It was the 22-ms micro-batch given as the step (-75%)
     k = odds[0]
-    if k < 3 or not _one_short(gaps, k):
-        return 1
-    if k * seen >= UNDECIDED_SEEN:
-        return k
-    return k if _by_odds(*inputs) == k else 1
+    return k if k >= 3 and _one_short(gaps, k) else 1
 
 
 def _one_short(gaps: Sequence[int], k: int) -> bool:

@@ -79,8 +79,10 @@ def share_period(timelines: dict[str, Timeline]) -> dict[str, Timeline]:
     # or returns that split a step) times no step for the others: 2 ranks accumulating 2 micro-batches
     # of 650-ms steps, one seeing returns inside its steps (19 intervals for 14 steps, 566 ms), were
     # both given its median (-18%), where the other's own intervals were its steps
-    stepping = {r: tl for r, tl in own.items() if marks_steps(tl.intervals, tl.rate_hz) is None} or own
-    ref = max(stepping, key=lambda r: _quality(own[r]))
+    ref = max(own, key=lambda r: _quality(own[r]))
+    if marks_steps(own[ref].intervals, own[ref].rate_hz) is not None:
+        stepping = [r for r, tl in own.items() if r != ref and marks_steps(tl.intervals, tl.rate_hz) is None]
+        ref = max(stepping, key=lambda r: _quality(own[r])) if stepping else ref
     period = own[ref].clock.period_ns
     assert period is not None
     varied = [r for r, tl in timelines.items() if _saw_them_vary(tl.clock, len(tl.intervals))]
