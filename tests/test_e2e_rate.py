@@ -13,6 +13,8 @@ from launch import rank_truth
 from tests.conftest import honestly_unknown, traceml
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 
+RARE_OPTIMIZER = "the optimizer is seen too rarely to tell gradient accumulation's micro-batches from steps"
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 
@@ -29,11 +31,16 @@ def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, 
     run = tmp_path / "logs" / "rate"
     summary = json.loads((run / "final_summary.json").read_text())
     sampling = summary["sampling"]
-    # THEN the sampler raised each rank's rate by itself, within the default --max-rate, and says why
+    # THEN the sampler raised each rank's rate by itself, within the default --max-rate, and says why:
+    # steps too short for 100 Hz, and where a first raise stopped short of --max-rate (steps of up to
+    # ~47 ms seen at 100 Hz: 350 Hz), possibly again for its 0.3-ms optimizer, seen in 3-4% of the steps
+    # at 200-350 Hz: a few gaps between its visits all multiples of some k by chance leave accumulation
+    # undecided (3 to 11% of 3-5 s windows of a recording of this job) and ask for more visits (CI, once)
     assert (sampling["rate_hz"], sampling["max_rate_hz"]) == (100, DEFAULT_MAX_RATE)
     assert set(sampling["rates"]) == {"0", "1"}, sampling["rates"]
     for rate in sampling["rates"].values():
-        assert 100 < rate["rate_hz"] <= DEFAULT_MAX_RATE and "samples at " in rate["why"], sampling["rates"]
+        assert 100 < rate["rate_hz"] <= DEFAULT_MAX_RATE, sampling["rates"]
+        assert "samples at 100 Hz" in rate["why"] or (rate["changes"] >= 2 and RARE_OPTIMIZER in rate["why"]), rate
         assert f"Rate: {rate['rate_hz']} Hz on rank" in out.stdout
     # AND the verdict stands, and each rank's step time is its own within 5%, from the change on
     # (unknown only where the job's own steps varied, as they can on 2 busy cores: conftest)
