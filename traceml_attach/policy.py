@@ -313,6 +313,15 @@ MAX_RATE_HZ = 1000            # no rate above this is advised
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
 NEAR_SHARE = 0.25     # 38% of the steps are)
+# ...and two intervals in a row, each under SPLIT_PART of the period, that add up to it within
+# SPLIT_SLACK, are one step that a boundary split (or two steps whose others went unseen), not
+# two steps seen whole: more such pairs than SPLIT_SHARE of the intervals and the wraps are not
+# every boundary (period.split_pairs). Steps jittered by 20% make one in ~25,000 intervals so.
+SPLIT_PART = 0.7
+SPLIT_SLACK = 0.2
+SPLIT_SHARE = 0.05
+# ...unless the optimizer ran in this share of the intervals or more: they are the steps (clock.optimizer_marked)
+SPLIT_MARKED = 0.8
 
 # -- clock.py: when the returns seen are every boundary, and when a rate is suggested; drop-outs
 # A higher rate is suggested for long steps only where their boundaries go unseen at least this often

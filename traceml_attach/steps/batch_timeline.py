@@ -37,6 +37,7 @@ from traceml_attach.steps.clock import (
     expand,
     expand_counted,
     median_holds,
+    optimizer_marked,
     uneven_clock,
 )
 from traceml_attach.steps.dataflow import feeding_lines
@@ -338,7 +339,8 @@ def build_timeline(
     intervals = _intervals(segments, bounds, _holes(mine, MAX_SPAN_GAP_INTERVALS * interval_ns), counter, rate_hz,
                            sampler, outside)
     visits = _visits(segments, outside) if outside is not None else None
-    clock, counts = clock_of([s.counted_ns for s in intervals], _unseen(visits, rate_hz), rate_hz)
+    clock, counts = clock_of([s.counted_ns for s in intervals], _unseen(visits, rate_hz), rate_hz,
+                             optimizer_marked(intervals))
     labels: Counter[str] = Counter()
     for seg in segments:
         if seg.phase == "wait":

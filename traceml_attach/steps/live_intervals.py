@@ -47,6 +47,7 @@ from traceml_attach.steps.clock import (
     one_on_cpu,
     one_share,
     one_work_of,
+    optimizer_marked,
     outside_samples,
     shared_unseen,
     slow_share,
@@ -62,6 +63,7 @@ from traceml_attach.steps.period import (
     count_spread,
     jitter,
     pins_median,
+    split_pairs,
     strays,
     too_ambiguous,
 )
@@ -474,7 +476,7 @@ class IntervalWindow:
         """Fit the clock as the batch does (``clock_of``) on the window's intervals."""
         self.set_unseen(unseen)
         durations = [r.dur for r in self.records]
-        clock, counts = clock_of(durations, self.unseen, self.rate_hz)
+        clock, counts = clock_of(durations, self.unseen, self.rate_hz, optimizer_marked(r.step for r in self.records))
         self.clock = clock
         self.last_cold_ns, self.cold_m, self.cold_due, self.fitted = now_ns, len(durations), False, True
         self.next_warm_ns = now_ns + int(REFIT_S * NS * (1 + self.stagger))
@@ -514,6 +516,8 @@ class IntervalWindow:
                     swallowing, held = self.spans.swallowing(record.long_spans)
                     self.restep(record, replace(record.step, swallowing=swallowing, held=held))
         ok = self.whole > 0 and pins_median(self.whole, self.own_total, jit, period)
+        ok = ok and not (wraps and split_pairs(durs, period)   # clock_of's check, warm
+                         and not optimizer_marked(r.step for r in self.records))
         r_bar = None
         if not wraps:
             r_bar = math.hypot(self.trig_sums[0], self.trig_sums[1]) / m
