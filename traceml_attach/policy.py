@@ -433,6 +433,9 @@ REF_MARGIN = 0.1
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
 MIN_GAPS = 6              # optimizer intervals apart: at least this many gaps to judge k
 MULTIPLE_SHARE = 0.8      # at least this share of the gaps are whole multiples of k...
+# the optimizer's visits end the runs of k micro-batches in at least this share of them: the runs are its
+# steps, whatever period its visits fit (accumulation._visits_end_groups)
+ENDS_SHARE = 0.9
 MAX_ADJACENT = 0.1        # ...at most this share are one micro-batch...
 MIN_SEEN = 0.3            # ...the optimizer was seen in at least this share of the optimizer steps...
 # ...and that many multiples would arise by chance without accumulation (the optimizer seen in

@@ -46,6 +46,7 @@ from traceml_attach.policy import (
     ADJACENT_ODDS,
     ALIGNED_LONG,
     COUNTED_ODDS,
+    ENDS_SHARE,
     MARKS_UNSEEN,
     MAX_ADJACENT,
     MAX_CHANCE,
@@ -187,14 +188,30 @@ def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
     end with a step that holds optimizer time; incomplete groups at either end are left out."""
     if k <= 1 or len(steps) < k:
         return tuple(steps)
-    stepped = [s.phases_ns.get("optimizer", 0) > 0 for s in steps]
-    offset = max(range(k), key=lambda o: (sum(stepped[i + k - 1] for i in range(o, len(steps) - k + 1, k)), -o))
+    offset = _offset(steps, k)
     out = []
     for i in range(offset, len(steps) - k + 1, k):
         run = steps[i:i + k]
         if all(a.end_ns == b.start_ns for a, b in itertools.pairwise(run)):   # no hole inside
             out.append(_merged(run))
     return tuple(out)
+
+
+def _offset(steps: Sequence[Step], k: int) -> int:
+    """Where ``group``'s first run of k starts: the most runs end with a step that holds optimizer time."""
+    stepped = [s.phases_ns.get("optimizer", 0) > 0 for s in steps]
+    return max(range(k), key=lambda o: (sum(stepped[i + k - 1] for i in range(o, len(steps) - k + 1, k)), -o))
+
+
+def _visits_end_groups(steps: Sequence[Step], k: int) -> bool:
+    """Whether the optimizer's visits among the micro-batch ``steps`` end ``group``'s runs of k (ENDS_SHARE
+    of them, MIN_GAPS or more): the runs are its steps, and a period its visits fit that the runs stray
+    from is a divisor of theirs."""
+    offset = _offset(steps, k)
+    ends = {i + k - 1 for i in range(offset, len(steps) - k + 1, k)}
+    last = max(ends, default=-1)   # visits inside the runs only: the incomplete ones at either end are no step
+    visits = [i for i in range(offset, last + 1) if steps[i].phases_ns.get("optimizer", 0) > 0]
+    return len(visits) >= MIN_GAPS and sum(1 for i in visits if i in ends) >= ENDS_SHARE * len(visits)
 
 
 def _merged(run: Sequence[Step]) -> Step:
@@ -1047,10 +1064,14 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
         typical = period
     visits = by_optimizer(tl)
     theirs = visits.clock.typical_ns if visits is not None else None
-    if visits is not None and theirs and abs(typical / theirs - 1) > MAX_STEP_ERROR:
+    if (visits is not None and theirs and abs(typical / theirs - 1) > MAX_STEP_ERROR
+            and not _visits_end_groups(micro_steps, k)):
         # the optimizer's own visits, one per optimizer step, fit a step of their own that k
         # micro-batches stray from: the returns are not all micro-batches (an outer loop's wraps
-        # among them), or were miscounted; the visits are the steps' own mark
+        # among them), or were miscounted; the visits are the steps' own mark. Not where the visits
+        # end the runs of k micro-batches: 3 workers delivering in bursts, 2 micro-batches a step,
+        # made steps of 160, 160 and 80 ms by turns; the visits, every one at a run's end, fitted
+        # 78 ms, the divisor of their gaps (-49%), and the runs' median was the job's (-0.5%)
         return replace(visits, micro_batches=None)
     clock = replace(clock, period_ns=period, typical_ns=typical, mean=mean,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
