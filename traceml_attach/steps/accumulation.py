@@ -102,7 +102,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import fit_at, steady_median
+from traceml_attach.steps.period import fit_at, in_valley, steady_median
 from traceml_attach.steps.phases import PHASES
 
 
@@ -320,13 +320,16 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     # was neither (4 ranks, 3 micro-batches of 50 ms, 2 workers: 50.5 ms for a median of 55.2 and a
     # mean of 50.1)
     mean = False
-    if clock.method != "wraps":
-        whole = sorted(float(length) for length, n in zip(lengths, counts, strict=True) if n == 1)
-        # ...or where the steps split from longer groups move the median off the whole ones' (their
-        # even split pulls it toward the mean: 8 such ranks read 8.5-10.7% under the job's median)
-        if whole and (not steady_median(whole, sum(counts))
-                      or abs(typical / statistics.median(whole) - 1) > MAX_STEP_ERROR / 2):
-            typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
+    whole = sorted(float(length) for length, n in zip(lengths, counts, strict=True) if n == 1)
+    seen = statistics.median(whole) if whole else None
+    # ...or where the steps split from longer groups move the median off the whole ones' (their even
+    # split pulls it toward the mean: 8 such ranks read 8.5-10.7% under the job's median)
+    uneven = seen is not None and clock.method != "wraps" and (
+        not steady_median(whole, sum(counts)) or abs(typical / seen - 1) > MAX_STEP_ERROR / 2)
+    # ...or, every optimizer step seen (``clock_of`` held their median steady), two lengths by turns
+    # whose gap jitter and the samples' lag fill, the median in the valley between them (``in_valley``)
+    if seen is not None and (uneven or in_valley(whole, seen)):
+        typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
 
