@@ -102,7 +102,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import fit_at, in_valley, steady_median
+from traceml_attach.steps.period import by_turns, fit_at, in_valley, steady_median
 from traceml_attach.steps.phases import PHASES
 
 
@@ -327,8 +327,9 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     uneven = seen is not None and clock.method != "wraps" and (
         not steady_median(whole, sum(counts)) or abs(typical / seen - 1) > MAX_STEP_ERROR / 2)
     # ...or, every optimizer step seen (``clock_of`` held their median steady), two lengths by turns
-    # whose gap jitter and the samples' lag fill, the median in the valley between them (``in_valley``)
-    if seen is not None and (uneven or in_valley(whole, seen)):
+    # whose gap jitter and the samples' lag fill, the median in the valley between them (``in_valley``),
+    # or between the lengths of every other step (``by_turns``)
+    if seen is not None and (uneven or in_valley(whole, seen) or by_turns(lengths, counts, seen)):
         typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
