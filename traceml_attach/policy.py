@@ -313,8 +313,11 @@ MAX_RATE_HZ = 1000            # no rate above this is advised
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
 NEAR_SHARE = 0.25     # 38% of the steps are)
-VALLEY_NEAR = 0.025   # ...and not in a valley between two modes: at least VALLEY_SHARE as many steps this
-VALLEY_SHARE = 0.5    # close to it as to the busier quartile, where VALLEY_LEAST or more are (period._in_valley)
+# the median of optimizer steps timed by the optimizer's visits is no valley between two lengths:
+# at least VALLEY_SHARE as many steps within VALLEY_NEAR of it as of the busier quartile, where
+# VALLEY_LEAST or more are (period.in_valley; accumulation.by_optimizer gives their mean otherwise)
+VALLEY_NEAR = 0.025
+VALLEY_SHARE = 0.5
 VALLEY_LEAST = 6
 # ...and two intervals in a row, each under SPLIT_PART of the period, that add up to it within
 # SPLIT_SLACK, are one step that a boundary split (or two steps whose others went unseen), not
