@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from testkit.stacks import BACKWARD, FETCH, FORWARD, H2D, ITEM, MAIN, MODULE, OPTIM, f, steps, torch_frame
@@ -53,6 +55,36 @@ def test_the_outer_loop_wins_over_a_step_function_it_calls():
     tl = timeline(spans)
     assert len(tl.steps) == 8
     assert tl.steps[0].phases_ns["input"] == 20 * 10**6
+
+
+def test_a_batch_fetched_between_two_calls_of_the_step_function_starts_the_step():
+    # GIVEN a loop whose `train_step(batch)` holds the step (h2d, forward, backward on its own
+    # lines): every other batch is ready, its fetch unseen, and the others take 60 ms to arrive,
+    # so train_step wraps every step and the caller's `for` line only every other one; one slow
+    # fetch falls between forward and backward samples (train_step's lines go forward across it)
+    def in_step(line, below=()):
+        return (MODULE, MAIN, f("train", line=20, src="loss = train_step(batch)"), f("train_step", line=line), *below)
+
+    fetch = (MODULE, MAIN, f("train", line=19, src="for batch in loader:"),
+             torch_frame("_BaseDataLoaderIter.__next__", "torch/utils/data/dataloader.py"))
+    h2d, forward, backward = in_step(51), in_step(52, FORWARD[2]), in_step(53, BACKWARD[2])
+    spans, t, starts = [], 10**9, []
+    for k in range(40):
+        starts.append(t)
+        if k == 21:
+            pattern = [(fetch, 60), (backward, 20)]       # its h2d and forward unseen
+        else:
+            pattern = ([(fetch, 60)] if k % 2 else []) + [(h2d, 5), (forward, 15), (backward, 20)]
+        for st, ms in pattern:
+            spans.append(Span(42, 1, t, ms * 10**6, st))
+            t += ms * 10**6
+    assert find_loop(spans).name == "train_step"
+    tl = timeline(spans, rate=200)
+    # THEN each step starts where its batch was fetched, not at the return to h2d after it: the
+    # steps are 40 and 100 ms by turns, every one of them, the fetch in the step it feeds
+    assert list(tl.bounds) == starts[1:]
+    assert [s.dur_ns for s in tl.intervals] == [b - a for a, b in itertools.pairwise(starts[1:])]
+    assert all(s.phases_ns["input"] == (60 * 10**6 if s.dur_ns > 50 * 10**6 else 0) for s in tl.intervals)
 
 
 def test_background_threads_are_not_the_training_thread():

@@ -143,6 +143,9 @@ JOBS = {
     # 2 workers on 8 synchronized ranks: steps of two lengths by turns, every boundary seen; a rank
     # that finds them too uneven makes every rank's step unknown, live as in the batch
     "bursty_ddp": (build(Point.parse("bursty:80:2:300:8:615000"))[0], 300, {}),
+    # 4 synchronized ranks whose 4 workers deliver in bursts, the step under `train_step(batch)`: a
+    # batch fetched between two calls starts the step (timeline.outer_back), live as in the batch
+    "outer_returns": (build(Point.parse("bursty:30:4:200:4:450000"))[0], 400, {}),
     # a sampler that waits for a core 25 times a second hides boundaries beyond chance; the thread's
     # CPU counters tell those intervals from the slow steps (clock.worked), live as in the batch
     "starved": (Job((RankWork(4.0, 0.0, 24.0, 3.0, 0.5),), jitter=0.1, contended=2.0), 400,

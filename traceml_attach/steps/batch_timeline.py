@@ -178,18 +178,41 @@ def returns(line: int, rank: int | None, prev_line: int | None, prev_rank: int |
     return back, rank if rank is not None else (prev_rank if line == prev_line else None)
 
 
+def outer_back(stack: Stack, depth: int, above: Stack) -> bool:
+    """Whether ``stack``, seen after ``above`` (the frames above the loop frame at its last visit),
+    shows one of those frames gone back to an earlier line: the loop frame's call ended and an
+    outer loop went round (a ``train_step(...)`` returned and its caller's ``for`` fetches the
+    next batch). Compared from the outermost frame down, as far as the frames are the same."""
+    for d in range(min(len(stack), depth)):
+        frame, then = stack[d], above[d]
+        if frame.name != then.name or frame.file != then.file or frame.line > then.line:
+            return False
+        if frame.line < then.line:
+            return True
+    return False
+
+
 def _boundaries(segments: Sequence[Segment], loop: LoopFrame) -> list[int]:
+    """Each return to the start of the step's cycle in the loop frame (``returns``), at the first
+    sample of it: where the loop frame's call ended and an outer loop went round first, at that
+    (``outer_back``: the batch fetched by the caller between two calls starts the step)."""
     out: list[int] = []
     prev_line: int | None = None
     prev_rank: int | None = None
+    above: Stack | None = None   # the frames above the loop frame at its last visit
+    back_at: int | None = None   # the first sample since then where one of them went back
     for seg in segments:
         st = seg.span.stack
         if len(st) > loop.depth and (st[loop.depth].name, st[loop.depth].file) == (loop.name, loop.file):
             line = st[loop.depth].line
             back, prev_rank = returns(line, CYCLE_RANK.get(seg.phase), prev_line, prev_rank)
-            if back:
+            if back_at is not None:
+                out.append(back_at)
+            elif back:
                 out.append(seg.ts_ns)
-            prev_line = line
+            prev_line, above, back_at = line, st, None
+        elif above is not None and back_at is None and outer_back(st, loop.depth, above):
+            back_at = seg.ts_ns
     return out
 
 

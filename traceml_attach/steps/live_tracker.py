@@ -43,7 +43,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from traceml_attach.ingest.model import Span, os_pid
+from traceml_attach.ingest.model import Span, Stack, os_pid
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import MAX_SPAN_GAP_INTERVALS, MIN_INTERVALS, SWALLOW_RATIO
 from traceml_attach.steps.batch_timeline import (
@@ -57,6 +57,7 @@ from traceml_attach.steps.batch_timeline import (
     framework_of,
     inside,
     loop_feeding,
+    outer_back,
     returns,
     sampler_dropped,
     stalled,
@@ -122,6 +123,10 @@ class RankTracker(SpanWindow):
         self.prev_line: int | None = None
         self.prev_rank: int | None = None          # the last work phase seen on prev_line (CYCLE_RANK)
         self.prev_loop_end = 0
+        self.above: Stack | None = None             # the frames above the loop frame at its last visit
+        self.back_at: int | None = None             # the first span since then where one went back (outer_back)
+        self.back_spans: list[tuple[Span, StackInfo]] = []   # the spans since back_at
+        self.back_hole = False                      # a hole since back_at
         self.bounds: Log[int] = Log()
         self.bound_prev: Log[int] = Log()          # end of the loop-frame span before each bound
         self.open_start: int | None = None
@@ -174,7 +179,8 @@ class RankTracker(SpanWindow):
         epoch, loop, dominant, hole_ns, start_ns = self.epoch, self.loop, self.dominant, self.hole_ns, self.start_ns
         prev_end, last_path, stuck = self.prev_end, self.last_path, self.stuck_since
         visits, in_visit, prev_line, prev_loop_end = self.visits, self.in_visit, self.prev_line, self.prev_loop_end
-        prev_rank = self.prev_rank
+        prev_rank, above, back_at, back_spans = self.prev_rank, self.above, self.back_at, self.back_spans
+        back_hole = self.back_hole
         open_start, open_spans, open_hole = self.open_start, self.open_spans, self.open_hole
         count = seg_ns = visit_ns = 0
         for span, info in items:
@@ -187,7 +193,11 @@ class RankTracker(SpanWindow):
             info.ns += dur
             info.segs += 1
             if prev_end is not None and ts - prev_end > hole_ns:
-                open_hole = True   # the interval across a hole is dropped
+                # the interval across a hole is dropped: the open one, or the one from back_at on
+                if back_at is None:
+                    open_hole = True
+                else:
+                    back_hole = True
             prev_end = end
             path = info.path
             if path is not last_path and path != last_path:
@@ -209,13 +219,20 @@ class RankTracker(SpanWindow):
             line = info.loop_line
             if line is not None:
                 back, rank = returns(line, info.rank, prev_line, prev_rank)
-                if back:   # a return to the cycle's start: a boundary
-                    self.bounds.append(ts)
+                if back or back_at is not None:   # a return to the cycle's start: a boundary
+                    at = ts if back_at is None else back_at
+                    self.bounds.append(at)
                     self.bound_prev.append(prev_loop_end)
                     if open_start is not None and not open_hole and open_start >= start_ns:
-                        self._close(open_start, ts, open_spans)
-                    open_start, open_spans, open_hole = ts, [], False
+                        self._close(open_start, at, open_spans)
+                    open_start, open_spans, open_hole = at, back_spans, back_hole
                 prev_line, prev_rank, prev_loop_end = line, rank, end
+                above, back_at, back_spans, back_hole = info.stack, None, [], False
+            elif above is not None:
+                if back_at is None and outer_back(info.stack, loop.depth, above):
+                    back_at = ts
+                if back_at is not None:
+                    back_spans.append((span, info))
             if open_start is not None:
                 open_spans.append((span, info))
         self.seg_count += count
@@ -223,7 +240,8 @@ class RankTracker(SpanWindow):
         self.visit_ns += visit_ns
         self.prev_end, self.last_path, self.stuck_since = prev_end, last_path, stuck
         self.in_visit, self.prev_line, self.prev_loop_end = in_visit, prev_line, prev_loop_end
-        self.prev_rank = prev_rank
+        self.prev_rank, self.above, self.back_at, self.back_spans = prev_rank, above, back_at, back_spans
+        self.back_hole = back_hole
         self.open_start, self.open_spans, self.open_hole = open_start, open_spans, open_hole
 
     def _expire(self, start_ns: int) -> None:
