@@ -83,6 +83,7 @@ from traceml_attach.steps.clock import (
     Step,
     StepClock,
     clock_of,
+    could_hide,
     edge_steps,
     expand,
     guesses,
@@ -294,6 +295,8 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     # counted between the visits' own ends, which end their optimizer steps to within a sample: the
     # returns after them lag by however many micro-batches went by unseen
     clock, counts = clock_of(lengths, unseen, tl.rate_hz)
+    if not clock.known and clock.cause is None and unseen is not None:
+        return _visits_mean(tl, groups, lengths, unseen)
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
@@ -333,6 +336,40 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
+
+
+def _visits_mean(tl: Timeline, groups: Sequence[Step], lengths: Sequence[int], unseen: float) -> Timeline | None:
+    """``tl`` in the optimizer steps its visits mark, every one seen (``unseen``, the optimizer's
+    e^-λ, at most MAX_UNSEEN), where they vary too much for a median (``clock_of`` refused them as
+    jittery): their mean, said so, as steps/mean.py gives where no accumulation is, and on the same
+    terms (``could_hide``, ``mean_at_risk``). None where they do not hold one. (2 micro-batches a
+    step whose 4 workers deliver in bursts: steps of 80 and 180 ms by turns, the visits in every one,
+    the median between them.)"""
+    n = len(lengths)
+    if unseen > MAX_UNSEEN or n < MIN_INTERVALS or any(group.swallowing for group in groups):
+        return None
+    hidden = _hidden_visits(tl, groups)
+    if (could_hide(lengths) if hidden is None else hidden) > MAX_STEP_ERROR * n or mean_at_risk(n, unseen):
+        return None
+    mean = sum(lengths) / n
+    clock = StepClock("wraps", mean, 1.0, None, unseen=unseen, typical_ns=mean,
+                      edge_steps=_edges(tl, groups, mean), mean=True)
+    return replace(tl, steps=tuple(groups), clock=clock, micro_batches=None)
+
+
+def _hidden_visits(tl: Timeline, groups: Sequence[Step]) -> int | None:
+    """The optimizer's visits that ``groups`` could hide, counted in returns where every return was
+    seen (e^-λ of the returns at most MAX_UNSEEN): a group of n times the usual run of returns or more
+    could hide n - 1; None where returns went unseen. Their lengths cannot tell: optimizer steps of
+    80 and 180 ms by turns put their median on either kind, and on the short one every long step is
+    twice it, while each of them is a run of 2 returns."""
+    unseen = tl.clock.unseen
+    if unseen is None or unseen > MAX_UNSEEN or not groups:
+        return None
+    starts = [iv.start_ns for iv in tl.intervals]
+    runs = [bisect.bisect_left(starts, g.end_ns) - bisect.bisect_left(starts, g.start_ns) for g in groups]
+    usual = Counter(runs).most_common(1)[0][0]
+    return sum(r // usual - 1 for r in runs if usual and r >= 2 * usual)
 
 
 def _timed(groups: Sequence[Step], lengths: Sequence[int], counts: Sequence[int], steps: Sequence[Step]) -> list[float]:

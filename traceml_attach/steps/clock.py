@@ -299,6 +299,14 @@ def mean_at_risk(n: int, unseen: float | None) -> bool:
     return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * (unseen or 0.0)) > MEAN_RISK
 
 
+def could_hide(durations: Iterable[float]) -> int:
+    """The boundaries that intervals of ``durations`` could hide: one n median ones long or more,
+    n - 1 (where e^-λ is wrong, a mean takes them in; steps/mean.py)."""
+    ordered = list(durations)
+    median = statistics.median(ordered)
+    return sum(int(d // median) - 1 for d in ordered if d >= 2 * median)
+
+
 def poisson_tail(m: int, mean: float) -> float:
     """P(X >= m) for X Poisson with ``mean`` (its terms in logs: a mean of hundreds of runs, a
     long window's, underflows e^-mean)."""

@@ -12,7 +12,7 @@ typical step.
 A missed boundary moves a median little and a mean by a whole step in all of them, so the mean is
 given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
-if every interval as long as two median ones or more hid the boundaries it could (``_could_hide``);
+if every interval as long as two median ones or more hid the boundaries it could (``clock.could_hide``);
 ranks that step together each saw every boundary and their means agree within MEAN_AGREE (a rank
 whose e^-λ is wrong counts fewer, longer steps than its peers). Never where the intervals may be
 micro-batches: the optimizer seen in some of them only, the long ones
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 
 from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, edge_steps, mean_at_risk
+from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide, edge_steps, mean_at_risk
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -117,7 +117,7 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     n, unseen = len(whole), tl.clock.unseen or 0.0
     if n < MIN_INTERVALS:
         return f"only {n} steps were seen whole"
-    if _could_hide(whole) > MAX_STEP_ERROR * n:
+    if could_hide(s.dur_ns for s in whole) > MAX_STEP_ERROR * n:
         return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
     if mean_at_risk(n, unseen):
         m = math.floor(MAX_STEP_ERROR * n) + 1
@@ -127,8 +127,3 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
 
-
-def _could_hide(steps: Sequence[Step]) -> int:
-    """The boundaries that ``steps`` could hide: an interval n median ones long or more, n - 1."""
-    median = statistics.median(s.dur_ns for s in steps)
-    return sum(int(s.dur_ns // median) - 1 for s in steps if s.dur_ns >= 2 * median)
