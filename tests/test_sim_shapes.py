@@ -488,6 +488,24 @@ def test_optimizer_steps_marked_by_every_visit_too_uneven_for_a_median_are_given
     assert r.steps == truth.steps_in(lo, hi)
 
 
+def test_long_steps_that_work_one_steps_time_hide_no_boundary_for_the_mean():
+    # GIVEN one rank whose 4 DataLoader workers deliver in bursts (input 60% of the time, off the CPU
+    # while it waits): steps of ~80 ms and one of ~600 ms in four, every boundary seen at 500 Hz; the
+    # median is a short step, so every long one is many times it and "could hide" boundaries
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("bursty:200:4:500:1:856000")
+    rec, truths = simulate(build(pt)[0], 500, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    r, truth = an.ranks[0], truths[0]
+    # THEN the thread's time on a CPU says each long interval is one slow step (clock.could_hide_worked):
+    # the mean is given, said so, within 1% of the job's mean step, every step counted (was unknown)
+    assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
+    assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
+    assert r.steps == truth.steps_in(lo, hi)
+
+
 def test_synchronized_ranks_means_are_compared_over_the_steps_they_share():
     # GIVEN 4 synchronized ranks whose 6 DataLoader workers deliver in bursts (steps of 15 ms to
     # 1.2 s), at 200 Hz: every boundary seen, too uneven for a median; two ranks' windows lack a

@@ -307,6 +307,21 @@ def could_hide(durations: Iterable[float]) -> int:
     return sum(int(d // median) - 1 for d in ordered if d >= 2 * median)
 
 
+def could_hide_worked(intervals: Sequence[Step]) -> int:
+    """``could_hide`` of the ``intervals``, but for those whose thread's time on a CPU says they are
+    one slow step (``worked``: nearer one step's work than n steps'). Steps of two lengths by turns
+    (a DataLoader's workers delivering in bursts, the loop waiting off the CPU for the batch) put the
+    median on the short kind as often as not, and then every long step is twice it, yet works one
+    step's time."""
+    durations = [iv.dur_ns for iv in intervals]
+    median = statistics.median(durations)
+    counts = [int(d // median) if d >= 2 * median else 1 for d in durations]
+    if all(n == 1 for n in counts):
+        return 0
+    work = one_work(intervals, counts)
+    return sum(n - 1 for iv, n in zip(intervals, counts, strict=True) if n > 1 and worked(iv, n, work) != 1)
+
+
 def poisson_tail(m: int, mean: float) -> float:
     """P(X >= m) for X Poisson with ``mean`` (its terms in logs: a mean of hundreds of runs, a
     long window's, underflows e^-mean)."""

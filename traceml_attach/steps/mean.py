@@ -12,7 +12,8 @@ typical step.
 A missed boundary moves a median little and a mean by a whole step in all of them, so the mean is
 given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
-if every interval as long as two median ones or more hid the boundaries it could (``clock.could_hide``);
+if every interval as long as two median ones or more hid the boundaries it could, but those its thread's
+CPU time says are one slow step (``clock.could_hide_worked``);
 ranks that step together each saw every boundary and their means agree within MEAN_AGREE (a rank
 whose e^-λ is wrong counts fewer, longer steps than its peers). Never where the intervals may be
 micro-batches: the optimizer seen in some of them only, the long ones
@@ -30,7 +31,7 @@ from dataclasses import replace
 from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide, edge_steps, mean_at_risk
+from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_at_risk
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -117,7 +118,7 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     n, unseen = len(whole), tl.clock.unseen or 0.0
     if n < MIN_INTERVALS:
         return f"only {n} steps were seen whole"
-    if could_hide(s.dur_ns for s in whole) > MAX_STEP_ERROR * n:
+    if could_hide_worked(whole) > MAX_STEP_ERROR * n:
         return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
     if mean_at_risk(n, unseen):
         m = math.floor(MAX_STEP_ERROR * n) + 1
