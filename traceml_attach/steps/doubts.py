@@ -151,8 +151,11 @@ def lumped(tl: Timeline) -> str | None:
     if clock.method not in ("comb", "joint", "wraps") or not clock.period_ns:
         return None
     # where every boundary is seen, only the intervals counted as several steps by chance matter: a
-    # longer one is one slow step or a drop-out already (``clock.expand``)
-    chance = clock.unseen if clock.method == "wraps" else None
+    # longer one is one slow step or a drop-out already (``clock.expand``); on a peer's clock too,
+    # by the rank's own e^-λ (8 ranks slowed at random, each rank's 262 intervals its steps: rounded
+    # to the period, the slow ones were taken for two, and their compute, one step's, said the
+    # steps were not of one length, so none was known)
+    chance = clock.unseen if clock.method in ("wraps", "joint") else None
     return lumped_in(tl.intervals, clock.period_ns, tl.rate_hz, chance)
 
 
