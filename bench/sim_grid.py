@@ -463,7 +463,7 @@ def main() -> None:
                 out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
                                       "raised": ", raised from" in o.about,
                                       "known": o.known, "step_error": o.step_error, "mean_error": o.mean_error,
-                                      "count_error": o.count_error,
+                                      "count_error": o.count_error, "true_steps": o.true_steps,
                                       "method": o.method, "reason": o.reason}) + "\n")
     if args.reasons:
         reasons(outcomes, families)
