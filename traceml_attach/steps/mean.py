@@ -14,8 +14,9 @@ given only where that is unlikely to matter: the chance that sampling hid enough
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
 if every interval as long as two median ones or more hid the boundaries it could, but those its thread's
 CPU time says are one slow step (``clock.could_hide_worked``);
-ranks that step together each saw every boundary and their means agree within MEAN_AGREE (a rank
-whose e^-λ is wrong counts fewer, longer steps than its peers). Never where the intervals may be
+ranks that step together each saw every boundary and their means, over the steps they all hold,
+agree within MEAN_AGREE (a rank whose e^-λ is wrong counts fewer, longer steps than its peers;
+where most agree on the shortest, the others are that rank, and have no mean). Never where the intervals may be
 micro-batches: the optimizer seen in some of them only, the long ones
 (``accumulation.stepping_some``), or its visits, weighed on the mean as on any known step, counting
 micro-batches or unable to rule them out (``_one_micro_batch``).
@@ -75,9 +76,14 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
     if why is not None:
         return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
                 if rank in varied and tl.clock.reason else tl for rank, tl in timelines.items()}
-    out = {rank: replace(tl, clock=given[rank], step_floor=None) if rank in given and rank not in strays else
-           replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {strays[rank]}")) if rank in strays else tl
-           for rank, tl in timelines.items()}
+    out = dict(timelines)
+    for rank in given:
+        tl = timelines[rank]
+        if rank in strays:
+            reason = "; ".join(filter(None, (tl.clock.reason, strays[rank])))
+            out[rank] = replace(tl, clock=replace(tl.clock, reason=reason))
+        else:
+            out[rank] = replace(tl, clock=given[rank], step_floor=None)
     return out if _one_micro_batch(out, [r for r in given if r not in strays], synchronized) else timelines
 
 
@@ -136,4 +142,3 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     mean = sum(s.dur_ns for s in whole) / n
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
-
