@@ -249,6 +249,17 @@ def _truth_ms(r: RankStepStats, truth: Truth, lo: int, hi: int) -> float:
     return truth.mean_step_ms(lo, hi) if r.clock is not None and r.clock.mean else truth.median_step_ms(lo, hi)
 
 
+def grid_window(spec: str, rate_hz: float) -> tuple[Analysis, list[Truth], int, int]:
+    """A grid point (bench/sim_grid.py) sampled at ``rate_hz`` for 10 s: its analysis, each rank's
+    truth, and the window's edges."""
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse(spec)
+    rec, truths = simulate(build(pt)[0], rate_hz, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    return an, truths, an.start_ns or 0, an.end_ns or 0
+
+
 @pytest.mark.parametrize("inside", [True, False])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_estimator_wrapper_150ms_at_100hz(inside, seed):
@@ -358,26 +369,17 @@ def test_grid_points_once_wrong(spec):
     # the samples' lag fills the gap between the two lengths (no valley), and the median of the
     # visits' spacing, 29.9 ms, is neither (was +10.8% on rank 0; now their mean: period.by_turns)
     ("accum_bursty:30:3/2:50:2:541000", 400),
-])
-def test_grid_points_once_wrong_at_the_rate_the_attacher_raises_them_to(spec, rate_hz):
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse(spec)
-    right_or_unknown(build(pt)[0], rate_hz, pt.seed)
-
-
-@pytest.mark.parametrize(("spec", "rate_hz"), [
-    # every rank misses the same short steps (2 of 3 under 3 samples): a rank that counts the most
-    # of them is no fuller than the rest (+116% when every rank was given that rank's mean)
+    # and points a rule tried and left out got wrong (docs/steps.md, stop 55: every rank on the mean
+    # of the rank that counts the most steps): every rank misses the same short steps (2 of 3 under
+    # 3 samples), so a rank that counts the most of them is no fuller than the rest (+116%)
     ("bursty:5:3:500:4:38000", 500),
     ("bursty:50:6:100:8:567000", 100),
-    # the rank that counts the most returns counts micro-batches (-15% and +46% so)
+    # ...and the rank that counts the most returns counts micro-batches (-15% and +46% so)
     ("accum_bursty:30:2/2:300:4:494000", 300),
     ("accum_bursty:13:2/4:50:4:42000", 400),
     ("accum_bursty:320:3/4:300:4:1794000", 300),
 ])
-def test_grid_points_a_rule_tried_and_left_out_got_wrong(spec, rate_hz):
-    # (docs/steps.md, stop 55: "every rank on the mean of the rank that counts the most steps")
+def test_grid_points_once_wrong_at_the_rate_the_attacher_raises_them_to(spec, rate_hz):
     from bench.sim_grid import Point, build
 
     pt = Point.parse(spec)
@@ -499,54 +501,32 @@ def test_steps_seen_whole_too_uneven_for_a_median_are_given_as_their_mean():
         assert "their means disagree" in (r.clock.reason or ""), r.clock.reason
 
 
-def test_optimizer_steps_marked_by_every_visit_too_uneven_for_a_median_are_given_as_their_mean():
+def test_steps_too_uneven_for_a_median_whose_long_ones_hide_no_boundary_are_given_as_their_mean():
+    from bench.sim_grid import Point, build
+
     # GIVEN one rank accumulating 2 micro-batches a step, a 27% optimizer, 4 DataLoader workers
     # delivering in bursts, at the 400 Hz the attacher raises it to: every return and every optimizer
-    # visit seen, optimizer steps of ~80 and ~180 ms by turns, whose median sits between them; the
-    # visits' median fell on the short kind, so every long step was twice it
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("accum_bursty:130:2/4:50:1:1240000")
-    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
-    r, truth = an.ranks[0], truths[0]
-    # THEN the optimizer steps' mean is given, said so, within 1% of the job's mean optimizer step,
-    # every step counted (was: unknown, "the steps vary too much"): each visit ends a run of 2 returns,
-    # none of twice that, so no visit hid (accumulation._hidden_visits)
-    assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
-    assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
-    assert r.steps == truth.steps_in(lo, hi)
-
-
-def test_long_steps_that_work_one_steps_time_hide_no_boundary_for_the_mean():
-    # GIVEN one rank whose 4 DataLoader workers deliver in bursts (input 60% of the time, off the CPU
-    # while it waits): steps of ~80 ms and one of ~600 ms in four, every boundary seen at 500 Hz; the
-    # median is a short step, so every long one is many times it and "could hide" boundaries
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("bursty:200:4:500:1:856000")
-    rec, truths = simulate(build(pt)[0], 500, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
-    r, truth = an.ranks[0], truths[0]
-    # THEN the thread's time on a CPU says each long interval is one slow step (clock.could_hide_worked):
-    # the mean is given, said so, within 1% of the job's mean step, every step counted (was unknown)
-    assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
-    assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
-    assert r.steps == truth.steps_in(lo, hi)
+    # visit seen, optimizer steps of ~80 and ~180 ms by turns; the visits' median fell on the short
+    # kind, so every long step was twice it
+    accumulating = Point.parse("accum_bursty:130:2/4:50:1:1240000")
+    # THEN the optimizer steps' mean is given, said so, within 1% of the job's, every step counted
+    # (was unknown): each visit ends a run of 2 returns, none of twice that, so no visit hid
+    # (accumulation._visits_mean, _hidden_visits)
+    every_rank_the_mean(build(accumulating)[0], 400, accumulating.seed)
+    # AND GIVEN one rank whose 4 workers deliver in bursts (input 60% of the time, off the CPU while it
+    # waits): steps of ~80 ms and one of ~600 ms in four, every boundary seen at 500 Hz; the median is
+    # a short step, so every long one "could hide" boundaries
+    bursty = Point.parse("bursty:200:4:500:1:856000")
+    # THEN the thread's time on a CPU says each long one is one slow step (clock.could_hide_worked),
+    # and the mean is given too (was unknown)
+    every_rank_the_mean(build(bursty)[0], 500, bursty.seed)
 
 
 def test_ranks_whose_means_run_long_left_boundaries_unseen_and_most_ranks_still_have_theirs():
     # GIVEN 8 synchronized ranks, 40% of their steps fetching the batch 1.3-2.2x as long (a loader in
     # Python), at 300 Hz: every boundary seen as far as e^-λ can tell, too uneven for a median; over
     # the steps they share, six ranks' means agree within 1% and two run 1.5% and 2.2% longer
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("uneven:50:0.4:300:8:355000")
-    rec, truths = simulate(build(pt)[0], 300, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
+    an, truths, lo, hi = grid_window("uneven:50:0.4:300:8:355000", 300)
     given = [r for r in an.ranks if r.step_ms is not None]
     # THEN a missed boundary only lengthens a mean: the six are given theirs, said so, within 1% of the
     # job's mean step (was: every rank unknown, "their means disagree"); the two say why they have none
@@ -564,12 +544,7 @@ def test_synchronized_ranks_means_are_compared_over_the_steps_they_share():
     # GIVEN 4 synchronized ranks whose 6 DataLoader workers deliver in bursts (steps of 15 ms to
     # 1.2 s), at 200 Hz: every boundary seen, too uneven for a median; two ranks' windows lack a
     # 1.2-s step at an edge, so their own means are 248.2 and 248.5 ms beside 252.3 and 252.4
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("bursty:130:6:200:4:770000")
-    rec, truths = simulate(build(pt)[0], 200, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
+    an, truths, lo, hi = grid_window("bursty:130:6:200:4:770000", 200)
     # THEN their means agree over the steps every rank's window holds (was: unknown, "their means
     # disagree"): each rank's mean is given, said so, within 2% of the job's, one step at most uncounted
     for r, truth in zip(an.ranks, truths, strict=True):
