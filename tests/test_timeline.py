@@ -406,3 +406,13 @@ def test_a_median_that_guessed_counts_move_beyond_5_percent_is_no_step_time():
     clock = uneven_clock(StepClock("comb", 36.4e6, 0.8, 0.5, unseen=0.035))
     assert not clock.known and clock.reason is not None and "slow steps" in clock.reason
     assert clock.unseen == 0.035
+
+
+def test_ranks_means_over_a_span_they_do_not_share_are_their_own():
+    # GIVEN two ranks' windows of 100-ms steps that do not overlap (no step lies in a span both cover)
+    from traceml_attach.steps.mean import _common_means
+
+    early = timeline(steps(PATTERN, 12, t0_ns=1_000_000_000))
+    late = timeline(steps(PATTERN, 12, t0_ns=5_000_000_000))
+    # THEN each rank's mean is its own steps' (not 0, which would pass any agreement between them)
+    assert _common_means({"0": early, "1": late}) == {"0": 100_000_000, "1": 100_000_000}

@@ -369,7 +369,7 @@ def _hidden_visits(tl: Timeline, groups: Sequence[Step]) -> int | None:
     starts = [iv.start_ns for iv in tl.intervals]
     runs = [bisect.bisect_left(starts, g.end_ns) - bisect.bisect_left(starts, g.start_ns) for g in groups]
     usual = Counter(runs).most_common(1)[0][0]
-    return sum(r // usual - 1 for r in runs if usual and r >= 2 * usual)
+    return sum(r // usual - 1 for r in runs if r >= 2 * usual)   # a group holds its own returns: usual >= 1
 
 
 def _timed(groups: Sequence[Step], lengths: Sequence[int], counts: Sequence[int], steps: Sequence[Step]) -> list[float]:

@@ -299,12 +299,16 @@ def mean_at_risk(n: int, unseen: float | None) -> bool:
     return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * (unseen or 0.0)) > MEAN_RISK
 
 
-def could_hide(durations: Iterable[float]) -> int:
+def _medians_long(durations: Sequence[float]) -> list[int]:
+    """How many median ones each of ``durations`` is, where that is two or more; else 1."""
+    median = statistics.median(durations)
+    return [int(d // median) if d >= 2 * median else 1 for d in durations]
+
+
+def could_hide(durations: Sequence[float]) -> int:
     """The boundaries that intervals of ``durations`` could hide: one n median ones long or more,
     n - 1 (where e^-λ is wrong, a mean takes them in; steps/mean.py)."""
-    ordered = list(durations)
-    median = statistics.median(ordered)
-    return sum(int(d // median) - 1 for d in ordered if d >= 2 * median)
+    return sum(n - 1 for n in _medians_long(durations))
 
 
 def could_hide_worked(intervals: Sequence[Step]) -> int:
@@ -313,9 +317,7 @@ def could_hide_worked(intervals: Sequence[Step]) -> int:
     (a DataLoader's workers delivering in bursts, the loop waiting off the CPU for the batch) put the
     median on the short kind as often as not, and then every long step is twice it, yet works one
     step's time."""
-    durations = [iv.dur_ns for iv in intervals]
-    median = statistics.median(durations)
-    counts = [int(d // median) if d >= 2 * median else 1 for d in durations]
+    counts = _medians_long([iv.dur_ns for iv in intervals])
     if all(n == 1 for n in counts):
         return 0
     work = one_work(intervals, counts)

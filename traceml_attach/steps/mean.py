@@ -12,11 +12,11 @@ typical step.
 A missed boundary moves a median little and a mean by a whole step in all of them, so the mean is
 given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
-if every interval as long as two median ones or more hid the boundaries it could, but those its thread's
-CPU time says are one slow step (``clock.could_hide_worked``);
-ranks that step together each saw every boundary and their means, over the steps they all hold,
-agree within MEAN_AGREE (a rank whose e^-λ is wrong counts fewer, longer steps than its peers;
-where most agree on the shortest, the others are that rank, and have no mean). Never where the intervals may be
+if every interval as long as two median ones or more hid the boundaries it could, but those its
+thread's CPU time says are one slow step (``clock.could_hide_worked``); ranks that step together
+each saw every boundary and their means, over the steps they all hold, agree within MEAN_AGREE (a
+rank whose e^-λ is wrong counts fewer, longer steps than its peers; where most agree on the
+shortest, the others are such ranks, and have no mean). Never where the intervals may be
 micro-batches: the optimizer seen in some of them only, the long ones
 (``accumulation.stepping_some``), or its visits, weighed on the mean as on any known step, counting
 micro-batches or unable to rule them out (``_one_micro_batch``).
@@ -103,14 +103,14 @@ def _common_means(timelines: dict[str, Timeline]) -> dict[str, float]:
     they measure a few different ones at either end, which moves a mean by a share of the spread
     of the steps: 4 ranks whose 6 workers deliver in bursts (steps of 15 ms to 1.2 s), two of them
     without a 1.2-s step at an edge, 38 steps of 248.2 ms beside 39 of 252.3, and 248.2-248.6 over
-    the span they share."""
+    the span they share. Where the span holds none of a rank's, its mean over its own."""
     lo = max(tl.intervals[0].start_ns for tl in timelines.values())
     hi = min(tl.intervals[-1].end_ns for tl in timelines.values())
     out = {}
     for rank, tl in timelines.items():
-        inside = [iv.dur_ns for iv in tl.intervals
-                  if not iv.swallowing and lo <= (iv.start_ns + iv.end_ns) // 2 <= hi]
-        out[rank] = statistics.fmean(inside) if inside else float(tl.clock.period_ns or 0.0)
+        whole = [iv for iv in tl.intervals if not iv.swallowing]
+        inside = [iv.dur_ns for iv in whole if lo <= (iv.start_ns + iv.end_ns) // 2 <= hi]
+        out[rank] = statistics.fmean(inside or [iv.dur_ns for iv in whole])
     return out
 
 
