@@ -409,10 +409,15 @@ def test_a_median_that_guessed_counts_move_beyond_5_percent_is_no_step_time():
 
 
 def test_ranks_means_over_a_span_they_do_not_share_are_their_own():
-    # GIVEN two ranks' windows of 100-ms steps that do not overlap (no step lies in a span both cover)
+    # GIVEN two ranks' windows of 100-ms steps that do not overlap (no step lies in a span both cover),
+    # their clocks unknown, as the ranks' whose mean is asked for are (steps too uneven for a median)
+    from dataclasses import replace
+
+    from traceml_attach.steps.clock import StepClock
     from traceml_attach.steps.mean import _common_means
 
-    early = timeline(steps(PATTERN, 12, t0_ns=1_000_000_000))
-    late = timeline(steps(PATTERN, 12, t0_ns=5_000_000_000))
+    unknown = StepClock("unknown", None, None, None, "the steps vary too much")
+    early = replace(timeline(steps(PATTERN, 12, t0_ns=1_000_000_000)), clock=unknown)
+    late = replace(timeline(steps(PATTERN, 12, t0_ns=5_000_000_000)), clock=unknown)
     # THEN each rank's mean is its own steps' (not 0, which would pass any agreement between them)
     assert _common_means({"0": early, "1": late}) == {"0": 100_000_000, "1": 100_000_000}
