@@ -88,6 +88,7 @@ from traceml_attach.steps.clock import (
     expand,
     guesses,
     mean_at_risk,
+    mean_refused,
     median_holds,
     one_work,
     slow_share,
@@ -342,14 +343,14 @@ def _visits_mean(tl: Timeline, groups: Sequence[Step], lengths: Sequence[int], u
     """``tl`` in the optimizer steps its visits mark, every one seen (``unseen``, the optimizer's
     e^-λ, at most MAX_UNSEEN), where they vary too much for a median (``clock_of`` refused them as
     jittery): their mean, said so, as steps/mean.py gives where no accumulation is, and on the same
-    terms (``could_hide``, ``mean_at_risk``). None where they do not hold one. (2 micro-batches a
+    terms (``clock.mean_refused``). None where they do not hold one. (2 micro-batches a
     step whose 4 workers deliver in bursts: steps of 80 and 180 ms by turns, the visits in every one,
     the median between them.)"""
     n = len(lengths)
     if unseen > MAX_UNSEEN or n < MIN_INTERVALS or any(group.swallowing for group in groups):
         return None
     hidden = _hidden_visits(tl, groups)
-    if (could_hide(lengths) if hidden is None else hidden) > MAX_STEP_ERROR * n or mean_at_risk(n, unseen):
+    if mean_refused(n, could_hide(lengths) if hidden is None else hidden, unseen) is not None:
         return None
     mean = sum(lengths) / n
     clock = StepClock("wraps", mean, 1.0, None, unseen=unseen, typical_ns=mean,

@@ -299,6 +299,22 @@ def mean_at_risk(n: int, unseen: float | None) -> bool:
     return poisson_tail(math.floor(MAX_STEP_ERROR * n) + 1, n * (unseen or 0.0)) > MEAN_RISK
 
 
+def mean_refused(n: int, hidden: int, unseen: float) -> str | None:
+    """Why a mean over ``n`` steps seen whole is not given (None: it is): too few of them, more than
+    MAX_STEP_ERROR of them that its long intervals could hide (``hidden``: ``could_hide`` or what
+    tells better), or sampling likely to have hidden that many by chance (``mean_at_risk``). The
+    terms of every mean given: steps/mean.py's, and the optimizer steps' (``accumulation``)."""
+    if n < MIN_INTERVALS:
+        return f"only {n} steps were seen whole"
+    if hidden > MAX_STEP_ERROR * n:
+        return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
+    if mean_at_risk(n, unseen):
+        m = math.floor(MAX_STEP_ERROR * n) + 1
+        return (f"over {n} steps, {m} {'boundary' if m == 1 else 'boundaries'} that sampling missed by chance "
+                f"(e^-λ {unseen:.2g} each) would move it beyond {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+    return None
+
+
 def _medians_long(durations: Sequence[float]) -> list[int]:
     """How many median ones each of ``durations`` is, where that is two or more; else 1."""
     median = statistics.median(durations)

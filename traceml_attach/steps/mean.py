@@ -24,15 +24,14 @@ micro-batches or unable to rule them out (``_one_micro_batch``).
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
+from traceml_attach.policy import MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_at_risk
+from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_refused
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -130,15 +129,10 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     """The mean of ``tl``'s intervals, each one step (every boundary seen; those that swallowed a
     sampler drop-out left out: their steps are not known), where it holds; else why it does not."""
     whole = [iv for iv in tl.intervals if not iv.swallowing]
-    n, unseen = len(whole), tl.clock.unseen or 0.0
-    if n < MIN_INTERVALS:
-        return f"only {n} steps were seen whole"
-    if could_hide_worked(whole) > MAX_STEP_ERROR * n:
-        return f"intervals as long as two steps or more could hide more than {100 * MAX_STEP_ERROR:.0f}% of the steps"
-    if mean_at_risk(n, unseen):
-        m = math.floor(MAX_STEP_ERROR * n) + 1
-        return (f"over {n} steps, {m} {'boundary' if m == 1 else 'boundaries'} that sampling missed by chance "
-                f"(e^-λ {unseen:.2g} each) would move it beyond {100 * MAX_STEP_ERROR:.0f}%: sample longer")
+    n = len(whole)
+    why = mean_refused(n, could_hide_worked(whole) if n >= MIN_INTERVALS else 0, tl.clock.unseen or 0.0)
+    if why is not None:
+        return why
     mean = sum(s.dur_ns for s in whole) / n
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
