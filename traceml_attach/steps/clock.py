@@ -94,6 +94,9 @@ IRREGULAR = "irregular steps"
 UNDECIDED = "accumulation undecided"
 UNEVEN = "uneven steps"
 SPLIT = "split intervals"
+# the comb's period refined beyond the shortest intervals (period.fit_period): the returns are
+# pieces of steps, which no period of them times
+DRIFTED = "drifted period"
 
 
 # (visits of one sample, of two, all seen): ``hidden_share``'s counts
@@ -125,11 +128,14 @@ class StepClock:
     # ``unknown_clock``), IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
     # UNDECIDED (the optimizer seen too rarely to tell micro-batches from steps: a faster rate
     # shows it more often, ``accumulation.with_accumulation``) or UNEVEN (slow steps beyond chance
-    # whose counts a guess decided move the median: ``uneven_clock``)
+    # whose counts a guess decided move the median: ``uneven_clock``) or DRIFTED (the comb refined
+    # beyond the shortest intervals: ``period.fit_period``)
     cause: str | None = None
     # typical_ns is the steps' mean, not their median: every boundary seen, the steps vary too
     # much for a median to hold (steps/mean.py)
     mean: bool = False
+    # DRIFTED: the period the returns' comb drifted to (``PeriodFit.drifted_ns``)
+    drifted_ns: float | None = None
 
     @property
     def known(self) -> bool:
@@ -674,6 +680,8 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
     if fit.known:
         return StepClock("comb", fit.period_ns, fit.visible, fit.concentration, unseen=unseen), fit.counts
     clock = replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen)
+    if fit.why == "drifted":
+        clock = replace(clock, cause=DRIFTED, drifted_ns=fit.drifted_ns)
     if split:   # not every boundary seen, though e^-λ says so: no mean of the intervals either (steps/mean.py)
         clock = replace(clock, cause=SPLIT, reason=f"{clock.reason}; intervals that come in pairs adding up to "
                         "the typical one show that some boundaries went unseen")
