@@ -416,6 +416,10 @@ def main() -> None:
                         "to tell apart, an optimizer seen too rarely), the job is read again there, as the attacher "
                         f"does, and judged at the rate in use (default {DEFAULT_MAX_RATE}, the attacher's; 0: every "
                         "point at its own fixed rate only)")
+    parser.add_argument("--start", type=int, metavar="HZ",
+                        help="every point sampled first at this rate instead of its own (100: the attacher's default "
+                        "--rate, as a user who passes none), then raised as advised up to --max-rate: the rates a "
+                        "point's own rate passes over (400 for a point at 500) are read too")
     args = parser.parse_args()
     rules = load_rules()
     if args.point:
@@ -427,6 +431,8 @@ def main() -> None:
     if args.quick:
         pick = random.Random(0)
         todo = [pt for pt in todo if pick.random() < QUICK_SHARE]
+    if args.start:   # the same jobs (each point's seed draws its job), from another rate
+        todo = [Point(pt.family, pt.period_ms, pt.knob, args.start, pt.ranks, pt.seed) for pt in todo]
     outcomes: list[Outcome] = []
     fixed: list[Outcome] = []
     t0 = time.monotonic()

@@ -25,7 +25,16 @@ from traceml_agent.writer import FrameWriter, StateFrames
 from traceml_attach.diagnose.analysis import analyze
 from traceml_attach.diagnose.compare import compare
 from traceml_attach.diagnose.incremental import IncrementalAnalyzer
-from traceml_attach.diagnose.rate import GAVE_UP, advise_rates, faster, lag_of, slower, stretch
+from traceml_attach.diagnose.rate import (
+    GAVE_UP,
+    GAVE_UP_UNSEEN,
+    advise_rates,
+    faster,
+    futile,
+    lag_of,
+    slower,
+    stretch,
+)
 from traceml_attach.ingest.model import Span
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.output.render import render_text
@@ -344,6 +353,33 @@ def test_short_unknown_steps_are_advised_a_faster_rate_and_long_ones_never():
     # nor one unknown for its jitter (no rate would help: no suggested rate)
     jittery = StepClock("unknown", None, reason="the steps vary too much", step_upper_ns=20e6)
     assert faster(tl.__class__(**{**tl.__dict__, "clock": jittery})) is None
+
+
+def test_long_steps_whose_boundaries_mostly_go_unseen_are_advised_a_faster_rate_that_shows_them():
+    # GIVEN 50-ms steps that spend 99% of themselves in backward: 5 samples a step at 100 Hz, long
+    # enough, but the 0.5 ms outside it is seen in hardly any step
+    wait99 = job(50, "backward", 0.99, rng=random.Random(1), jitter=0.03)
+    rec, _ = simulate(wait99, 100, 10.0, seed=3)
+    tl = analyze(rec, RULES).timelines["0"]
+    assert not tl.clock.known and tl.clock.unseen is not None and tl.clock.unseen > 0.3
+    # THEN a faster rate is advised, for that reason (λ grows with the rate); the sampler keeps it
+    # within --max-rate
+    rate, why = faster(tl) or (None, "")
+    assert rate is not None and rate > 100 and why == "nearly all of the step boundaries go unseen at 100 Hz"
+    # AND at 400 Hz the step is known, within 5%
+    rec, _ = simulate(wait99, 400, 10.0, seed=3)
+    tl = analyze(rec, RULES).timelines["0"]
+    assert tl.clock.typical_ns is not None and abs(tl.clock.typical_ns / 50e6 - 1) <= 0.05
+    # AND where they still mostly go unseen at --max-rate (99.9% in backward), the rank goes back to
+    # --rate, and is not raised again while that return stands
+    rare = job(50, "backward", 0.999, rng=random.Random(1), jitter=0.03)
+    rec, _ = simulate(rare, 400, 10.0, seed=3)
+    tl = analyze(rec, RULES).timelines["0"]
+    assert not tl.clock.known and faster(tl) is not None
+    back = futile(tl, 100, 400)
+    assert back is not None and back[0] == 100 and back[1].startswith(GAVE_UP_UNSEEN)
+    # ...a return the short steps' (GAVE_UP) is not
+    assert not back[1].startswith(GAVE_UP)
 
 
 def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there():
