@@ -217,7 +217,7 @@ def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     more than MOSTLY_UNSEEN do at ``tl``'s rate (e^-λ, measured on the visits outside the loop's
     dominant place: λ grows with the rate). Steps long enough for any rate whose main phase takes
     99% of them leave too few boundaries for a period: 4 ranks of 50-ms steps waiting 99% of the
-    time showed 8-22 boundaries in 10 s at 100 Hz, and at 400 Hz their step, within 1%."""
+    time showed 3-11 boundaries in 10 s at 100 Hz, and at 400 Hz their step, within 1%."""
     unseen = tl.clock.unseen
     if unseen is None or unseen <= MOSTLY_UNSEEN:
         return None
