@@ -134,7 +134,10 @@ def varied_clock(rank: str) -> StepClock:
     typical step (``StepClock.irregular``). The ranks take the same steps, so no other rank's clock
     stands for them, not even one that saw every boundary too and found its own steady (steps of
     two lengths by turns put the median of a few more or fewer of them on either length)."""
-    reason = (f"rank {rank} saw every boundary and its steps vary too much for a typical step ({IRREGULAR}); the "
+    # "returns", not "steps": where those returns are micro-batches, that rank's own step may still be
+    # timed by its optimizer's visits (accumulation.with_accumulation), and the summary then gives it
+    reason = (f"rank {rank} saw every return of its loop and the intervals between them vary too much for a typical "
+              f"step ({IRREGULAR}); the "
               "ranks step together, so no other rank's clock stands for them (an input pipeline that delivers in "
               "bursts makes steps of two or more lengths)")
     return StepClock("unknown", None, reason=reason, cause=IRREGULAR)
