@@ -58,7 +58,7 @@ from traceml_attach.policy import (
     RatePolicy,
 )
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import SHORT, UNDECIDED
+from traceml_attach.steps.clock import SHORT, UNDECIDED, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
@@ -215,9 +215,9 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
 def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     """The rate at which a step's boundary would go unseen at most UNSEEN_TARGET of the time, where
     more than MOSTLY_UNSEEN do at ``tl``'s rate (e^-λ, measured on the visits outside the loop's
-    dominant place: λ grows with the rate). Steps long enough for any rate whose main phase takes
-    99% of them leave too few boundaries for a period: 4 ranks of 50-ms steps waiting 99% of the
-    time showed 3-11 boundaries in 10 s at 100 Hz, and at 400 Hz their step, within 1%."""
+    dominant place: λ grows with the rate). Steps long enough for the rate, but spent 99% in one
+    place, leave too few boundaries for a period: 4 ranks of 50-ms steps waiting 99% of the time
+    showed 3-11 boundaries in 10 s at 100 Hz, and at 400 Hz their step, within 1%."""
     unseen = tl.clock.unseen
     if unseen is None or unseen <= MOSTLY_UNSEEN:
         return None
@@ -227,8 +227,7 @@ def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     rate = min(max(rate, tl.rate_hz + policy.step_hz), policy.most_hz)
     if rate <= tl.rate_hz:
         return None
-    share = "nearly all" if unseen >= 0.995 else f"{100 * unseen:.0f}%"
-    return rate, f"{share} of the step boundaries go unseen at {tl.rate_hz} Hz"
+    return rate, f"{unseen_share(unseen)} of the step boundaries go unseen at {tl.rate_hz} Hz"
 
 
 def futile(tl: Timeline, base_hz: int, max_hz: int | None) -> tuple[int, str] | None:
@@ -243,7 +242,7 @@ def futile(tl: Timeline, base_hz: int, max_hz: int | None) -> tuple[int, str] | 
     if clock.known or max_hz is None or tl.rate_hz < max_hz or tl.rate_hz <= base_hz:
         return None
     if clock.unseen is not None and clock.unseen > MOSTLY_UNSEEN and clock.cause != SHORT:
-        return base_hz, f"{GAVE_UP_UNSEEN}: {100 * clock.unseen:.0f}% of them at --max-rate {max_hz}"
+        return base_hz, f"{GAVE_UP_UNSEEN}: {unseen_share(clock.unseen)} of them at --max-rate {max_hz}"
     if clock.cause != SHORT or not need or need <= max_hz:
         return None
     return base_hz, f"{GAVE_UP}: they would take {need} Hz, and --max-rate is {max_hz}"

@@ -780,7 +780,7 @@ def _whole_intervals(tl: Timeline, stepped: Timeline) -> bool:
     between the returns, where those are every boundary (at least VISITS_APART times their mean):
     without accumulation the visits fall in random steps, and a period fitted to the sums of
     several steps of several lengths (a DataLoader delivering in bursts) is their mean, no step's.
-    Nor where the returns' comb, refused as it drifted beyond their shortest intervals (``DRIFTED``),
+    Nor where the returns' comb, refused as it drifted beyond their shortest intervals (``drifted_ns``),
     and the visits fit no one step (``_apart``), as they must where the returns are a step's pieces
     and the visits its ends: 2 workers delivering in bursts under HF's loop, 7-ms steps at 500 Hz,
     gave returns whose comb drifted to 10 ms and visits that fit 16.9 ms, 1.7 times it, a pair of

@@ -94,9 +94,6 @@ IRREGULAR = "irregular steps"
 UNDECIDED = "accumulation undecided"
 UNEVEN = "uneven steps"
 SPLIT = "split intervals"
-# the comb's period refined beyond the shortest intervals (period.fit_period): the returns are
-# pieces of steps, which no period of them times
-DRIFTED = "drifted period"
 
 
 # (visits of one sample, of two, all seen): ``hidden_share``'s counts
@@ -128,13 +125,13 @@ class StepClock:
     # ``unknown_clock``), IRREGULAR (a synchronized rank saw its steps vary: ``sync.share_period``)
     # UNDECIDED (the optimizer seen too rarely to tell micro-batches from steps: a faster rate
     # shows it more often, ``accumulation.with_accumulation``) or UNEVEN (slow steps beyond chance
-    # whose counts a guess decided move the median: ``uneven_clock``) or DRIFTED (the comb refined
-    # beyond the shortest intervals: ``period.fit_period``)
+    # whose counts a guess decided move the median: ``uneven_clock``)
     cause: str | None = None
     # typical_ns is the steps' mean, not their median: every boundary seen, the steps vary too
     # much for a median to hold (steps/mean.py)
     mean: bool = False
-    # DRIFTED: the period the returns' comb drifted to (``PeriodFit.drifted_ns``)
+    # unknown because the returns' comb drifted beyond their shortest intervals: the period it
+    # drifted to (``PeriodFit.drifted_ns``), no step's, which the optimizer's visits are weighed against
     drifted_ns: float | None = None
 
     @property
@@ -680,8 +677,8 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
     if fit.known:
         return StepClock("comb", fit.period_ns, fit.visible, fit.concentration, unseen=unseen), fit.counts
     clock = replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen)
-    if fit.why == "drifted":
-        clock = replace(clock, cause=DRIFTED, drifted_ns=fit.drifted_ns)
+    if fit.drifted_ns is not None:
+        clock = replace(clock, drifted_ns=fit.drifted_ns)
     if split:   # not every boundary seen, though e^-λ says so: no mean of the intervals either (steps/mean.py)
         clock = replace(clock, cause=SPLIT, reason=f"{clock.reason}; intervals that come in pairs adding up to "
                         "the typical one show that some boundaries went unseen")
@@ -698,11 +695,15 @@ def optimizer_marked(intervals: Iterable[Step]) -> bool:
     return bool(covered) and with_it >= SPLIT_MARKED * len(covered)
 
 
+def unseen_share(unseen: float) -> str:
+    """The share of boundaries that go unseen, in words. ``unseen`` (e^-λ) is counted over the
+    intervals between the boundaries seen, each one or more steps, so it errs low: "or more"."""
+    return "nearly all" if unseen >= 0.995 else f"{100 * unseen:.0f}% or more"
+
+
 def _mostly_unseen(unseen: float, rate_hz: int) -> str:
-    """Why most boundaries go unseen, in words. ``unseen`` (e^-λ) is counted over the intervals
-    between the boundaries seen, each one or more steps, so it errs low: "or more"."""
-    share = "nearly all" if unseen >= 0.995 else f"{100 * unseen:.0f}% or more"
-    return (f"{share} of the step boundaries go unseen, as a step spends too little time "
+    """Why most boundaries go unseen, in words (``unseen_share``)."""
+    return (f"{unseen_share(unseen)} of the step boundaries go unseen, as a step spends too little time "
             f"outside its main phase for {rate_hz} Hz to catch it there")
 
 

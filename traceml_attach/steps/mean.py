@@ -31,7 +31,7 @@ from dataclasses import replace
 from traceml_attach.policy import MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import DRIFTED, IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_refused
+from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_refused
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -118,7 +118,7 @@ def _varied_whole(tl: Timeline) -> bool:
     much for a median (``clock_of``, ``sync.varied_clock``), and nothing says its intervals are
     micro-batches."""
     clock = tl.clock
-    if clock.known or clock.cause not in (None, IRREGULAR, DRIFTED) or tl.micro_batches != 1:
+    if clock.known or clock.cause not in (None, IRREGULAR) or tl.micro_batches != 1:
         return False
     if clock.unseen is None or clock.unseen > MAX_UNSEEN or len(tl.intervals) < MIN_INTERVALS:
         return False
