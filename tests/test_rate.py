@@ -387,6 +387,32 @@ def test_long_steps_whose_boundaries_mostly_go_unseen_are_advised_a_faster_rate_
     assert advise_rates(rec, {"0": PID}, {"0": low}, end) == []
 
 
+def test_a_known_step_of_few_samples_is_advised_the_rate_that_times_it():
+    # GIVEN 2 ranks whose 80-ms steps are stretched up to 2x by bursts of other work on their cores,
+    # read at the attacher's default 100 Hz: 7-8 samples a step, known, but 10% short of the median
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("contended:80:classic:100:2:369000")
+    the_job = build(pt)[0]
+    rec, truths = simulate(the_job, 100, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    tl = an.timelines["0"]
+    assert tl.clock.known and tl.clock.typical_ns is not None and tl.clock.typical_ns * 100 / NS < 10
+    # THEN the rate that gives its step 15 samples is advised, and why
+    rate, why = faster(tl) or (None, "")
+    assert rate == 250
+    assert why.startswith("steps of 73 ms get 7.3 samples at 100 Hz, under 10")
+    # AND at that rate every rank's step is within 5% of the job's median, and stays there (neither
+    # raised again nor lowered)
+    rec, truths = simulate(the_job, rate, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None
+        assert abs(r.step_ms / truth.median_step_ms(an.start_ns or 0, an.end_ns or 0) - 1) <= 0.05
+    tl = an.timelines["0"]
+    assert faster(tl) is None and slower(tl, 100) is None
+
+
 def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there():
     _, tl = timeline_at(300)
     assert tl.clock.known and tl.rate_hz == 300

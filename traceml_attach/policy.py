@@ -176,7 +176,7 @@ class RatePolicy:
 
     # A rank whose step time is unknown, and whose steps (the clock's upper bound on them) get
     # fewer samples than this at its rate, is advised a faster rate (period.TARGET_SAMPLES_PER_STEP;
-    # 5 is the least that tells one step from two)...
+    # 5 is the least that tells one step from two); so is one whose known step gets fewer...
     raise_below_samples: float = 10.0
     # ...the one that gives that bound this many: it is loose (the shortest tenth of the
     # intervals between the returns seen, each a step or more), and the 27 ms DDP job's step time
