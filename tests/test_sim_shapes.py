@@ -594,6 +594,21 @@ def test_a_mean_over_few_steps_is_not_given_where_one_missed_boundary_would_move
     assert "nor their mean: over 17 steps, 1 boundary that sampling missed" in (r.clock.reason or ""), r.clock.reason
 
 
+def test_a_mean_is_not_given_where_the_windows_edge_may_hold_a_whole_step_the_rank_did_not_see():
+    # GIVEN 2 synchronized ranks under HF's loop whose 8 workers deliver in bursts (steps of ~80 ms,
+    # two in eight of ~1.05 s), at 100 Hz: every boundary seen, too uneven for a median. Rank 0's
+    # first sample came after the window's first boundary, 1.08 s before its first return
+    an, truths, lo, hi = grid_window("bursty:200:8:100:2:889000", 100)
+    r0, r1 = an.ranks
+    # THEN rank 0 gives no mean (over its 30 steps, 273 ms, -8.2% of the window's 31: was given), and
+    # says why; rank 1, which saw that boundary, gives its own, within 1%
+    assert r0.step_ms is None and r0.clock is not None, (r0.step_ms, r0.clock)
+    assert "nor its mean: the 1080 ms before its first boundary seen may hold a whole step" in (r0.clock.reason or "")
+    assert r1.clock is not None and r1.clock.mean and r1.step_ms is not None, r1.clock
+    assert abs(r1.step_ms / truths[1].mean_step_ms(lo, hi) - 1) <= 0.01
+    assert r1.steps == truths[1].steps_in(lo, hi)
+
+
 @pytest.mark.parametrize(("seed", "k"), [(0, 3), (0, 4), (1, 4)])
 def test_micro_batches_delivered_in_bursts_are_counted_as_the_clock_counted_them(seed, k):
     # GIVEN one rank accumulating k micro-batches of a 200-ms optimizer step, input half of it, whose

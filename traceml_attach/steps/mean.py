@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
+from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_refused
@@ -58,6 +58,9 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
     given = {rank: clock for rank, clock in means.items() if isinstance(clock, StepClock)}
     why = next((f"nor their mean: {clock}" for clock in means.values() if isinstance(clock, str)), None)
     strays: dict[str, str] = {}
+    edges = {rank: edge for rank, clock in given.items() if (edge := _edge_moves(timelines[rank], clock)) is not None}
+    if why is None and edges and (not synchronized or len(edges) == len(given)):
+        why = f"nor their mean: {next(iter(edges.values()))}"
     if why is None and synchronized:
         common = _common_means({rank: timelines[rank] for rank in given})
         short, long = min(common, key=common.__getitem__), max(common, key=common.__getitem__)
@@ -72,6 +75,8 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
         strays = {rank: (f"nor its mean: {common[rank] / 1e6:.1f} ms, longer than the {lo / 1e6:.1f} ms that "
                          f"{len(agree)} of the {len(common)} ranks agree on, so this rank left some boundaries unseen")
                   for rank in common if rank not in agree}
+        # a rank whose edge may hide a step its peers saw: theirs stand, its own does not
+        strays.update({rank: f"nor its mean: {edge}" for rank, edge in edges.items() if rank not in strays})
     if why is not None:
         return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
                 if rank in varied and tl.clock.reason else tl for rank, tl in timelines.items()}
@@ -136,3 +141,24 @@ def mean_clock(tl: Timeline) -> StepClock | str:
     mean = sum(s.dur_ns for s in whole) / n
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
+
+
+def _edge_moves(tl: Timeline, clock: StepClock) -> str | None:
+    """Why the window's edges leave ``clock``'s mean unknown (None: they do not). Before the
+    first boundary seen and after the last, the window may hold a whole step whose other boundary
+    no sample showed (the window began at it); where one as long as that edge would move the mean
+    beyond MAX_STEP_ERROR, the mean is not known to within it. 2 ranks whose 8 workers deliver in
+    bursts (steps of 80 ms, two in eight of 1.05 s): one rank's first sample came after the window's
+    first boundary, 1.08 s before its first return, and its mean over 30 steps was 273 ms where the
+    window's 31 made 298 (-8.2%); its peer saw that boundary and gave 298 (it stands: ``_with_means``)."""
+    mean = clock.typical_ns
+    n = sum(1 for iv in tl.intervals if not iv.swallowing)
+    if not mean or not tl.intervals or tl.start_seen_ns is None or tl.end_ns is None:
+        return None
+    for edge, where in ((tl.intervals[0].start_ns - tl.start_seen_ns, "before its first boundary seen"),
+                        (tl.end_ns - tl.intervals[-1].end_ns, "after its last")):
+        moved = (edge - mean) / (n + 1) / mean
+        if moved > MAX_STEP_ERROR:
+            return (f"the {edge / 1e6:.0f} ms {where} may hold a whole step, which would move the mean of "
+                    f"{n} steps by {100 * moved:.0f}%")
+    return None
