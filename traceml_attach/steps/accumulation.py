@@ -558,7 +558,19 @@ def plan_of(tl: Timeline) -> Plan:
     apart = _visits_apart(tl)
     if apart is not None:
         return Plan(1, None, apart[0], no_visit_step=not apart[1], gaps=tuple(gaps), seen=seen)
-    return _undecided_plan(gaps, seen, 1)
+    plan = _undecided_plan(gaps, seen, 1)
+    counted = _whole_gaps(tl) if plan.doubt is None else None
+    if counted is not None and counted[0] != gaps:
+        # every boundary seen: the gaps counted in its steps can leave accumulation undecided where
+        # the gaps timed over the period do not. Micro-batches of two lengths by turns (2 workers
+        # delivering in bursts, 115 and 400 ms, 2 a step) made a period, their mean, that counted
+        # the long ones as two: timed, the visits were 2-8 apart and ruled nothing out; counted,
+        # every gap of 11 was even (48,000 times likelier with 2 micro-batches a step), and the
+        # micro-batches' mean was given as the step (-49%)
+        other = _undecided_plan(*counted, 1)
+        if other.doubt is not None:
+            return other
+    return plan
 
 
 def _undecided_plan(gaps: Sequence[int], seen: float, runs: int) -> Plan:
@@ -591,16 +603,25 @@ def _counted_whole(tl: Timeline) -> tuple[list[int], float, int] | None:
     micro-batches behind a straggler, whose last one holds the all-reduce's wait and returns
     within it, count more than k (``micro_count`` leaves that wait out): so timed first. With
     them, ``_by_odds``'s k (1: none) on them and the input's visits counted alike."""
+    counted = _whole_gaps(tl)
+    if counted is None:
+        return None
+    gaps, seen = counted
+    if _counted(*_multiples_in(gaps, seen)) > 1:
+        return gaps, seen, 1
+    k = _by_odds(gaps, seen, _whole_gaps(tl, "input") or ([], 0.0))
+    return (gaps, seen, k) if k > 1 else None
+
+
+def _whole_gaps(tl: Timeline, phase: str = "optimizer") -> tuple[list[int], float] | None:
+    """Where ``tl``'s clock saw every boundary, the gaps between the visits of ``phase`` counted in
+    its steps as the clock counted them (``_counted_whole``); else None."""
     if tl.clock.method != "wraps" or not tl.clock.period_ns:
         return None
     starts = [s.start_ns for s in tl.steps]
     counts = [max(1, bisect.bisect_left(starts, iv.end_ns) - bisect.bisect_left(starts, iv.start_ns))
               for iv in tl.intervals]
-    gaps, seen = _gaps(tl.intervals, tl.clock.period_ns, counts)
-    if _counted(*_multiples_in(gaps, seen)) > 1:
-        return gaps, seen, 1
-    k = _by_odds(gaps, seen, _gaps(tl.intervals, tl.clock.period_ns, counts, "input"))
-    return (gaps, seen, k) if k > 1 else None
+    return _gaps(tl.intervals, tl.clock.period_ns, counts, phase)
 
 
 def _by_odds(gaps: Sequence[int], seen: float, inputs: tuple[Sequence[int], float]) -> int:

@@ -88,7 +88,11 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
             out[rank] = replace(tl, clock=replace(tl.clock, reason=reason))
         else:
             out[rank] = replace(tl, clock=given[rank], step_floor=None)
-    return out if _one_micro_batch(out, [r for r in given if r not in strays], synchronized) else timelines
+    if _one_micro_batch(out, [r for r in given if r not in strays], synchronized):
+        return out
+    why = "nor their mean: weighed with the optimizer's visits, it may not be one optimizer step's"
+    return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
+            if rank in given and tl.clock.reason else tl for rank, tl in timelines.items()}
 
 
 def _one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool) -> bool:
