@@ -19,7 +19,7 @@ rank whose e^-λ is wrong counts fewer, longer steps than its peers; where most 
 shortest, the others are such ranks, and have no mean). Never where the intervals may be
 micro-batches: the optimizer seen in some of them only, the long ones
 (``accumulation.stepping_some``), or its visits, weighed on the mean as on any known step, counting
-micro-batches or unable to rule them out (``_one_micro_batch``).
+micro-batches or unable to rule them out (``_not_one_micro_batch``).
 """
 
 from __future__ import annotations
@@ -88,20 +88,27 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
             out[rank] = replace(tl, clock=replace(tl.clock, reason=reason))
         else:
             out[rank] = replace(tl, clock=given[rank], step_floor=None)
-    if _one_micro_batch(out, [r for r in given if r not in strays], synchronized):
+    micro = _not_one_micro_batch(out, [r for r in given if r not in strays], synchronized)
+    if micro is None:
         return out
-    why = "nor their mean: weighed with the optimizer's visits, it may not be one optimizer step's"
-    return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
+    return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; nor their mean: {micro}"))
             if rank in given and tl.clock.reason else tl for rank, tl in timelines.items()}
 
 
-def _one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool) -> bool:
-    """Whether the steps given a mean are each one optimizer step: the optimizer's visits, weighed
-    on the mean as on any known step (``accumulation.plan_of``, ``accumulated``), leave each rank
-    of ``given`` known, of one micro-batch a step."""
+def _not_one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool) -> str | None:
+    """Why the steps given a mean are not each one optimizer step (None: they are): the optimizer's
+    visits, weighed on the mean as on any known step (``accumulation.plan_of``, ``accumulated``),
+    must leave each rank of ``given`` known, of one micro-batch a step."""
     plans = {rank: plan_of(tl) for rank, tl in timelines.items()}
     out = accumulated(timelines, plans, synchronized)
-    return all(out[rank].clock.known and out[rank].micro_batches == 1 for rank in given)
+    for rank in given:
+        tl = out[rank]
+        if not tl.clock.known:
+            return tl.clock.reason or "weighed with the optimizer's visits, it is no optimizer step's"
+        if tl.micro_batches != 1:
+            k = f"{tl.micro_batches} " if tl.micro_batches else ""
+            return f"the optimizer's visits make the steps seen {k}micro-batches of an optimizer step"
+    return None
 
 
 def _common_means(timelines: dict[str, Timeline]) -> dict[str, float]:
