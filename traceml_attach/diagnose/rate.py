@@ -207,26 +207,22 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
     unseen = _unseen_faster(tl, policy)
     if not upper or len(tl.intervals) < policy.min_intervals:
         return unseen
-    if upper * tl.rate_hz / _NS >= policy.raise_below_samples:
+    samples = upper * tl.rate_hz / _NS
+    if samples >= policy.raise_below_samples:
         return unseen
     raised = _raise_for(upper, tl.rate_hz, policy)
     if raised is None:
         return None   # as fast as it goes
-    rate, samples = raised
-    return rate, (f"steps of at most {upper / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, "
+    return raised, (f"steps of at most {upper / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, "
                   f"under {policy.raise_below_samples:.0f}")
 
 
-def _raise_for(step_ns: float, rate_hz: int, policy: RatePolicy) -> tuple[int, float] | None:
+def _raise_for(step_ns: float, rate_hz: int, policy: RatePolicy) -> int | None:
     """The rate that gives steps of ``step_ns`` ``raise_to_samples`` (a step of ``step_hz`` at
-    least, ``most_hz`` at most), and the samples they get at ``rate_hz``; None where that rate is
-    no faster, or they get ``raise_below_samples`` already."""
-    samples = step_ns * rate_hz / _NS
-    if samples >= policy.raise_below_samples:
-        return None
+    least, ``most_hz`` at most); None where that is no faster than ``rate_hz``."""
     rate = max(_round_up(policy.raise_to_samples * _NS / step_ns, policy.step_hz), rate_hz + policy.step_hz)
     rate = min(rate, policy.most_hz)
-    return (rate, samples) if rate > rate_hz else None
+    return rate if rate > rate_hz else None
 
 
 def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
@@ -240,11 +236,11 @@ def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     step = tl.clock.typical_ns
     if not step or len(tl.intervals) < policy.min_intervals:
         return None
-    raised = _raise_for(step, tl.rate_hz, policy)
+    samples = step * tl.rate_hz / _NS
+    raised = _raise_for(step, tl.rate_hz, policy) if samples < policy.raise_below_samples else None
     if raised is None:
         return None
-    rate, samples = raised
-    return rate, (f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, under "
+    return raised, (f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, under "
                   f"{policy.raise_below_samples:.0f}: their ends blur by a tenth of a step or more")
 
 

@@ -543,7 +543,8 @@ def plan_of(tl: Timeline) -> Plan:
     gaps, seen = visit_gaps(tl)
     multiples = _multiples_in(gaps, seen)
     k = _counted(*multiples)
-    whole = _counted_whole(tl) if k == 1 else None
+    counted = _whole_gaps(tl) if k == 1 else None
+    whole = _counted_whole(tl, counted) if counted is not None else None
     if whole is not None:
         gaps, seen, by_odds = whole
         multiples = _multiples_in(gaps, seen)
@@ -559,8 +560,7 @@ def plan_of(tl: Timeline) -> Plan:
     if apart is not None:
         return Plan(1, None, apart[0], no_visit_step=not apart[1], gaps=tuple(gaps), seen=seen)
     plan = _undecided_plan(gaps, seen, 1)
-    counted = _whole_gaps(tl) if plan.doubt is None else None
-    if counted is not None and counted[0] != gaps:
+    if plan.doubt is None and counted is not None and counted[0] != gaps:
         # every boundary seen: the gaps counted in its steps can leave accumulation undecided where
         # the gaps timed over the period do not. Micro-batches of two lengths by turns (2 workers
         # delivering in bursts, 115 and 400 ms, 2 a step) made a period, their mean, that counted
@@ -593,7 +593,7 @@ def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = N
     return _gaps(intervals, period)
 
 
-def _counted_whole(tl: Timeline) -> tuple[list[int], float, int] | None:
+def _counted_whole(tl: Timeline, counted: tuple[list[int], float]) -> tuple[list[int], float, int] | None:
     """Where ``tl``'s clock saw every boundary, the gaps between the optimizer's visits counted in
     its steps as the clock counted them (each interval one but for a clear multiple, whatever its
     length), where they count k > 1 and the gaps timed over the period (``visit_gaps``) did not;
@@ -602,10 +602,8 @@ def _counted_whole(tl: Timeline) -> tuple[list[int], float, int] | None:
     the gaps, and the 28-ms micro-batch was given as the step (-85%). Counted, the fast ranks'
     micro-batches behind a straggler, whose last one holds the all-reduce's wait and returns
     within it, count more than k (``micro_count`` leaves that wait out): so timed first. With
-    them, ``_by_odds``'s k (1: none) on them and the input's visits counted alike."""
-    counted = _whole_gaps(tl)
-    if counted is None:
-        return None
+    them, ``_by_odds``'s k (1: none) on them and the input's visits counted alike. ``counted``: the
+    optimizer's gaps so counted (``_whole_gaps``)."""
     gaps, seen = counted
     if _counted(*_multiples_in(gaps, seen)) > 1:
         return gaps, seen, 1

@@ -163,9 +163,9 @@ def _edge_moves(tl: Timeline, clock: StepClock) -> str | None:
     first boundary, 1.08 s before its first return, and its mean over 30 steps was 273 ms where the
     window's 31 made 298 (-8.2%); its peer saw that boundary and gave 298 (it stands: ``_with_means``)."""
     mean = clock.typical_ns
-    n = sum(1 for iv in tl.intervals if not iv.swallowing)
     if not mean or not tl.intervals or tl.start_seen_ns is None or tl.end_ns is None:
         return None
+    n = sum(1 for iv in tl.intervals if not iv.swallowing)   # mean_clock's steps
     for edge, where in ((tl.intervals[0].start_ns - tl.start_seen_ns, "before its first boundary seen"),
                         (tl.end_ns - tl.intervals[-1].end_ns, "after its last")):
         moved = (edge - mean) / (n + 1) / mean
