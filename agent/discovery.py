@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 from traceml_agent.target import rank_env
+from traceml_agent.watch import exited_for_good
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def plan(pids: list[int]) -> Plan:
 
 
 def exit_status(pid: int) -> int | None:
-    """A process's exit status while it is a zombie (before its parent reaps it), else None.
+    """A process's exit status while it is a zombie (before its parent reaps it), else None (also
+    while only its main thread has ended: ``watch.exited_for_good``).
 
     Field 52 of /proc/<pid>/stat is the wait status (Linux ≥ 3.5).
     """
@@ -121,7 +123,7 @@ def exit_status(pid: int) -> int | None:
             fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    if len(fields) < 50 or fields[0] != "Z":
+    if len(fields) < 50 or fields[0] != "Z" or not exited_for_good(pid):
         return None
     status = int(fields[-1])
     if status & 0x7F:

@@ -60,6 +60,30 @@ def parse_stat(text: str) -> ProcStat | None:
     return ProcStat(fields[0], start, arg_start or None, wait)
 
 
+SETTLE_S = 0.05   # how long a main thread's ``Z`` is watched before it is taken for an exit
+
+
+def exited_for_good(pid: int) -> bool:
+    """Whether a process whose stat read ``Z`` has exited: after SETTLE_S, it is gone or still
+    ``Z``, and no thread of it is left but the main one.
+
+    The main thread's stat also reads ``Z`` while another of its threads runs on: for a moment when
+    that thread exec()s (the kernel ends the main thread, then gives its PID to the exec'ing one:
+    microseconds, or a few milliseconds on a loaded machine, where 7 of 20 execs from a thread were
+    caught in it, and the suite run in parallel once took a job's exec for its exit), and for good
+    when the main thread alone has ended (``pthread_exit``). Only a real exit is called one."""
+    time.sleep(SETTLE_S)
+    stat = read_stat(pid)
+    if stat is None:
+        return True
+    if stat.state not in ("Z", "X"):
+        return False
+    try:
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except OSError:
+        return True
+
+
 def exit_code(wait_status: int) -> int:
     """A wait status as subprocess reports it: the exit code, or minus the signal that killed it."""
     if wait_status & 0x7F:
@@ -148,6 +172,10 @@ class TargetWatch:
                 f"process {self.pid} exited and its PID now belongs to another process (`{command_line(self.pid)}`, "
                 "started after it): that one is not sampled"))
         if stat.state in ("Z", "X"):
+            if not exited_for_good(self.pid):
+                # its main thread ended while another runs on: an exec from that thread, midway
+                # (the next look finds the exec), or a main thread that ended by itself
+                return None
             return Change("exited", now, None if stat.wait_status is None else exit_code(stat.wait_status))
         moved = self.arg_start is not None and stat.arg_start is not None and stat.arg_start != self.arg_start
         # the executable is read where the arguments' address is not (no ptrace access): an exec

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent.discovery import exit_status
 from agent.pyspy import find_pyspy
 from agent.sampler import Sampler
 from agent.watch import TargetWatch
@@ -203,6 +204,47 @@ def test_every_read_of_the_target_asks_the_watch_first():
     finally:
         impostor.kill()
         impostor.wait()
+
+# A process whose main thread ends (pthread_exit, holding the GIL) while another thread lives on:
+# what the kernel shows for a moment while a thread exec()s, held for as long as the test likes
+MAIN_THREAD_ENDS = """
+import ctypes, threading, time
+threading.Thread(target=time.sleep, args=(120,)).start()
+time.sleep(0.2)
+ctypes.CDLL(None).pthread_exit(None)
+"""
+
+
+def test_a_main_thread_that_ended_while_another_runs_is_not_an_exit():
+    # GIVEN a job whose main thread has ended while another of its threads runs on (its stat reads
+    # Z, as the kernel shows a job midway through an exec from a thread: a parallel run of the suite
+    # saw that moment in test_a_job_that_execs_another_program_is_not_sampled_as_the_job)
+    job = subprocess.Popen([sys.executable, "-c", MAIN_THREAD_ENDS])
+    try:
+        watch = TargetWatch(job.pid)
+        deadline = time.monotonic() + 10
+        while read_state(job.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert read_state(job.pid) == "Z" and len(os.listdir(f"/proc/{job.pid}/task")) == 2
+        # WHEN the watch looks at it, THEN it has not exited, and has no exit status
+        assert watch.look() is None
+        assert exit_status(job.pid) is None
+        # AND once the whole process ends, it has
+        job.kill()
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{job.pid}/task")) > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        change = watch.look()
+        assert change is not None and change.kind == "exited" and change.status == -signal.SIGKILL
+        assert exit_status(job.pid) == -signal.SIGKILL
+    finally:
+        job.kill()
+        job.wait()
+
+
+def read_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
 
 # -- the attacher killed, or two at once ---------------------------------------------------
 
