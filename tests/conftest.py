@@ -88,14 +88,16 @@ def torchrun(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 # --- running the suite in parallel (pytest-xdist: pyproject's addopts) --------------------------
 #
-# Two locks, taken in this order: "quiet" and "machine". Every test holds "quiet" shared; a test
-# marked ``quiet`` (it compares two stretches of one job, which any change of load between them
-# moves) holds it exclusive, so nothing else runs beside it. Tests that start a real job (e2e)
-# hold "machine" shared; a test marked ``timing`` (it measures a job against the job's own clock,
-# or the attacher's cost) holds it exclusive, so no other job runs beside it (short unit tests
-# may). A turnstile keeps a waiting exclusive test from being starved by the shared holders that
-# come after it. The locks are per user and machine: two runs of the suite at once also keep out
-# of each other's timing tests.
+# Two locks, taken in this order: "quiet" and "machine". Every test holds "quiet" shared, and a
+# test that starts a real job (e2e) holds "machine" shared too. A test marked ``quiet`` (it compares
+# two stretches of one job, which any change of load between them moves) or ``timing`` (it
+# measures a job against the job's own clock, or the attacher's cost) holds both exclusive: nothing
+# runs beside it, no other job and no short test either, whose core the job and its sampler had in
+# the serial suite these tests were measured in (beside unit tests, a 10-s snapshot of
+# examples/grad_accum.py at 100 Hz missed enough of its 41-ms micro-batches' returns to leave them
+# uncounted). A turnstile keeps a waiting exclusive test from being starved by the shared holders
+# that come after it. The locks are per user and machine: two runs of the suite at once also keep
+# out of each other's timing tests.
 
 LOCK_DIR = Path(tempfile.gettempdir())
 
@@ -127,17 +129,35 @@ def hold(quiet: bool, machine: bool | None) -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start real jobs (e2e) and timing or quiet tests are also ``slow``: ``-m "not
-    slow"`` is the inner loop."""
+    slow"`` is the inner loop. Under pytest-xdist, the order that keeps both workers busy
+    (``in_parallel_order``)."""
     for item in items:
         if any(item.get_closest_marker(m) for m in ("e2e", "timing", "quiet")):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = in_parallel_order(items)
+
+
+def _alone(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) for m in ("timing", "quiet"))
+
+
+def in_parallel_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The order for two workers fed one test at a time (pyproject's ``--maxschedchunk 1``).
+
+    A timing or quiet test runs with nothing beside it, so the other worker waits out each one.
+    Hence: first the tests that start jobs but may share the machine, which pair up; then the short
+    ones, which fill the workers while the last of those end; then the tests that run alone. Within
+    each part, the collection's order (every worker collects the same order, as xdist requires)."""
+    shared = [i for i in items if i.get_closest_marker("e2e") and not _alone(i)]
+    short = [i for i in items if not i.get_closest_marker("e2e") and not _alone(i)]
+    return shared + short + [i for i in items if _alone(i)]
 
 
 @pytest.fixture(autouse=True)
 def _machine(request: pytest.FixtureRequest) -> Iterator[None]:
     node = request.node
-    quiet = node.get_closest_marker("quiet") is not None
-    timing = quiet or node.get_closest_marker("timing") is not None
+    timing = _alone(node)
     jobs = timing or node.get_closest_marker("e2e") is not None
-    with hold(quiet, timing if jobs else None):
+    with hold(timing, timing if jobs else None):
         yield

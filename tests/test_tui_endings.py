@@ -13,12 +13,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from launch import start_example, stop_example
 from testkit.tui_tmux import Terminal, attach_command, gone_after, wait_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -64,19 +63,13 @@ ENDINGS: dict[str, tuple[Callable[[subprocess.Popen[str], Terminal, int], None],
 }
 
 
-@pytest.fixture(scope="module")
-def running_job() -> Iterator[subprocess.Popen[str]]:
-    """One job for the endings that leave it running (starting one takes seconds of calibration)."""
-    job = start_example("balanced")
-    yield job
-    stop_example(job)
-
-
 @pytest.mark.parametrize("ending", list(ENDINGS))
-def test_every_ending_ends_the_process_and_writes_the_summary(example, running_job, tmp_path: Path, ending: str):
-    # GIVEN traceml attach drawing a live job in a 160x45 terminal
+def test_every_ending_ends_the_process_and_writes_the_summary(example, tmp_path: Path, ending: str):
+    # GIVEN traceml attach drawing a live job in a 160x45 terminal (a job of its own: a job kept
+    # running for the module would run beside other workers' timing tests, which the locks in
+    # tests/conftest.py hold apart test by test)
     end, terminal_stays = ENDINGS[ending]
-    job = example("balanced") if "job_exits" in ending else running_job
+    job = example("balanced")
     assert job.poll() is None
     exit_file, pid_file = tmp_path / "exit", tmp_path / "pid"
     term = Terminal(attach_command(job.pid, tmp_path / "logs", "end", exit_file, pid_file), 160, 45)
