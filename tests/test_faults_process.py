@@ -140,6 +140,9 @@ def take_pid(pid: int, argv: list[str], tries: int = 200) -> subprocess.Popen[by
     return None
 
 
+# the tests that give a process a chosen PID (take_pid) run with nothing beside them: in a parallel
+# run, another worker's processes took the PID first in all 200 tries, and the test was skipped
+@pytest.mark.quiet
 def test_a_reused_pid_is_never_sampled_as_the_job(example, tmp_path: Path):
     job = example("balanced")
     proc = attach(job.pid, tmp_path, 30)
@@ -175,6 +178,7 @@ def test_a_reused_pid_is_never_sampled_as_the_job(example, tmp_path: Path):
 
 
 
+@pytest.mark.quiet   # take_pid: see above
 def test_every_read_of_the_target_asks_the_watch_first():
     # GIVEN a sampler watching a job that exits, and another process that takes its PID before the
     # sampler's thread runs again (it was paused between its look at the target and its next read:
