@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import psutil
 
 from traceml_agent.target import rank_env
-from traceml_agent.watch import exited_for_good
+from traceml_agent.watch import exit_code, exited_for_good, read_stat
 
 
 @dataclass(frozen=True)
@@ -118,17 +118,10 @@ def exit_status(pid: int) -> int | None:
 
     Field 52 of /proc/<pid>/stat is the wait status (Linux ≥ 3.5).
     """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
+    stat = read_stat(pid)
+    if stat is None or stat.state != "Z" or stat.wait_status is None or not exited_for_good(pid):
         return None
-    if len(fields) < 50 or fields[0] != "Z" or not exited_for_good(pid):
-        return None
-    status = int(fields[-1])
-    if status & 0x7F:
-        return -(status & 0x7F)   # killed by a signal, as subprocess reports it
-    return (status >> 8) & 0xFF
+    return exit_code(stat.wait_status)
 
 
 def find_launchers() -> list[int]:

@@ -71,17 +71,22 @@ def exited_for_good(pid: int) -> bool:
     that thread exec()s (the kernel ends the main thread, then gives its PID to the exec'ing one:
     microseconds, or a few milliseconds on a loaded machine, where 7 of 20 execs from a thread were
     caught in it, and the suite run in parallel once took a job's exec for its exit), and for good
-    when the main thread alone has ended (``pthread_exit``). Only a real exit is called one."""
+    when the main thread alone has ended (``pthread_exit``). Only a real exit is called one: where
+    other threads are listed, at once (a main thread ended for good is not waited on at every look);
+    else once SETTLE_S has passed (midway through an exec, the main thread can be listed alone)."""
+    if _threads(pid) > 1:
+        return False
     time.sleep(SETTLE_S)
     stat = read_stat(pid)
-    if stat is None:
-        return True
-    if stat.state not in ("Z", "X"):
-        return False
+    return stat is None or (stat.state in ("Z", "X") and _threads(pid) <= 1)
+
+
+def _threads(pid: int) -> int:
+    """How many threads /proc lists for ``pid`` (0 once it is gone)."""
     try:
-        return len(os.listdir(f"/proc/{pid}/task")) <= 1
+        return len(os.listdir(f"/proc/{pid}/task"))
     except OSError:
-        return True
+        return 0
 
 
 def exit_code(wait_status: int) -> int:
