@@ -183,6 +183,18 @@ def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
     assert all(r.step_ms is None and "slow steps" in (r.clock.reason or "") for r in got.ranks), got.ranks[0].clock
 
 
+def test_ranks_whose_returns_are_no_shared_steps_keep_their_own_clocks_live_as_in_the_batch():
+    # GIVEN 8 ranks accumulating 16 micro-batches behind a 30% straggler, at 100 Hz: the straggler's
+    # returns come every 81 ms, the others' every 60 (test_sim_shapes, sync.apart)
+    rec, _ = simulate(build(Point.parse("accum:1300:16/short:100:8:3043000"))[0], 100, 10.0, seed=3043000)
+    # WHEN the live view looks at the whole window at once
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
+    # THEN it says what the batch says: no rank counted on another's period, and why
+    assert not differences(got, want)
+    assert all(r.step_ms is None and "though the ranks synchronize" in (r.clock.reason or "") for r in got.ranks)
+
+
 def test_the_mean_step_is_given_live_as_in_the_batch():
     # GIVEN 4 synchronized ranks whose 4 workers deliver in bursts, at 500 Hz: every boundary seen,
     # the steps too uneven for a median (test_sim_shapes: their mean is given, steps/mean.py)

@@ -423,6 +423,9 @@ THREAD_KEEP = 1.1          # another thread becomes the training thread with thi
 
 # -- sync.py: synchronized ranks' shared period
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
+# ...and a rank whose own period strays further, where it and the reference leave at most this share of
+# boundaries unseen, steps apart from it between synchronizations (micro-batches: sync.steps_apart)
+SEEN_APART = 0.05
 # -- mean.py: the mean step, every boundary seen, where the steps vary too much for a median. Ranks
 # that step together and each saw every boundary count the same steps: their means agree to a sample
 # or two over the window (2 ranks of a slowed-at-random job, 63 steps each, 158.1 and 158.0 ms),

@@ -38,7 +38,7 @@ from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
-from traceml_attach.steps.sync import counted_of, share_period, slow_clock
+from traceml_attach.steps.sync import counted_of, noted, share_period, slow_clock
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 
@@ -94,14 +94,15 @@ def analyze(
             if since > lo:   # ...and its optimizer's visits before that are weighed too (with_earlier)
                 earlier[rank] = visit_gaps(_timeline(rec, rules, pid, earlier_rate(rec, pid, lo, since), lo, since))
         sync = synchronized(rec, pids)
+        note = None
         if sync:
-            timelines = share_period(timelines)
+            timelines, note = share_period(timelines)
         plans = {rank: with_earlier(plan_of(tl), *earlier.get(rank, ((), 0.0))) for rank, tl in timelines.items()}
         timelines = accumulated(timelines, plans, sync)
         slow = slow_clock(timelines, counted_of(timelines)) if sync else None
         if slow is not None:
             timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
-        timelines = with_mean(timelines, sync)
+        timelines = noted(with_mean(timelines, sync), note)
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)

@@ -44,7 +44,7 @@ from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
-from traceml_attach.steps.sync import share_tracked, slow_clock
+from traceml_attach.steps.sync import noted, share_tracked, slow_clock
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
@@ -147,8 +147,9 @@ class IncrementalAnalyzer:
         self._fit(end)
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
         sync = synchronized(rec, pids)
+        note = None
         if sync:
-            timelines, self.reference = share_tracked(by_rank, self.reference)
+            timelines, self.reference, note = share_tracked(by_rank, self.reference)
         else:
             for tracker in by_rank.values():
                 tracker.count_own()
@@ -166,7 +167,7 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_ones()
             timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
-        timelines = with_mean(timelines, sync)
+        timelines = noted(with_mean(timelines, sync), note)
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
