@@ -413,6 +413,33 @@ def test_a_known_step_of_few_samples_is_advised_the_rate_that_times_it():
     assert faster(tl) is None and slower(tl, 100) is None
 
 
+def test_a_known_step_of_uneven_steps_is_advised_the_rate_that_holds_its_median():
+    # GIVEN one rank whose 200-ms steps are slowed 1.3-2.2x two times in five, read at 50 Hz: every
+    # boundary seen, 10.4 samples a step, known, but the blur of each end fills the gap the slow
+    # steps leave above the median (221 ms for the job's 208: +6.2%)
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("uneven:200:0.4:50:1:520000")
+    the_job = build(pt)[0]
+    rec, _ = simulate(the_job, 50, 10.0, seed=pt.seed)
+    tl = analyze(rec, RULES).timelines["0"]
+    assert tl.clock.known and 10 <= (tl.clock.typical_ns or 0) * 50 / NS < 20
+    # THEN the rate that gives its step 25 samples is advised, and why
+    rate, why = faster(tl) or (None, "")
+    assert rate == 150
+    assert why.startswith("steps of 221 ms get 11.1 samples at 50 Hz, and their mean is 4.7% over their median")
+    # AND there its step is within 5% of the job's median, and stays there
+    rec, truths = simulate(the_job, rate, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    (r,), (truth,) = an.ranks, truths
+    assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(an.start_ns or 0, an.end_ns or 0) - 1) <= 0.05
+    tl = an.timelines["0"]
+    assert faster(tl) is None and slower(tl, 50) is None
+    # ...while steps as long that vary by their jitter alone are left at 50 Hz
+    steady, _ = simulate(replace(the_job, uneven=0.0), 50, 10.0, seed=pt.seed)
+    assert faster(analyze(steady, RULES).timelines["0"]) is None
+
+
 def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there():
     _, tl = timeline_at(300)
     assert tl.clock.known and tl.rate_hz == 300

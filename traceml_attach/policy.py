@@ -186,6 +186,19 @@ class RatePolicy:
     # micro-batches, with gradient accumulation) still get this many samples at that rate:
     # above what a raise aims at, so that the rate does not go up and down.
     lower_from_samples: float = 20.0
+    # A known step whose steps are skewed by slow ones (their mean over their median by more than
+    # ``uneven_skew``: a loader slow now and then, workers delivering in bursts, cores shared) is
+    # raised below this many samples too, to ``uneven_to_samples``: above ``lower_from_samples``, so
+    # it stays. The blur of each end fills the gap such steps leave above their median: at 10-15
+    # samples a step, 40% of 200-ms steps slowed 1.3-2.2x gave +6.2% (every boundary seen), 2
+    # workers delivering in bursts +7.5%; at 21-29 samples +2.3% and +1.1%. Steps that vary by their
+    # jitter alone (20% on each phase) had a mean 0.2-1.9% under their median (docs/steps.md, stop 59).
+    uneven_below_samples: float = 20.0
+    uneven_to_samples: float = 25.0
+    uneven_skew: float = 0.025
+    # ...and such a rank is advised a slower rate only where its steps still get this many there
+    # (``lower_from_samples`` for steps that are not skewed): above what its raise aims at
+    uneven_lower_from_samples: float = 30.0
     # Advised rates are multiples of this (so a drift of a few ms changes nothing)...
     step_hz: int = 50
     # ...and at most this: what --rate and --max-rate accept (py-spy's CPU grows by about a

@@ -46,7 +46,8 @@ def add_rate_options(parser: argparse.ArgumentParser) -> None:
                         "attacher about 2%% more)")
     parser.add_argument("--max-rate", type=rate, default=DEFAULT_MAX_RATE, metavar="HZ",
                         help="where a rank's steps get under 10 samples at its rate (too short to tell apart, or to "
-                        "time within 5%%), the attacher samples it faster from its next py-spy windows, up to HZ, and "
+                        "time within 5%%), or under 20 where slow steps skew them, the attacher samples it faster from "
+                        "its next py-spy windows, up to HZ, and "
                         "slower again once "
                         f"its steps are long enough (default {DEFAULT_MAX_RATE}: about "
                         f"{PYSPY_CPU_PCT[DEFAULT_MAX_RATE]}%% of one core per process for py-spy instead of "

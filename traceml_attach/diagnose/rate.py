@@ -217,10 +217,11 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
                   f"under {policy.raise_below_samples:.0f}")
 
 
-def _raise_for(step_ns: float, rate_hz: int, policy: RatePolicy) -> int | None:
-    """The rate that gives steps of ``step_ns`` ``raise_to_samples`` (a step of ``step_hz`` at
-    least, ``most_hz`` at most); None where that is no faster than ``rate_hz``."""
-    rate = max(_round_up(policy.raise_to_samples * _NS / step_ns, policy.step_hz), rate_hz + policy.step_hz)
+def _raise_for(step_ns: float, rate_hz: int, policy: RatePolicy, samples: float | None = None) -> int | None:
+    """The rate that gives steps of ``step_ns`` ``samples`` (``raise_to_samples`` by default; a step
+    of ``step_hz`` at least, ``most_hz`` at most); None where that is no faster than ``rate_hz``."""
+    wanted = policy.raise_to_samples if samples is None else samples
+    rate = max(_round_up(wanted * _NS / step_ns, policy.step_hz), rate_hz + policy.step_hz)
     rate = min(rate, policy.most_hz)
     return rate if rate > rate_hz else None
 
@@ -237,11 +238,25 @@ def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     if not step or len(tl.intervals) < policy.min_intervals:
         return None
     samples = step * tl.rate_hz / _NS
-    raised = _raise_for(step, tl.rate_hz, policy) if samples < policy.raise_below_samples else None
-    if raised is None:
+    if samples < policy.raise_below_samples:
+        raised = _raise_for(step, tl.rate_hz, policy)
+        return None if raised is None else (raised, (
+            f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, under "
+            f"{policy.raise_below_samples:.0f}: their ends blur by a tenth of a step or more"))
+    if samples >= policy.uneven_below_samples:
         return None
-    return raised, (f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, under "
-                  f"{policy.raise_below_samples:.0f}: their ends blur by a tenth of a step or more")
+    skew = _skew(tl, step)
+    if skew <= policy.uneven_skew:
+        return None
+    raised = _raise_for(step, tl.rate_hz, policy, policy.uneven_to_samples)
+    return None if raised is None else (raised, (
+        f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, and their mean is {skew:.1%} "
+        "over their median: slow steps, and the blur of their ends moves the median of steps so uneven"))
+
+
+def _skew(tl: Timeline, step_ns: float) -> float:
+    """How far the mean of ``tl``'s steps is over its typical step (``step_ns``, their median), relative."""
+    return sum(s.end_ns - s.start_ns for s in tl.steps) / len(tl.steps) / step_ns - 1 if tl.steps else 0.0
 
 
 def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
@@ -289,14 +304,16 @@ def gave_up(rec: Recording, pid: int, end_ns: int) -> bool:
 
 def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
     """A lower rate (at least ``base_hz``) at which ``tl``'s known steps, or their micro-batches,
-    still get ``lower_from_samples``, and its optimizer is still seen in UNDECIDED_SEEN of them
+    still get ``lower_from_samples`` (``uneven_lower_from_samples`` where the steps are skewed by slow
+    ones, as ``_known_faster`` raises them), and its optimizer is still seen in UNDECIDED_SEEN of them
     (``_optimizer_floor``); None when there is none."""
     clock = tl.clock
     step = clock.typical_ns or clock.period_ns
     if not clock.known or not step or not tl.micro_batches or tl.rate_hz <= base_hz:
         return None   # micro_batches None: optimizer steps whose micro-batches were too short to count
     unit = step / tl.micro_batches
-    rate = max(base_hz, _round_up(policy.lower_from_samples * _NS / unit, policy.step_hz),
+    floor = policy.lower_from_samples if _skew(tl, step) <= policy.uneven_skew else policy.uneven_lower_from_samples
+    rate = max(base_hz, _round_up(floor * _NS / unit, policy.step_hz),
                _round_up(_optimizer_floor(tl), policy.step_hz))
     if rate >= tl.rate_hz:
         return None
