@@ -440,6 +440,27 @@ def test_a_known_step_of_uneven_steps_is_advised_the_rate_that_holds_its_median(
     assert faster(analyze(steady, RULES).timelines["0"]) is None
 
 
+def test_a_median_the_samples_lag_moves_is_advised_the_rate_that_shrinks_the_lag():
+    # GIVEN one rank of 50-ms steps stretched up to 3x by other work on its cores, under Lightning's
+    # loop, read at 100 Hz: every boundary seen, 5 samples a step, and the lag at each end moves
+    # the median of steps so skewed (batch_timeline.judged_blurred)
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("contended:50:library:100:1:356000")
+    rec, _ = simulate(build(pt)[0], 100, 10.0, seed=pt.seed)
+    tl = analyze(rec, RULES).timelines["0"]
+    assert not tl.clock.known and "the samples' lag at each end moves" in (tl.clock.reason or "")
+    # THEN the rate that gives its median 30 samples is advised (the sampler clamps it to --max-rate)
+    rate, why = faster(tl) or (None, "")
+    assert rate is not None and rate >= 30 * NS / 52e6 and rate % 50 == 0
+    assert why == "the samples' lag at each end of steps so uneven moves their median"
+    # AND at --max-rate's 400 Hz its step is known, within 5% of the job's median
+    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    (r,), (truth,) = an.ranks, truths
+    assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(an.start_ns or 0, an.end_ns or 0) - 1) <= 0.05
+
+
 def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there():
     _, tl = timeline_at(300)
     assert tl.clock.known and tl.rate_hz == 300

@@ -195,6 +195,18 @@ def test_ranks_whose_returns_are_no_shared_steps_keep_their_own_clocks_live_as_i
     assert all(r.step_ms is None and "though the ranks synchronize" in (r.clock.reason or "") for r in got.ranks)
 
 
+def test_a_median_the_samples_lag_moves_gives_way_to_the_mean_live_as_in_the_batch():
+    # GIVEN 2 ranks, one slow step in three among 25-ms ones (6 workers delivering in bursts), at
+    # 400 Hz: every boundary seen, and the lag at each end moves their median (test_sim_shapes)
+    rec, _ = simulate(build(Point.parse("bursty:30:6:100:2:473000"))[0], 400, 10.0, seed=473000)
+    # WHEN the live view looks at the whole window at once
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
+    # THEN it gives what the batch gives: the steps' mean, said so
+    assert not differences(got, want)
+    assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
+
+
 def test_the_mean_step_is_given_live_as_in_the_batch():
     # GIVEN 4 synchronized ranks whose 4 workers deliver in bursts, at 500 Hz: every boundary seen,
     # the steps too uneven for a median (test_sim_shapes: their mean is given, steps/mean.py)

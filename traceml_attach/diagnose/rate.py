@@ -61,7 +61,7 @@ from traceml_attach.policy import (
     RatePolicy,
 )
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import SHORT, UNDECIDED, unseen_share
+from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
@@ -204,6 +204,10 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
         return _known_faster(tl, policy)
     if not clock.suggested_rate_hz:
         return None
+    if clock.cause == IRREGULAR:   # a median the samples' lag moves (batch_timeline.judged_blurred)
+        rate = min(clock.suggested_rate_hz, policy.most_hz)
+        why = "the samples' lag at each end of steps so uneven moves their median"
+        return (rate, why) if rate > tl.rate_hz else None
     unseen = _unseen_faster(tl, policy)
     if not upper or len(tl.intervals) < policy.min_intervals:
         return unseen

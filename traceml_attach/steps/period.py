@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from traceml_attach.policy import (
     AGREE,
+    BLUR_ITERATIONS,
     GIVEN_RAYLEIGH_Z,
     HARMONIC_KEEP,
     INLIER,
@@ -225,6 +226,32 @@ def steady_median(whole: Sequence[float], total: int) -> bool:
     # and many steps near it: steps that jitter around one length, not the gap between two
     near = sum(1 for d in whole if abs(d - median) <= NEAR_MEDIAN * median)
     return holds_over(whole, half) and near >= NEAR_SHARE * m
+
+
+def blur_moves(steps: Sequence[float], rate_hz: float) -> float:
+    """How far the sampling's blur moves the median of ``steps`` (sorted, each between two boundaries
+    seen), relative: blurred once more as the samples blurred them (each end seen at the first sample
+    after it, an exponential lag of 1/rate; their difference a Laplace spread of that scale), their
+    median moves about as far as the first blur moved it (simulation-extrapolation)."""
+    m = len(steps)
+    median = statistics.median(steps) if m else 0.0
+    if m < MIN_INTERVALS or rate_hz <= 0 or median <= 0:
+        return 0.0
+    b = 1e9 / rate_hz
+
+    def below(x: float) -> float:   # the blurred steps' share under x (Laplace CDFs; 30 b off, 0 or 1)
+        first, last = bisect.bisect_left(steps, x - 30 * b), bisect.bisect_right(steps, x + 30 * b)
+        total = float(first)
+        for d in steps[first:last]:
+            z = (x - d) / b
+            total += 0.5 * math.exp(z) if z < 0 else 1 - 0.5 * math.exp(-z)
+        return total / m
+
+    lo, hi = steps[0] - 30 * b, steps[-1] + 30 * b
+    for _ in range(BLUR_ITERATIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if below(mid) < 0.5 else (lo, mid)
+    return (lo + hi) / 2 / median - 1
 
 
 def in_valley(whole: Sequence[float], median: float) -> bool:
