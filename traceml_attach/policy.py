@@ -446,7 +446,7 @@ THREAD_KEEP = 1.1          # another thread becomes the training thread with thi
 # -- sync.py: synchronized ranks' shared period
 AGREE = 0.10   # synchronized ranks' own periods must agree within this (relative)
 # ...and a rank whose own period strays further, where it and the reference leave at most this share of
-# boundaries unseen, steps apart from it between synchronizations (micro-batches: sync.steps_apart)
+# boundaries unseen, steps apart from it between synchronizations (micro-batches: sync.apart)
 SEEN_APART = 0.05
 # -- mean.py: the mean step, every boundary seen, where the steps vary too much for a median. Ranks
 # that step together and each saw every boundary count the same steps: their means agree to a sample

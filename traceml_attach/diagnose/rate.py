@@ -60,7 +60,7 @@ from traceml_attach.policy import (
     UNSEEN_TARGET,
     RatePolicy,
 )
-from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.batch_timeline import Timeline, step_skew
 from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
@@ -249,18 +249,13 @@ def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
             f"{policy.raise_below_samples:.0f}: their ends blur by a tenth of a step or more"))
     if samples >= policy.uneven_below_samples:
         return None
-    skew = _skew(tl, step)
+    skew = step_skew(tl, step)
     if skew <= policy.uneven_skew:
         return None
     raised = _raise_for(step, tl.rate_hz, policy, policy.uneven_to_samples)
     return None if raised is None else (raised, (
         f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, and their mean is {skew:.1%} "
         "over their median: slow steps, and the blur of their ends moves the median of steps so uneven"))
-
-
-def _skew(tl: Timeline, step_ns: float) -> float:
-    """How far the mean of ``tl``'s steps is over its typical step (``step_ns``, their median), relative."""
-    return sum(s.end_ns - s.start_ns for s in tl.steps) / len(tl.steps) / step_ns - 1 if tl.steps else 0.0
 
 
 def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
@@ -316,7 +311,7 @@ def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY)
     if not clock.known or not step or not tl.micro_batches or tl.rate_hz <= base_hz:
         return None   # micro_batches None: optimizer steps whose micro-batches were too short to count
     unit = step / tl.micro_batches
-    floor = policy.lower_from_samples if _skew(tl, step) <= policy.uneven_skew else policy.uneven_lower_from_samples
+    floor = policy.lower_from_samples if step_skew(tl, step) <= policy.uneven_skew else policy.uneven_lower_from_samples
     rate = max(base_hz, _round_up(floor * _NS / unit, policy.step_hz),
                _round_up(_optimizer_floor(tl), policy.step_hz))
     if rate >= tl.rate_hz:

@@ -412,6 +412,12 @@ def judged_uneven(tl: Timeline) -> Timeline:
     return replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.steps) - added)
 
 
+def step_skew(tl: Timeline, typical_ns: float) -> float:
+    """How far the mean of ``tl``'s steps is over its typical step (``typical_ns``, their median),
+    relative: slow steps now and then put it over; steps that jitter around one length do not."""
+    return sum(s.dur_ns for s in tl.steps) / len(tl.steps) / typical_ns - 1 if tl.steps and typical_ns else 0.0
+
+
 def judged_blurred(tl: Timeline) -> Timeline:
     """``tl`` with its median step unknown where every boundary was seen (by this rank: e^-λ at most
     MAX_UNSEEN), the steps are skewed by slow ones (their mean over their median by more than
@@ -425,10 +431,9 @@ def judged_blurred(tl: Timeline) -> Timeline:
     if (not clock.known or clock.mean or typical is None or clock.unseen is None or clock.unseen > MAX_UNSEEN
             or clock.method not in ("wraps", "joint") or typical * tl.rate_hz / 1e9 >= BLUR_SAMPLES or not tl.steps):
         return tl
-    durations = sorted(float(s.dur_ns) for s in tl.steps)
-    if sum(durations) / len(durations) <= (1 + BLUR_SKEW) * typical:
+    if step_skew(tl, typical) <= BLUR_SKEW:
         return tl
-    moved = blur_moves(durations, tl.rate_hz)
+    moved = blur_moves(sorted(float(s.dur_ns) for s in tl.steps), tl.rate_hz)
     if abs(moved) <= BLUR_MOVES:
         return tl
     reason = (f"the steps, every boundary seen, are skewed by slow ones, and the samples' lag at each end moves "

@@ -3,7 +3,8 @@
 A rank that saw every boundary of its steps (``clock_of``'s first branch: e^-λ at most MAX_UNSEEN)
 has its intervals for its steps. Where those vary too much for their median to hold within
 MAX_STEP_ERROR (``steady_median``: steps of two lengths by turns, as a DataLoader whose workers
-deliver in bursts makes; steps slowed at random by other work on the cores), no typical step can be
+deliver in bursts makes; steps slowed at random by other work on the cores), or where the samples' lag
+at each end moves it (``batch_timeline.judged_blurred``: one slow step in three), no typical step can be
 given: a few steps more or fewer move the median from one length to the other. Their mean can: the
 intervals' time over their number, which a boundary more or less moves by one step in all of them.
 That is the job's throughput, and it is given as the mean, said so (``StepClock.mean``), never as a
