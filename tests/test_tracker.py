@@ -171,51 +171,49 @@ def test_simulated_jobs_get_the_batch_analysis_at_every_tick(name):
         assert not problems, (round((end - full.time_range()[0]) / NS, 1), problems)
 
 
+def live_at_once(spec: str, rate_hz: int) -> Analysis:
+    """The live view's analysis of a grid point's whole 10-s window, looked at at once (one tick),
+    after checking that it says what the batch says."""
+    pt = Point.parse(spec)
+    rec, _ = simulate(build(pt)[0], rate_hz, 10.0, seed=pt.seed)
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    assert not differences(got, analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS))
+    return got
+
+
 def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
     # GIVEN 8 synchronized ranks, 40% of their steps fetching the batch 1.3-2.2x as long, at 400 Hz:
     # one rank's comb takes its slow steps for two (test_sim_shapes, sync.slow_not_unseen)
-    rec, _ = simulate(build(Point.parse("uneven:20:0.4:100:8:227000"))[0], 400, 10.0, seed=227000)
-    # WHEN the live view looks at the whole window at once
-    got = IncrementalAnalyzer(RULES).tick(rec)
-    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
-    # THEN it says what the batch says: no step time on any rank, for slow steps
-    assert not differences(got, want)
+    # WHEN the live view looks at the whole window at once THEN it says what the batch says: no step
+    # time on any rank, for slow steps
+    got = live_at_once("uneven:20:0.4:100:8:227000", 400)
     assert all(r.step_ms is None and "slow steps" in (r.clock.reason or "") for r in got.ranks), got.ranks[0].clock
 
 
 def test_ranks_whose_returns_are_no_shared_steps_keep_their_own_clocks_live_as_in_the_batch():
     # GIVEN 8 ranks accumulating 16 micro-batches behind a 30% straggler, at 100 Hz: the straggler's
     # returns come every 81 ms, the others' every 60 (test_sim_shapes, sync.apart)
-    rec, _ = simulate(build(Point.parse("accum:1300:16/short:100:8:3043000"))[0], 100, 10.0, seed=3043000)
-    # WHEN the live view looks at the whole window at once
-    got = IncrementalAnalyzer(RULES).tick(rec)
-    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
-    # THEN it says what the batch says: no rank counted on another's period, and why
-    assert not differences(got, want)
+    # WHEN the live view looks at the whole window at once THEN it says what the batch says: no rank
+    # counted on another's period, and why
+    got = live_at_once("accum:1300:16/short:100:8:3043000", 100)
     assert all(r.step_ms is None and "though the ranks synchronize" in (r.clock.reason or "") for r in got.ranks)
 
 
 def test_a_median_the_samples_lag_moves_gives_way_to_the_mean_live_as_in_the_batch():
     # GIVEN 2 ranks, one slow step in three among 25-ms ones (6 workers delivering in bursts), at
     # 400 Hz: every boundary seen, and the lag at each end moves their median (test_sim_shapes)
-    rec, _ = simulate(build(Point.parse("bursty:30:6:100:2:473000"))[0], 400, 10.0, seed=473000)
-    # WHEN the live view looks at the whole window at once
-    got = IncrementalAnalyzer(RULES).tick(rec)
-    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
-    # THEN it gives what the batch gives: the steps' mean, said so
-    assert not differences(got, want)
+    # WHEN the live view looks at the whole window at once THEN it gives what the batch gives: the
+    # steps' mean, said so
+    got = live_at_once("bursty:30:6:100:2:473000", 400)
     assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
 
 
 def test_the_mean_step_is_given_live_as_in_the_batch():
     # GIVEN 4 synchronized ranks whose 4 workers deliver in bursts, at 500 Hz: every boundary seen,
     # the steps too uneven for a median (test_sim_shapes: their mean is given, steps/mean.py)
-    rec, _ = simulate(build(Point.parse("bursty:80:4:500:4:658000"))[0], 500, 10.0, seed=658000)
-    # WHEN the live view looks at the whole window at once
-    got = IncrementalAnalyzer(RULES).tick(rec)
-    want = analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS)
-    # THEN it gives what the batch gives: every rank's mean step, said so
-    assert not differences(got, want)
+    # WHEN the live view looks at the whole window at once THEN it gives what the batch gives: every
+    # rank's mean step, said so
+    got = live_at_once("bursty:80:4:500:4:658000", 500)
     assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
 
 
