@@ -138,10 +138,10 @@ def apart(clocks: dict[str, tuple[StepClock, int]], ref: str) -> str | None:
     period that strays from the reference's (``ref``) by more than AGREE, where the reference's are
     nearly all seen too. Its returns are then micro-batches between the ranks' synchronizations,
     and no rank's are counted on another's period (nor those of a rank whose own returns fit no
-    period: it may step either way). 8 ranks
-    accumulating 16 micro-batches behind a 30% straggler: the straggler's returns came every 81 ms,
-    the others' every 60 ms; counted on the straggler's period, each waiting last micro-batch made 5,
-    and their groups of 16 gave 6 optimizer steps of 1,430-1,450 ms for the job's 7 of 1,303 (+10%)."""
+    period: it may step either way). 8 ranks accumulating 16 micro-batches behind a 30% straggler:
+    the straggler's returns came every 81 ms, the others' every 60 ms; counted on the straggler's
+    period, each waiting last micro-batch made 5, and their groups of 16 gave 6 optimizer steps of
+    1,421-1,454 ms for the job's 7 of 1,303 (+9 to +12%)."""
     theirs = clocks[ref][0]
     if theirs.period_ns is None or theirs.unseen is None or theirs.unseen > SEEN_APART:
         return None
@@ -161,7 +161,8 @@ def noted(timelines: dict[str, Timeline], note: str | None) -> dict[str, Timelin
     the reason of each rank whose step is unknown."""
     if note is None:
         return timelines
-    return {rank: tl if tl.clock.known else replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {note}"))
+    return {rank: tl if tl.clock.known else
+            replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {note}" if tl.clock.reason else note))
             for rank, tl in timelines.items()}
 
 
