@@ -11,6 +11,7 @@ from traceml_attach.policy import MIN_GIVEN_INTERVALS, MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
 from traceml_attach.steps.period import (
     PeriodFit,
+    blur_moves,
     fit_at,
     fit_period,
     suggested_rate_hz,
@@ -203,3 +204,32 @@ def test_a_few_long_visits_among_short_ones_vary():
     visits = seen_visits([150.0 if i % 10 == 0 else 5.0 for i in range(300)], 100, rng)
     # THEN they vary beyond it
     assert visits_vary(visits, 100)
+
+
+def _blurred_median(steps: list[float], b: float) -> float:
+    """The median of ``steps`` each spread by a Laplace of scale ``b``, by brute force."""
+    def below(x: float) -> float:
+        shares = (0.5 * math.exp((x - d) / b) if x < d else 1 - 0.5 * math.exp((d - x) / b) for d in steps)
+        return sum(shares) / len(steps)
+
+    lo, hi = min(steps) - 50 * b, max(steps) + 50 * b
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if below(mid) < 0.5 else (lo, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_blurs_move_of_a_median_is_the_brute_force_one(seed):
+    # GIVEN steps of 25 ms with one of about 57 ms in three (a skewed mixture), or jittering around
+    # one length, sampled at 400 Hz
+    rng = random.Random(seed)
+    skewed = seed % 2 == 0
+    steps = sorted(rng.choice((25e6, 25e6, 57e6) if skewed else (30e6,)) * rng.gauss(1, 0.05) for _ in range(300))
+    b = 1e9 / 400
+    # WHEN the blur's move is worked out by running sums THEN it is the brute-force one
+    median = (steps[149] + steps[150]) / 2
+    want = _blurred_median(steps, b) / median - 1
+    assert blur_moves(steps, 400) == pytest.approx(want, abs=1e-4)
+    # ...and only the skewed steps move beyond BLUR_MOVES's 3%
+    assert (abs(want) > 0.03) == skewed

@@ -192,7 +192,7 @@ class RatePolicy:
     # it stays. The blur of each end fills the gap such steps leave above their median: at 10-15
     # samples a step, 40% of 200-ms steps slowed 1.3-2.2x gave +6.2% (every boundary seen), 2
     # workers delivering in bursts +7.5%; at 21-29 samples +2.3% and +1.1%. Steps that vary by their
-    # jitter alone (20% on each phase) had a mean 0.2-1.9% under their median (docs/steps.md, stop 59).
+    # jitter alone (5-20% on each phase) had a mean 0.3-1.9% under their median (docs/steps.md, stop 59).
     uneven_below_samples: float = 20.0
     uneven_to_samples: float = 25.0
     uneven_skew: float = 0.025
@@ -329,12 +329,12 @@ NEAR_SHARE = 0.25     # 38% of the steps are)
 # A median of steps between boundaries all seen, skewed by slow ones (their mean over it by more
 # than BLUR_SKEW) and under BLUR_SAMPLES samples a step, holds only where the sampling's blur,
 # applied once more, moves it by at most BLUR_MOVES (batch_timeline.judged_blurred): one slow step
-# in three among 25-ms ones at 400 Hz gave +5.4%, and blurred again it moved +5.8%; steps that
-# jitter around one length moved 0.3-1.4%. BLUR_ITERATIONS halvings find the blurred median.
+# in three among 25-ms ones at 400 Hz gave +5.4%, and blurred again it moved +5.8%; on two jobs whose
+# phases jitter 20% it moved 0.3% and 1.4%. BLUR_ITERATIONS halvings find the blurred median.
 BLUR_SKEW = 0.025
 BLUR_SAMPLES = 30.0
 BLUR_MOVES = 0.03
-BLUR_ITERATIONS = 30
+BLUR_ITERATIONS = 24
 # the median of optimizer steps timed by the optimizer's visits is no valley between two lengths:
 # at least VALLEY_SHARE as many steps within VALLEY_NEAR of it as of the busier quartile, where
 # VALLEY_LEAST or more are (period.in_valley; accumulation.by_optimizer gives their mean otherwise)

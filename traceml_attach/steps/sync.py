@@ -311,11 +311,6 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None
     reference = own[ref]
     period = reference.clock.period_ns
     assert period is not None
-    note = apart({rank: (t.clock, t.intervals) for rank, t in own.items()}, ref)
-    if note is not None:
-        for t in trackers.values():
-            t.count_own()
-        return {rank: t.timeline() for rank, t in trackers.items()}, ref, note
     for rank, t in own.items():
         assert t.clock.period_ns is not None
         both_saw_all = t.clock.method == "wraps" and reference.clock.method == "wraps"
@@ -326,6 +321,12 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None
             for each in trackers.values():
                 each.count_ones()
             return {r: each.timeline(unknown) for r, each in trackers.items()}, ref, None
+    # after the check above, as the batch: two ranks that each saw every boundary are a contradiction
+    note = apart({rank: (t.clock, t.intervals) for rank, t in own.items()}, ref)
+    if note is not None:
+        for t in trackers.values():
+            t.count_own()
+        return {rank: t.timeline() for rank, t in trackers.items()}, ref, note
     reference.count_own()
     ref_tl = reference.timeline()
     out = {}
