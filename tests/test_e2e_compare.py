@@ -36,6 +36,11 @@ def honest(run: Path, truth: Truth) -> bool:
     return honestly_unknown(json.loads((run / "final_summary.json").read_text()), 0, truth)
 
 
+def _forward_ms(truth: Truth) -> float:
+    """The job's own forward per step: its share of the steps' mean."""
+    return truth.shares["forward"] * truth.mean_ms
+
+
 def test_compare_tells_a_faster_run_and_calls_two_windows_of_one_job_no_change(example, tmp_path: Path):
     # GIVEN an input-bound job sampled in two windows one after the other
     slow = example("input_bound", "--input-share", "0.6")
@@ -48,10 +53,10 @@ def test_compare_tells_a_faster_run_and_calls_two_windows_of_one_job_no_change(e
     fast = example("input_bound", "--input-share", "0.2")
     time.sleep(2)
     cheaper = snapshot(fast.pid, tmp_path, "cheaper")
+    cheaper_truth = run_truth(cheaper, tmp_path / "input_bound.jsonl")
     # a run whose own steps varied too much for a typical step has none to compare: compare says
     # unknown, and never guesses (on a loaded machine; the rest of the test needs the steps)
-    unknown = [honest(run, t) for run, t in ((first, truths[0]), (second, truths[1]),
-                                             (cheaper, run_truth(cheaper, tmp_path / "input_bound.jsonl")))]
+    unknown = [honest(run, t) for run, t in ((first, truths[0]), (second, truths[1]), (cheaper, cheaper_truth))]
     if any(unknown):
         pair = (first, second) if unknown[0] or unknown[1] else (first, cheaper)
         doc = json.loads(traceml("compare", *map(str, pair), "--json").stdout)
@@ -75,7 +80,15 @@ def test_compare_tells_a_faster_run_and_calls_two_windows_of_one_job_no_change(e
     faster = traceml("compare", str(first), str(cheaper), "--json")
     doc = json.loads(faster.stdout)
     assert doc["step"]["verdict"] == "faster" and doc["phases"]["input"]["verdict"] == "faster", doc
-    assert doc["phases"]["forward"]["verdict"] == "no change", doc["phases"]
+    # and its forward, the same work in both jobs, is no change unless the job's own forward moved by
+    # more than half the band (each job sizes its work at start-up, on a machine whose load moves:
+    # CI's stop-59 run, forward "faster"); then it moved the way the job's own did
+    forward = doc["phases"]["forward"]
+    moved = _forward_ms(cheaper_truth) - _forward_ms(truths[0])
+    if abs(moved) <= doc["step"]["band_ms"] / 2:
+        assert forward["verdict"] == "no change", (moved, doc["phases"])
+    else:
+        assert forward["verdict"] in ("no change", "slower" if moved > 0 else "faster"), (moved, doc["phases"])
     gate = traceml("compare", str(cheaper), str(first), "--fail-on-regression", "10")
     assert gate.returncode == 9, gate.stdout + gate.stderr
     assert "slower" in gate.stdout and "beyond the noise" in gate.stderr

@@ -661,6 +661,8 @@ def test_micro_batches_of_two_lengths_are_no_mean_step_where_the_visits_counted_
     assert r.step_ms is None and r.clock is not None, (r.step_ms, truths[0].mean_step_ms(lo, hi))
     assert "; nor their mean: the optimizer was seen in 32% of the steps counted (12 visits), nearly always 2 or a " \
         "multiple of 2 steps apart" in (r.clock.reason or ""), r.clock.reason
+    # AND its counts say a step is an optimizer step of micro-batches not counted (was 1 micro-batch a step)
+    assert r.micro_batches is None
 
 
 @pytest.mark.parametrize(("seed", "k"), [(0, 3), (0, 4), (1, 4)])

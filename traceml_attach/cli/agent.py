@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from traceml_agent.discovery import find_launchers
+from traceml_agent.discovery import RankProc, find_launchers
 from traceml_agent.link import BUFFER_BYTES, AgentLink, Keys, LinkError, endpoint, read_token, token_warning
 from traceml_agent.node import NodeAgent, Probed
 from traceml_attach.cli.common import DEFAULT_TOKEN_FILE, positive_float, rate
@@ -112,15 +112,20 @@ def run(args: argparse.Namespace) -> int:
         return _stream(node, probed, link, stop, f"{host}:{port}")
 
 
+def _ranks_text(ranks: list[RankProc]) -> str:
+    return ", ".join(str(r.rank) for r in sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0))
+                     if r.rank is not None) or "no RANK"
+
+
 def _stream(node: NodeAgent, probed: list[Probed], link: AgentLink, stop: threading.Event, where: str) -> int:
-    ranks = ", ".join(str(r.rank) for r, _, _ in probed if r.rank is not None) or "no RANK"
-    print(f"traceml agent: sampling {len(probed)} process(es) (ranks {ranks}) and streaming to {where} "
-          f"as node {link.node!r}", file=sys.stderr, flush=True)
+    print(f"traceml agent: sampling {len(probed)} process(es) (ranks {_ranks_text([r for r, _, _ in probed])}) "
+          f"and streaming to {where} as node {link.node!r}", file=sys.stderr, flush=True)
     sending = threading.Event()
     sender = threading.Thread(target=link.run, args=(sending,), name="traceml-link", daemon=True)
     sender.start()
     node.start(probed, stop)
     started, warned, reason = time.monotonic(), False, "stopped"
+    said = {rank.pid for rank, _, _ in probed}
     try:
         while not stop.is_set():
             if link.ended_by is not None:
@@ -134,6 +139,11 @@ def _stream(node: NodeAgent, probed: list[Probed], link: AgentLink, stop: thread
                 print(f"traceml agent: no answer from {where} yet (is the collector listening there, with the "
                       "same token file?); buffering", file=sys.stderr, flush=True)
             node.tick(stop)
+            if said != set(node.running):   # workers that started after the launcher was found, or restarted
+                said = set(node.running)
+                live = [r.rank for r in node.running.values() if r.thread.is_alive()]
+                print(f"traceml agent: now sampling {len(live)} process(es) (ranks {_ranks_text(live)})",
+                      file=sys.stderr, flush=True)
             stop.wait(0.1)
     finally:
         stop.set()

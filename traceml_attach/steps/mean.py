@@ -89,27 +89,37 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
             out[rank] = replace(tl, clock=replace(tl.clock, reason=reason))
         else:
             out[rank] = replace(tl, clock=given[rank], step_floor=None)
-    micro = _not_one_micro_batch(out, [r for r in given if r not in strays], synchronized)
+    micro, weighed = _not_one_micro_batch(out, [r for r in given if r not in strays], synchronized)
     if micro is None:
         return out
-    return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; nor their mean: {micro}"))
-            if rank in given and tl.clock.reason else tl for rank, tl in timelines.items()}
+    refused = {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; nor their mean: {micro}"))
+               if rank in given and tl.clock.reason else tl for rank, tl in timelines.items()}
+    # a rank whose intervals the optimizer's visits counted as micro-batches, its optimizer steps
+    # unknown, says so in its counts: micro-batches per step, and the optimizer steps seen (its
+    # intervals, counted as steps, said "1 micro-batch a step" beside a reason that said otherwise)
+    for rank in given:
+        counted = weighed[rank]
+        if counted.micro_batches != 1 and not counted.clock.known and rank in refused:
+            refused[rank] = replace(counted, clock=replace(counted.clock, reason=refused[rank].clock.reason))
+    return refused
 
 
-def _not_one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool) -> str | None:
-    """Why the steps given a mean are not each one optimizer step (None: they are): the optimizer's
-    visits, weighed on the mean as on any known step (``accumulation.plan_of``, ``accumulated``),
-    must leave each rank of ``given`` known, of one micro-batch a step."""
+def _not_one_micro_batch(timelines: dict[str, Timeline], given: Iterable[str], synchronized: bool
+                         ) -> tuple[str | None, dict[str, Timeline]]:
+    """Why the steps given a mean are not each one optimizer step (None: they are), and the
+    timelines as the optimizer's visits weighed them: the visits, weighed on the mean as on any
+    known step (``accumulation.plan_of``, ``accumulated``), must leave each rank of ``given``
+    known, of one micro-batch a step."""
     plans = {rank: plan_of(tl) for rank, tl in timelines.items()}
     out = accumulated(timelines, plans, synchronized)
     for rank in given:
         tl = out[rank]
         if not tl.clock.known:
-            return tl.clock.reason or "weighed with the optimizer's visits, it is no optimizer step's"
+            return tl.clock.reason or "weighed with the optimizer's visits, it is no optimizer step's", out
         if tl.micro_batches != 1:
             k = f"{tl.micro_batches} " if tl.micro_batches else ""
-            return f"the optimizer's visits make the steps seen {k}micro-batches of an optimizer step"
-    return None
+            return f"the optimizer's visits make the steps seen {k}micro-batches of an optimizer step", out
+    return None, out
 
 
 def _common_means(timelines: dict[str, Timeline]) -> dict[str, float]:
