@@ -859,3 +859,14 @@ def test_an_optimizer_seen_too_rarely_to_rule_accumulation_out_asks_for_a_faster
     assert advice[0] > pt.rate_hz
     # AND at that rate, its step is right (k = 2: 316.5 ms for 316.7) or unknown, never a micro-batch
     right_or_unknown(build(pt)[0], advice[0], pt.seed)
+
+
+def test_optimizer_steps_fitted_to_a_divisor_of_the_visits_gaps_are_not_given():
+    # GIVEN 2 synchronized ranks accumulating 3 micro-batches of a 30-ms step, their 2 workers
+    # delivering in bursts, at 500 Hz: the returns fit no period, and the optimizer's visits (about
+    # 300 of the window's 328 optimizer steps, 2.9 samples each) come 16-60 ms apart
+    an, truths, lo, hi = grid_window("accum_bursty:30:3/2:500:2:557000", 500)
+    # THEN no optimizer step is fitted to a divisor of their gaps (was 12.2 ms and 821 steps: -60%)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is None or abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, (r.step_ms, r.clock)
+        assert r.steps <= 1.03 * truth.steps_in(lo, hi) + 2, (r.steps, truth.steps_in(lo, hi))

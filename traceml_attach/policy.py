@@ -411,6 +411,10 @@ OVERDISPERSED = 3.0
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
 MAX_UNSEEN = 0.01
+# optimizer steps fitted to the optimizer's visits that leave more than this share of them (and
+# three times the chance its work goes unseen) without a visit are a divisor of the visits' gaps
+# (accumulation._visits_too_few)
+VISITS_MISSED = 0.5
 # Boundaries that go unseen at most this often (e^-λ: λ ≥ 3 samples outside the dominant place a
 # step) are missed k in a row by chance only while e^-kλ ≥ DROPOUT_UNSEEN (clock.hidden_by_chance);
 # more often, λ is an average over visits too uneven to bound a run of misses. 1% left a job whose
