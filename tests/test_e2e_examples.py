@@ -43,7 +43,12 @@ def test_snapshot_diagnoses_each_example(name: str, example, tmp_path: Path):
     window = summary["sampling"]["window"]
     truth = read_truth(tmp_path / f"{name}.jsonl", steps_from(summary), window["end"])
     rank = summary["step_time"]["ranks"]["0"]
-    assert rank["steps"] >= 20
+    # the steps counted are the job's own over the same stretch: from the window's start, or from where
+    # its rate was raised (steps_from), which on a loaded machine can leave 18 of them (stop 60's run)
+    # (an unknown step time counts at least the steps it saw: never more than the job took)
+    assert truth.steps >= 5 and rank["steps"] <= truth.steps + 2, (rank["steps"], truth)
+    if rank["step_ms"] is not None:
+        assert abs(rank["steps"] - truth.steps) <= max(2, 0.1 * truth.steps), (rank["steps"], truth)
     for phase in PHASES:
         assert abs(rank["shares"][phase] - truth.shares[phase]) <= SHARE_TOLERANCE, (phase, rank["shares"], truth)
     if not honestly_unknown(summary, 0, truth):   # unknown only where the job's own steps varied (conftest)
