@@ -100,7 +100,8 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
     for rank in given:
         counted = weighed[rank]
         if counted.micro_batches != 1 and not counted.clock.known and rank in refused:
-            refused[rank] = replace(counted, clock=replace(counted.clock, reason=refused[rank].clock.reason))
+            refused[rank] = replace(counted, clock=replace(
+                counted.clock, reason=refused[rank].clock.reason or counted.clock.reason))
     return refused
 
 
