@@ -99,7 +99,7 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], syn
     # intervals, counted as steps, said "1 micro-batch a step" beside a reason that said otherwise)
     for rank in given:
         counted = weighed[rank]
-        if counted.micro_batches != 1 and not counted.clock.known and rank in refused:
+        if counted.micro_batches != 1 and not counted.clock.known:
             refused[rank] = replace(counted, clock=replace(
                 counted.clock, reason=refused[rank].clock.reason or counted.clock.reason))
     return refused
