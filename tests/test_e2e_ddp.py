@@ -55,8 +55,18 @@ def test_straggler_names_rank_and_cause(torchrun, tmp_path: Path, straggler: str
     if straggler == "backward":
         # every rank's backward is equally long: only rank 0's waiting tells them apart
         assert "backward" in diag["summary"]
-        sync = {r: summary["step_time"]["ranks"][r]["sync_wait_ms"] for r in ("0", "1")}
-        assert sync["0"] > sync["1"] + 20
+        rows = summary["step_time"]["ranks"]
+        # the share of its step each rank spent blocked is known where a loaded machine leaves a
+        # rank's step time unknown (one CI run: rank 1's); the 60 ms of rank 1's hook is over a
+        # quarter of a step of under 250 ms
+        share = {r: rows[r]["sync_wait_share"] for r in ("0", "1")}
+        assert share["0"] > share["1"] + 0.1, share
+        window = summary["sampling"]["window"]
+        for r in ("0", "1"):
+            assert rows[r]["step_ms"] is not None or honestly_unknown(
+                summary, r, rank_truth(tmp_path, int(r), steps_from(summary, int(r)), window["end"])), rows[r]["clock"]
+        if rows["0"]["step_ms"] is not None and rows["1"]["step_ms"] is not None:
+            assert rows["0"]["sync_wait_ms"] > rows["1"]["sync_wait_ms"] + 20
     assert_ranks_match_truth(summary, tmp_path, 2)
     assert "Rank " in out.stdout and "Worst (r" in out.stdout
 

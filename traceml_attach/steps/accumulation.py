@@ -101,6 +101,7 @@ from traceml_attach.steps.doubts import (
     lumped,
     lumped_in,
     optimizer_unseen,
+    optimizer_unseen_trimmed,
     suggested_words,
     undecided,
     undecided_words,
@@ -238,19 +239,22 @@ def _merged(run: Sequence[Step]) -> Step:
 def marks_steps(intervals: Sequence[Step], rate_hz: int) -> float | None:
     """The optimizer's chance of going unseen when its visits, not the returns, should mark the
     steps: it is seen in practically every optimizer step while many intervals hold none of it
-    (accumulation, or a loop whose returns split a step). None otherwise."""
+    (accumulation, or a loop whose returns split a step). None otherwise. Judged on the chance less
+    the longest visit (``optimizer_unseen_trimmed``), as one stalled visit of a few raises it."""
     covered = [iv for iv in intervals if iv.covered]
     if len(covered) < MIN_GAPS:
         return None
     unseen = optimizer_unseen(covered, rate_hz)
+    trimmed = optimizer_unseen_trimmed(covered, rate_hz)
     without = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) == 0)
-    if unseen is None or without < MIN_WITHOUT * len(covered):
+    if unseen is None or trimmed is None or without < MIN_WITHOUT * len(covered):
         return None
     # ...or, missed a little more often, where that many intervals without it would be chance at
     # most MAX_CHANCE: a 143-ms optimizer at 50 Hz (e^-λ 1.1%) in 14 of 19 intervals, 2 micro-batches
     # of 650-ms steps whose DataLoader's workers deliver in bursts (5 such would be chance 2e-6),
     # had the intervals taken for steps (-18%)
-    if unseen > OPTIMIZER_UNSEEN and (unseen > MARKS_UNSEEN or binom_tail(len(covered), without, unseen) > MAX_CHANCE):
+    doubtful = trimmed > MARKS_UNSEEN or binom_tail(len(covered), without, trimmed) > MAX_CHANCE
+    if trimmed > OPTIMIZER_UNSEEN and doubtful:
         return None
     return unseen
 
