@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -88,42 +89,79 @@ def torchrun(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 # --- running the suite in parallel (pytest-xdist: pyproject's addopts) --------------------------
 #
-# Two locks, taken in this order: "quiet" and "machine". Every test holds "quiet" shared, and a
-# test that starts a real job (e2e) holds "machine" shared too. A test marked ``quiet`` (it compares
-# two stretches of one job, which any change of load between them moves) or ``timing`` (it
-# measures a job against the job's own clock, or the attacher's cost) holds both exclusive: nothing
-# runs beside it, no other job and no short test either, whose core the job and its sampler had in
-# the serial suite these tests were measured in (beside unit tests, a 10-s snapshot of
-# examples/grad_accum.py at 100 Hz missed enough of its 41-ms micro-batches' returns to leave them
-# uncounted). A turnstile keeps a waiting exclusive test from being starved by the shared holders
-# that come after it. The locks are per user and machine: two runs of the suite at once also keep
-# out of each other's timing tests.
+# The machine's first two CPUs are two locks, "core0" and "core1". Every test holds both shared,
+# except: a test marked ``quiet`` (it compares two stretches of one job, which any change of load
+# between them moves, or gives a process a chosen PID) or ``timing`` (it measures a job against the
+# job's own clock, or the attacher's cost) holds both exclusive: nothing runs beside it, no other job
+# and no short test either, whose core the job and its sampler had in the serial suite these tests
+# were measured in (beside unit tests, a 10-s snapshot of examples/grad_accum.py at 100 Hz missed
+# enough of its 41-ms micro-batches' returns to leave them uncounted). A ``timing`` test also
+# marked ``one_core`` (one single-threaded job, its attacher and py-spy) holds one of the two
+# exclusive and runs pinned to that CPU, it and every process it starts: two such run at once, each
+# with a CPU nothing else runs on, or one beside short tests (no job of their own) pinned to the
+# other CPU (docs/development.md). A turnstile keeps a waiting exclusive test
+# from being starved by the shared holders that come after it. The locks are per user and machine:
+# two runs of the suite at once also keep out of each other's timing tests.
 
 LOCK_DIR = Path(tempfile.gettempdir())
+CORES = ("core0", "core1")
 
 
 def _lock(name: str) -> IO[str]:
     return open(LOCK_DIR / f"traceml-tests-{os.getuid()}.{name}.lock", "a+")
 
 
+def _cpus() -> list[int]:
+    """The first two CPUs this process may run on (where a test pinned to one is pinned)."""
+    return sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else []
+
+
+def _try(fh: IO[str], how: int) -> bool:
+    try:
+        fcntl.flock(fh, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
-def hold(quiet: bool, machine: bool | None) -> Iterator[None]:
-    """Hold "quiet" (exclusive when ``quiet``, else shared) and, unless ``machine`` is None,
-    "machine" (exclusive when ``machine``, else shared), for the test that runs inside."""
-    wanted = [("quiet", quiet), *([("machine", machine)] if machine is not None else [])]
+def hold(mode: str) -> Iterator[None]:
+    """Hold the machine for the test that runs inside: ``shared`` (both CPUs shared), ``short``
+    (both shared, or the one a ``one_core`` test leaves, pinned to it), ``alone`` (both exclusive)
+    or ``one_core`` (one exclusive, the process pinned to it until the end; on a machine of one
+    CPU, both)."""
+    cpus = _cpus()
     with contextlib.ExitStack() as stack:
         turnstile = stack.enter_context(_lock("turnstile"))
-        files = [(stack.enter_context(_lock(name)), exclusive) for name, exclusive in wanted]
+        cores = [stack.enter_context(_lock(name)) for name in CORES]
         fcntl.flock(turnstile, fcntl.LOCK_EX)
-        if not any(exclusive for _, exclusive in files):
+        if mode in ("shared", "short"):
             fcntl.flock(turnstile, fcntl.LOCK_UN)   # shared holders pass the turnstile at once
-        for fh, exclusive in files:
-            fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        held = []
+        if mode == "short" and len(cpus) == 2:
+            # both CPUs shared, or, beside a one_core test, the other one, pinned to it
+            while not held:
+                held = [i for i, fh in enumerate(cores) if _try(fh, fcntl.LOCK_SH)]
+                if not held:
+                    time.sleep(0.05)
+        elif mode == "one_core" and len(cpus) == 2:
+            while not held:   # whichever CPU is free first; the turnstile keeps newcomers out meanwhile
+                held = next(([i] for i, fh in enumerate(cores) if _try(fh, fcntl.LOCK_EX)), [])
+                if not held:
+                    time.sleep(0.05)
+        else:
+            for fh in cores:   # always core0 before core1: no two holders wait on each other
+                fcntl.flock(fh, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
         fcntl.flock(turnstile, fcntl.LOCK_UN)
+        before = os.sched_getaffinity(0) if len(held) == 1 else None
         try:
+            if len(held) == 1:
+                os.sched_setaffinity(0, {cpus[held[0]]})
             yield
         finally:
-            for fh, _ in reversed(files):
+            if before is not None:
+                os.sched_setaffinity(0, before)
+            for fh in reversed(cores):
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
@@ -138,26 +176,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         items[:] = in_parallel_order(items)
 
 
-def _alone(item: pytest.Item) -> bool:
-    return any(item.get_closest_marker(m) for m in ("timing", "quiet"))
+def machine_mode(item: pytest.Item) -> str:
+    """How a test holds the machine (``hold``)."""
+    if item.get_closest_marker("quiet"):
+        return "alone"
+    if item.get_closest_marker("timing"):
+        return "one_core" if item.get_closest_marker("one_core") else "alone"
+    return "shared" if item.get_closest_marker("e2e") else "short"
 
 
 def in_parallel_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """The order for two workers fed one test at a time (pyproject's ``--maxschedchunk 1``).
 
-    A timing or quiet test runs with nothing beside it, so the other worker waits out each one.
-    Hence: first the tests that start jobs but may share the machine, which pair up; then the short
-    ones, which fill the workers while the last of those end; then the tests that run alone. Within
-    each part, the collection's order (every worker collects the same order, as xdist requires)."""
-    shared = [i for i in items if i.get_closest_marker("e2e") and not _alone(i)]
-    short = [i for i in items if not i.get_closest_marker("e2e") and not _alone(i)]
-    return shared + short + [i for i in items if _alone(i)]
+    A test that runs alone leaves the other worker waiting it out. Hence: first the tests that
+    start jobs but may share the machine, which pair up; then the short ones, which fill the workers
+    while the last of those end; then the timing tests that take one CPU each, which pair up too;
+    then the ones that run alone. Within each part, the collection's order (every worker collects
+    the same order, as xdist requires), but for the one-CPU tests, the longest first."""
+    def part(item: pytest.Item) -> tuple[int, float]:
+        mode = machine_mode(item)
+        if mode in ("shared", "short"):
+            return (0 if mode == "shared" else 1), 0
+        if mode == "one_core":   # the longest first (its marker's ``seconds``), so none is left to run by itself
+            return 2, -float((item.get_closest_marker("one_core") or pytest.mark.one_core).kwargs.get("seconds", 0))
+        return 3, 0
+
+    return sorted(items, key=part)   # stable: the collection's order within each part
 
 
 @pytest.fixture(autouse=True)
 def _machine(request: pytest.FixtureRequest) -> Iterator[None]:
-    node = request.node
-    timing = _alone(node)
-    jobs = timing or node.get_closest_marker("e2e") is not None
-    with hold(timing, timing if jobs else None):
+    with hold(machine_mode(request.node)):
         yield

@@ -11,7 +11,7 @@ import pytest
 from launch import PHASES, read_truth
 from tests.conftest import honestly_unknown, steps_from, traceml
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timing]
+pytestmark = [pytest.mark.e2e, pytest.mark.timing, pytest.mark.one_core]
 
 EXPECTED = {
     "input_bound": "INPUT_BOUND",

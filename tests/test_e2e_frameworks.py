@@ -61,6 +61,7 @@ def snapshot(pid: int, tmp_path: Path, name: str, seconds: int = 10) -> tuple[di
     return json.loads((tmp_path / "logs" / name / "final_summary.json").read_text()), out.stdout
 
 
+@pytest.mark.one_core
 @pytest.mark.parametrize("name", [pytest.param(n, marks=needs(MODULES[n])) for n in JOBS])
 def test_a_framework_job_is_diagnosed_like_its_own_timing(name: str, job, tmp_path: Path):
     example, args, diagnosis, framework, micro = JOBS[name]
@@ -97,7 +98,10 @@ def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: 
     launcher = torchrun(2, "--straggler", "input", "--slow-rank", "1", "--input-share", "0.1",
                         script="lightning_job")
     time.sleep(4)
-    summary, text = snapshot(launcher.pid, tmp_path, "lightning_ddp")
+    # 15 s, as issue 23 tried it: where its steps' mean runs a few % over their median, the rate is
+    # raised a few seconds in and the steps are counted from there; 10 s left 19 of them, too few for
+    # the step time to stand against one missed boundary (a suite run of stop 61: unknown on both)
+    summary, text = snapshot(launcher.pid, tmp_path, "lightning_ddp", seconds=15)
     ranks = summary["step_time"]["ranks"]
     assert sorted(ranks) == ["0", "1"]
     assert all(r["framework"] == "Lightning" for r in ranks.values())

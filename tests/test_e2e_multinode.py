@@ -68,6 +68,21 @@ class Cluster:
                  f"127.0.0.1:{self.port}", "--token-file", str(self.token), "--node-name", f"node{node}"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
+    def joined(self, node: int, timeout_s: float = 60) -> None:
+        """Wait until the node's agent says the collector answered it (the node has joined)."""
+        agent, said = self.agents[node], []
+        assert agent.stderr is not None
+
+        def read() -> None:
+            while (line := agent.stderr.readline()) and "has joined" not in line:
+                said.append(line)
+            said.append(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        assert said and "has joined" in said[-1], said
+
     def summary(self) -> tuple[dict, str]:
         assert self.collector is not None
         out, err = self.collector.communicate(timeout=120)
@@ -153,6 +168,9 @@ def test_a_killed_agent_leaves_its_ranks_agent_lost_and_the_others_go_on(cluster
     job = cluster("--straggler", "none")
     time.sleep(2)
     job.collect("lost", seconds=18)
+    # node1 must have joined before its agent dies: killed before that (its start-up slow on a loaded
+    # machine), the collector waited out --expect-nodes' 120 s for it (a suite run of stop 61)
+    job.joined(1)
     time.sleep(6)
     job.agents[1].send_signal(signal.SIGKILL)   # node1's agent dies; its job runs on
     summary, out = job.summary()

@@ -124,7 +124,7 @@ def _stream(node: NodeAgent, probed: list[Probed], link: AgentLink, stop: thread
     sender = threading.Thread(target=link.run, args=(sending,), name="traceml-link", daemon=True)
     sender.start()
     node.start(probed, stop)
-    started, warned, reason = time.monotonic(), False, "stopped"
+    started, warned, answered, reason = time.monotonic(), False, False, "stopped"
     said = {rank.pid for rank, _, _ in probed}
     try:
         while not stop.is_set():
@@ -134,6 +134,10 @@ def _stream(node: NodeAgent, probed: list[Probed], link: AgentLink, stop: thread
             if not node.active():
                 reason = "sampling_failed" if node.sampling_failed() else "target_exited"
                 break
+            if not answered and link.collector_seen.is_set():
+                answered = True   # what a user (and a test) waits for before counting on this node
+                print(f"traceml agent: the collector at {where} answered: node {link.node!r} has joined",
+                      file=sys.stderr, flush=True)
             if not warned and not link.collector_seen.is_set() and time.monotonic() - started > SILENT_WARN_S:
                 warned = True
                 print(f"traceml agent: no answer from {where} yet (is the collector listening there, with the "
