@@ -151,7 +151,7 @@ def hold(mode: str) -> Iterator[None]:
                     time.sleep(0.05)
         else:
             for fh in cores:   # always core0 before core1: no two holders wait on each other
-                fcntl.flock(fh, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX)
+                fcntl.flock(fh, fcntl.LOCK_SH if mode in ("shared", "short") else fcntl.LOCK_EX)
         fcntl.flock(turnstile, fcntl.LOCK_UN)
         before = os.sched_getaffinity(0) if len(held) == 1 else None
         try:

@@ -104,7 +104,9 @@ def test_pyspy_removed_mid_attach_is_one_line(example, tmp_path: Path):
     line = one_line(err)
     assert "py-spy (" in line and "could not be started: No such file or directory" in line
     assert "reinstall it" in line and "summary of what was seen written to" in line
-    assert summary(tmp_path / "run")["step_time"]["ranks"]["0"]["steps"] >= 10
+    # the steps of the seconds before it went are kept (a loaded suite run of stop 61 counted 6 in
+    # the 5 s that also hold the attacher's start-up; 10 or more on a quiet machine)
+    assert summary(tmp_path / "run")["step_time"]["ranks"]["0"]["steps"] >= 3
     assert job.poll() is None
 
 
