@@ -101,7 +101,6 @@ from traceml_attach.steps.doubts import (
     lumped,
     lumped_in,
     optimizer_unseen,
-    optimizer_unseen_trimmed,
     suggested_words,
     undecided,
     undecided_words,
@@ -240,12 +239,12 @@ def marks_steps(intervals: Sequence[Step], rate_hz: int) -> float | None:
     """The optimizer's chance of going unseen when its visits, not the returns, should mark the
     steps: it is seen in practically every optimizer step while many intervals hold none of it
     (accumulation, or a loop whose returns split a step). None otherwise. Judged on the chance less
-    the longest visit (``optimizer_unseen_trimmed``), as one stalled visit of a few raises it."""
+    the longest visit (``optimizer_unseen``'s ``trim``), as one stalled visit of a few raises it."""
     covered = [iv for iv in intervals if iv.covered]
     if len(covered) < MIN_GAPS:
         return None
     unseen = optimizer_unseen(covered, rate_hz)
-    trimmed = optimizer_unseen_trimmed(covered, rate_hz)
+    trimmed = optimizer_unseen(covered, rate_hz, trim=True)
     without = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) == 0)
     if unseen is None or trimmed is None or without < MIN_WITHOUT * len(covered):
         return None

@@ -35,25 +35,18 @@ from traceml_attach.steps.period import visit_samples
 COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
 
 
-def optimizer_unseen(intervals: Sequence[Step], rate_hz: int) -> float | None:
+def optimizer_unseen(intervals: Sequence[Step], rate_hz: int, *, trim: bool = False) -> float | None:
     """The chance that sampling misses an optimizer step's own work (e^-λ), from the optimizer
-    time of the intervals that hold some (about one visit each); None with fewer than two."""
-    seen = [ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0]
-    if len(seen) < 2:
-        return None
-    return math.exp(-visit_samples(statistics.fmean(seen) * rate_hz / 1e9))
+    time of the intervals that hold some (about one visit each); None with fewer than two.
 
-
-def optimizer_unseen_trimmed(intervals: Sequence[Step], rate_hz: int) -> float | None:
-    """``optimizer_unseen`` from the visits less the longest: one visit through which the thread
-    was off its core (a loaded machine) raises the mean of a few. DDP's rank 1 on a loaded machine,
-    its 1.7-ms optimizer seen in 2 of 50 intervals at 100 Hz, one visit 74 ms long, was given e^-λ
-    1.5% and its steps taken for micro-batches of unknown optimizer steps. None with fewer than
-    three visits."""
+    ``trim``: from the visits less the longest, and None with fewer than three: one visit through
+    which the thread was off its core (a loaded machine) raises the mean of a few. DDP's rank 1 on a
+    loaded machine, its 1.7-ms optimizer seen in 2 of 50 intervals at 100 Hz, one visit 74 ms long,
+    was given e^-λ 1.5% untrimmed and its steps taken for micro-batches of unknown optimizer steps."""
     seen = sorted(ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0)
-    if len(seen) < 3:
+    if len(seen) < (3 if trim else 2):
         return None
-    return math.exp(-visit_samples(statistics.fmean(seen[:-1]) * rate_hz / 1e9))
+    return math.exp(-visit_samples(statistics.fmean(seen[:-1] if trim else seen) * rate_hz / 1e9))
 
 
 def binom_tail(n: int, m: int, q: float) -> float:
