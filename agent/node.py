@@ -199,12 +199,12 @@ class NodeAgent:
             state["cost"] = now + COST_EVERY_S
             self.writer.write(process_frame())
 
-    def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None) -> None:
+    def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None, refines: bool = False) -> None:
         """The analysis's advice on ``pid``'s rate, drawn from its data at ``seen_at_hz``: its
         sampler decides at its next window (agent/rate.py); nothing happens when the rate is fixed
         or ``pid`` is not sampled here."""
         if self.rates is not None and pid in self.running:
-            self.rates.advise(pid, rate_hz, why, seen_at_hz)
+            self.rates.advise(pid, rate_hz, why, seen_at_hz, refines)
 
     def exit_reasons(self) -> set[str]:
         return {r.sampler.exit_reason or "stopped" for r in self.running.values()}

@@ -41,6 +41,7 @@ class Rate:
 
     rate_hz: int
     why: str | None = None
+    refines: bool = False   # a raise for a step time already known at the old rate (ingest RateChange)
 
 
 class RateGovernor:
@@ -64,12 +65,13 @@ class RateGovernor:
     def adaptive(self) -> bool:
         return self.max_hz > self.base_hz
 
-    def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None) -> None:
+    def advise(self, pid: int, rate_hz: int, why: str, seen_at_hz: int | None = None, refines: bool = False) -> None:
         """The analysis's advice for ``pid``: taken (clamped) at its next window, if at all.
         ``seen_at_hz``: the rate of the data it was drawn from; an advice drawn from another rate
-        than the one in use is stale (the analysis had not yet read the last change) and dropped."""
+        than the one in use is stale (the analysis had not yet read the last change) and dropped.
+        ``refines``: it raises the rate of a step time already known (recorded with the change)."""
         with self._lock:
-            self._advice[pid] = Rate(rate_hz, why)
+            self._advice[pid] = Rate(rate_hz, why, refines)
             self._seen_at[pid] = seen_at_hz
 
     def pending(self, pid: int) -> bool:
@@ -115,7 +117,8 @@ class RateGovernor:
 
     def _clamp(self, advice: Rate) -> Rate:
         if advice.rate_hz > self.max_hz:
-            return Rate(self.max_hz, f"{advice.why} (it would take {advice.rate_hz} Hz; --max-rate is {self.max_hz})")
+            return Rate(self.max_hz, f"{advice.why} (it would take {advice.rate_hz} Hz; --max-rate is {self.max_hz})",
+                        advice.refines)
         if advice.rate_hz <= self.base_hz:
             return Rate(self.base_hz, advice.why)
         return advice

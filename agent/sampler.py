@@ -315,7 +315,8 @@ class Sampler:
             # holds from there on, and the frame comes before the spans it applies to
             self._rate_hz = rate.rate_hz
             self.writer.write({"k": "rate", "t": start if start is not None else result.first_ns or time.time_ns(),
-                               "pid": self.pid, "rate_hz": rate.rate_hz, "why": rate.why})
+                               "pid": self.pid, "rate_hz": rate.rate_hz, "why": rate.why,
+                               **({"refines": True} if rate.refines else {})})
         spans = [_clip(span, start) for span in result.spans]
         kept = [piece for span in spans if span is not None for piece in _running(span, self._stops)]
         rows = [(span.tid, span.ts_ns, span.dur_ns,

@@ -3,7 +3,7 @@
 Set ``TRACEML_GROUND_TRUTH=/path/gt.jsonl`` to make the example scripts append
 one JSON line per training step::
 
-    {"step": 0, "start": 1700000000.1, "end": 1700000000.25,
+    {"step": 0, "pid": 4242, "start": 1700000000.1, "end": 1700000000.25,
      "phases": {"input": 0.05, "h2d": 0.0, "forward": 0.03,
                 "backward": 0.05, "optimizer": 0.01, "wait": 0.01}}
 
@@ -36,6 +36,7 @@ class GroundTruth:
         self._perf0 = time.perf_counter()
         self._epoch0 = time.time()
         self._step = 0
+        self._pid = os.getpid()   # which process wrote it (torchrun's restarted workers share the file)
         self._step_start = self._mark = self._perf0
         self._phases = dict.fromkeys(PHASES, 0.0)
 
@@ -86,6 +87,7 @@ class GroundTruth:
         self._phases["wait"] += now - self._mark
         record = {
             "step": self._step,
+            "pid": self._pid,
             "start": self._epoch0 + (self._step_start - self._perf0),
             "end": self._epoch0 + (now - self._perf0),
             "phases": self._phases,

@@ -141,13 +141,17 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         targets = {t["pid"]: t for t in summary["targets"]}
         if targets[ranks["1"]["pids"][-1]]["exited"] or targets[ranks["1"]["pids"][0]]["exit_status"] is None:
             continue
-        # the restarted workers' own steps (those after the first attempt's 40), and those of them
-        # inside the snapshot's window: on a slow machine the restart can take most of the window
-        after = [json.loads(line) for line in (tmp_path / "gt_1.jsonl").read_text().splitlines()[40:]]
+        # the steps of rank 1's last process, the one analysed (a CI run's restarted workers trained
+        # 97 steps in the window, died and were restarted again, the last ones not yet training),
+        # and those of them inside the snapshot's window: on a slow machine the restart can take
+        # most of the window
+        rows = [json.loads(line) for line in (tmp_path / "gt_1.jsonl").read_text().splitlines()]
+        after = [row for row in rows if row["pid"] == ranks["1"]["pids"][-1]]
         window = summary["sampling"]["window"]
         trained = sum(1 for row in after if window["start"] <= row["start"] and row["end"] <= window["end"])
         if judged is None or trained > judged[3]:
-            judged = (summary, out, targets, trained, bool(after))
+            # retrained: any restarted worker trained (if none did, they hung in init_process_group)
+            judged = (summary, out, targets, trained, len(rows) > 40)
         if trained >= 10:
             break
     if judged is None:

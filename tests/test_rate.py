@@ -118,6 +118,29 @@ def test_advice_drawn_from_before_the_last_change_is_dropped():
     assert gov.rate_for(1) == Rate(400, "steps of at most 22 ms get 5.5 samples at 250 Hz")
 
 
+def test_a_raise_that_refines_a_known_step_is_recorded_as_such():
+    # GIVEN a raise advised for a step already known at the old rate (clamped to the budget)
+    gov = RateGovernor(100, 300, clock=Clock())
+    gov.advise(1, 400, "steps of 80 ms get 8.0 samples at 100 Hz, under 10", refines=True)
+    rate = gov.rate_for(1)
+    assert (rate.rate_hz, rate.refines) == (300, True)
+    # WHEN its first window ends, THEN its rate frame says so (and a plain raise's does not)
+    frames: list[dict[str, Any]] = []
+    sampler = Sampler(PID, "py-spy", SamplerConfig(rate_hz=100, max_rate_hz=300), gov)
+    sampler.writer = FrameWriter(None)
+    sampler.writer.listen(frames.append)
+    sampler._window_rates.update({1: Rate(100), 2: rate, 3: Rate(100), 4: Rate(300, "short")})
+    for index, (a, b) in enumerate([(0, 2_000), (2_000, 4_000), (4_000, 6_000), (6_000, 8_000)], start=1):
+        assert sampler._finish(FakeWindow(index, a * 1_000_000, b * 1_000_000))  # type: ignore[arg-type]
+    rates = [f for f in frames if f["k"] == "rate"]
+    assert [(f["rate_hz"], f.get("refines")) for f in rates] == [(300, True), (100, None), (300, None)]
+    # AND the recording reads it back
+    rec = Recording()
+    for frame in rates:
+        rec.add(frame)
+    assert [c.refines for c in rec.rates[PID]] == [True, False, False]
+
+
 def test_a_fixed_rate_ignores_advice_and_an_exited_process_is_forgotten():
     fixed = RateGovernor(100, 100)
     assert not fixed.adaptive
@@ -191,11 +214,12 @@ def test_a_rotated_segment_repeats_each_processes_rate():
     assert [f["rate_hz"] for f in state.frames() if f["k"] == "rate"] == [100]
 
 
-def changes(*rows: tuple[float, int]) -> Recording:
+def changes(*rows: tuple[float, int], refines: bool = False) -> Recording:
     rec = Recording()
     rec.add({"k": "hello", "rate_hz": 100, "max_rate_hz": 400})
     for t, rate in rows:
-        rec.add({"k": "rate", "t": int(t * NS), "pid": PID, "rate_hz": rate, "why": "x"})
+        rec.add({"k": "rate", "t": int(t * NS), "pid": PID, "rate_hz": rate, "why": "x",
+                 **({"refines": True} if refines else {})})
     return rec
 
 
@@ -212,6 +236,21 @@ def test_a_ranks_steps_are_found_where_one_rate_holds(rows, end_s, want):
     rec = changes(*rows)
     since, rate = stretch(rec, PID, 0, end_s * NS)
     assert (since / NS, rate) == want
+
+
+@pytest.mark.parametrize(("change_s", "first_s", "want"), [
+    (10, None, (10, 300)),     # the new rate holds 20 s of the 30-s window: read from the change on
+    (20, None, (0, 100)),      # it holds 10 s (settled, but under half): the old rate, all of the window
+    (20, 12, (20, 300)),       # ...of a process seen from 12 s on (a restarted worker): over half its part
+])
+def test_a_raise_that_refines_a_known_step_is_read_from_once_it_holds_half_the_window(change_s, first_s, want):
+    rec = changes((change_s, 300), refines=True)
+    if first_s is not None:
+        rec.spans[PID] = [Span(PID, 1, first_s * NS, 10 * NS, ())]
+    since, rate = stretch(rec, PID, 0, 30 * NS)
+    assert (since / NS, rate) == want
+    # a raise for a step time unknown at the old rate is read from once settled, as before
+    assert stretch(changes((20, 300)), PID, 0, 30 * NS) == (20 * NS, 300)
 
 
 # --- the analysis of a recording whose rate changed --------------------------------------------
@@ -402,6 +441,9 @@ def test_a_known_step_of_few_samples_is_advised_the_rate_that_times_it():
     rate, why = faster(tl) or (None, "")
     assert rate == 250
     assert why.startswith("steps of 73 ms get 7.3 samples at 100 Hz, under 10")
+    # (to every rank, as one that refines a known step time: rate.stretch waits longer to read it)
+    advised = advise_rates(rec, an.pids, an.timelines, an.end_ns or 0)
+    assert {(a.rank, a.rate_hz, a.refines) for a in advised} == {("0", 250, True), ("1", 250, True)}
     # AND at that rate every rank's step is within 5% of the job's median, and stays there (neither
     # raised again nor lowered)
     rec, truths = simulate(the_job, rate, 10.0, seed=pt.seed)
@@ -499,6 +541,8 @@ def test_synchronized_ranks_are_advised_the_rate_one_of_them_needs():
     # THEN rank 1, which shares its step, is advised the same rate
     assert [(a.rank, a.rate_hz) for a in advice] == [("0", advice[0].rate_hz), ("1", advice[0].rate_hz)]
     assert advice[1].why.endswith("on rank 0, whose step it shares")
+    # (steps unknown at 100 Hz: the raise is read from as soon as it settles)
+    assert not any(a.refines for a in advice)
 
 
 def test_a_rate_that_cannot_tell_the_steps_apart_even_at_the_most_goes_back_and_stays_back():

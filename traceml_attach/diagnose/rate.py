@@ -12,7 +12,11 @@ changed inside the window, its steps are found in the longest stretch that ends 
 end, at the highest rate that all of the stretch was sampled at least at, among the stretches
 that start at the window's start or at a change at least ``settle_s`` old. So after a raise the
 rank is read as before, at its old rate over the whole window, until ``settle_s`` has been
-sampled at the new one; then from the change on, at the new rate. After a lowering, the whole
+sampled at the new one; then from the change on, at the new rate. A raise that only refines a
+step time already known at the old rate (``RateChange.refines``: its ends blur, or uneven steps
+move its median) waits longer: until the new rate holds ``refine_share`` of the window, the old
+rate's reading of all of it stands (read from 3 s on, such a raise late in a snapshot left too
+few steps to know the step time, or counted a third of them). After a lowering, the whole
 window is read at the lower rate at once (a span sampled faster than assumed errs on the safe
 side). The batch analysis and the live trackers both follow ``stretch``.
 
@@ -101,10 +105,18 @@ def _asked(rec: Recording, pid: int, start_ns: int, end_ns: int, policy: RatePol
         return start_ns, rec.rate_hz
     later = [c for c in changes if start_ns < c.ts_ns < end_ns]
     settled = end_ns - int(policy.settle_s * _NS)
+    # a raise that refines a known step time: the old rate's reading, over the whole window, stands
+    # until the new rate's holds refine_share of it, or of the process's part of it (a restarted
+    # worker's): fewer, finer steps are no better answer
+    spans = rec.spans.get(pid)
+    first = max(start_ns, spans[0].ts_ns) if spans else start_ns
+    refined = end_ns - int(policy.refine_share * (end_ns - first))
     best = (start_ns, min([rec.rate_at(pid, start_ns), *(c.rate_hz for c in later)]))
     for i, change in enumerate(later):
         if change.ts_ns > settled:
             break
+        if change.refines and change.ts_ns > refined:
+            continue
         rate = min([change.rate_hz, *(c.rate_hz for c in later[i + 1:])])
         if rate > best[1]:
             best = (change.ts_ns, rate)
@@ -155,6 +167,7 @@ class RateAdvice:
     rate_hz: int
     why: str
     seen_at_hz: int   # the rate of the data it was drawn from (the sampler drops it once at another)
+    refines: bool = False   # a raise for a step time known at the rate in use (``stretch``)
 
 
 def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Timeline], end_ns: int,
@@ -173,7 +186,7 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
         raise_it = None if gave_up(rec, pid, end_ns) else faster(tl, policy)
         advice = futile(tl, rec.rate_hz, rec.max_rate_hz) or raise_it or slower(tl, rec.rate_hz, policy)
         if advice is not None and advice[0] != rate:
-            out[rank] = RateAdvice(pid, rank, *advice, rate)
+            out[rank] = RateAdvice(pid, rank, *advice, rate, refines=advice[0] > rate and tl.clock.known)
     raises = [a for a in out.values() if a.rate_hz > rec.rate_at(a.pid, end_ns)]
     if raises and synchronized(rec, pids):
         top = max(raises, key=lambda a: a.rate_hz)
@@ -185,7 +198,7 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
                 continue
             if own is None or own.rate_hz < top.rate_hz:
                 out[rank] = RateAdvice(pid, rank, top.rate_hz, f"{top.why} on rank {top.rank}, whose step it shares",
-                                       rec.rate_at(pid, end_ns))
+                                       rec.rate_at(pid, end_ns), top.refines)
     return list(out.values())
 
 

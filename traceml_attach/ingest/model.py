@@ -135,6 +135,9 @@ class RateChange:
     pid: int
     rate_hz: int
     why: str | None
+    # a raise advised for a step time already known at the old rate (to time it more finely): the
+    # old rate's reading stands until the new rate's holds half the window (diagnose/rate.py)
+    refines: bool = False
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,8 @@ class Recording:
         elif kind == "source":
             self.sources.setdefault(str(f["file"]), str(f["text"]))
         elif kind == "rate":
-            self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), _opt(f.get("why"), str)))
+            self._add_rate(RateChange(int(f["t"]), int(f["pid"]), int(f["rate_hz"]), _opt(f.get("why"), str),
+                                      f.get("refines") is True))
         elif kind == "pstate":
             pid = int(f["pid"])
             if f["stopped"] is True:

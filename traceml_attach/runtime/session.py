@@ -262,7 +262,7 @@ class Session:
             return
         self._advised = tracked
         for advice in advise_rates(self.rec, tracked.pids, tracked.timelines, tracked.end_ns):
-            node.advise(advice.pid, advice.rate_hz, advice.why, advice.seen_at_hz)
+            node.advise(advice.pid, advice.rate_hz, advice.why, advice.seen_at_hz, advice.refines)
 
     def live_analysis(self) -> Analysis:
         """The live window's analysis for a tick: the pipeline's newest tracked window, concluded
