@@ -12,6 +12,8 @@ from traceml_attach.ingest.model import Span
 from traceml_attach.steps.accumulation import Plan, marks_steps, shared_plans, with_accumulation, with_earlier
 from traceml_attach.steps.batch_timeline import CYCLE_RANK, build_timeline, returns
 from traceml_attach.steps.classify import load_rules
+from traceml_attach.steps.clock import StepClock
+from traceml_attach.steps.steptime import micro_batches_said
 
 RULES = load_rules()
 MS = 1_000_000
@@ -365,3 +367,20 @@ def test_a_window_of_few_optimizer_steps_does_not_give_a_micro_batch_as_the_step
     # the micro-batch, for the job's 8,438)
     assert r.step_ms is None and r.clock is not None
     assert "a step may be a micro-batch" in (r.clock.reason or ""), r.clock
+
+
+def test_a_step_unknown_with_the_optimizer_in_some_intervals_is_said_to_hold_uncounted_micro_batches():
+    # GIVEN the returns of 4 micro-batches an optimizer step, and of plain steps, both with their
+    # step time unknown (as a loaded snapshot of examples/grad_accum.py left it)
+    unknown = StepClock("unknown", None, None, None, "the steps vary too much")
+    micro = [(on_step_line(FWD_BELOW), 15), (on_step_line(BWD_BELOW), 25)]
+    accumulating = timeline(steps(micro * 4 + [(OPT_STEP, 60)], 20))
+    plain = timeline(steps([(FETCH, 20), (on_step_line(FWD_BELOW), 30), (on_step_line(BWD_BELOW), 40),
+                            (OPT_STEP, 10)], 20))
+    # THEN the micro-batches a step holds are not said where the optimizer ran in some intervals only:
+    # they may be micro-batches (the summary had said 1)
+    assert micro_batches_said(replace(accumulating, clock=unknown, micro_batches=1)) is None
+    # AND 1 where it ran in nearly every one, or whatever a known step time counted
+    assert micro_batches_said(replace(plain, clock=unknown, micro_batches=1)) == 1
+    counted = with_accumulation(accumulating)
+    assert counted.clock.known and micro_batches_said(counted) == counted.micro_batches

@@ -12,11 +12,13 @@ import pytest
 
 from launch import PHASES, free_port, rank_truth
 from tests.conftest import honestly_unknown, steps_from, traceml
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY
 
 pytestmark = pytest.mark.e2e
 # the line of examples/ddp.py that calls init_process_group (where restarted workers can hang)
 _DDP = (Path(__file__).parents[1] / "examples" / "ddp.py").read_text().splitlines()
 INIT_LINE = next(i for i, line in enumerate(_DDP, 1) if "init_process_group(" in line)
+HANG_S = DEFAULT_STEP_TIME_POLICY.hang_s   # no step for this long, the stacks unchanged: HANG
 
 
 def snapshot(pid: int, tmp_path: Path, name: str, seconds: float = 10) -> tuple[dict, subprocess.CompletedProcess[str]]:
@@ -170,10 +172,14 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         # steps or fewer in the window (a suite run of stop 61, the machine loaded: 2, no boundary seen)
         floor = min(trained - 1, 10) if rank1["step_ms"] is not None else (1 if trained >= 3 else 0)
         assert rank1["steps"] >= floor, (rank1, trained)
-    elif not retrained:   # they hung in init_process_group: that is what traceml must report
+    elif not retrained:   # they hung in init_process_group: that is what traceml must report...
         diag = summary["step_time"]["diagnosis"]
-        assert diag["kind"] == "HANG", diag
-        assert f"main (examples/ddp.py:{INIT_LINE})" in diag["why"], diag   # the init_process_group line
+        if ranks["1"]["stall"]["idle_s"] >= HANG_S + 2:
+            assert diag["kind"] == "HANG", diag
+            assert f"main (examples/ddp.py:{INIT_LINE})" in diag["why"], diag   # the init_process_group line
+        else:   # ...once they have been stuck long enough: a suite run's workers died twice, the third
+            # started 4 s before the window's end (no step yet: NO_DATA)
+            assert diag["kind"] in ("NO_DATA", "WARMUP", "HANG"), diag
 
 
 def test_attaching_to_one_rank_says_which_and_how_to_get_all(torchrun, tmp_path: Path):

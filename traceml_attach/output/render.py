@@ -135,7 +135,8 @@ def _table(rep: Report) -> list[str]:
                         + (f" ({r.framework})" if r.framework else ""))
         elif r.framework:
             rows.append(f"  rank {rank} framework: {r.framework}")
-        if r.micro_batches != 1:
+        # (micro-batches not counted with the step unknown: its reason says why, and what they may be)
+        if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None):
             rows.append(f"  rank {rank}: a step is an optimizer step {micro_text(r.micro_batches)} "
                         "(gradient accumulation)")
         if r.since is not None:
@@ -188,7 +189,9 @@ def _head(s: Summary) -> list[str]:
     out += _nodes(rep)
     ranks = rep.step_time.ranks.values()
     frameworks = sorted({r.framework for r in ranks if r.framework})
-    accumulating = sorted({micro_text(r.micro_batches) for r in ranks if r.micro_batches != 1})
+    # (a rank whose step is unknown and may be micro-batches says so in its own row, not as a fact here)
+    accumulating = sorted({micro_text(r.micro_batches) for r in ranks
+                           if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None)})
     if frameworks or accumulating:
         micro = f"a step is an optimizer step {' / '.join(accumulating)}" if accumulating else ""
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")

@@ -69,17 +69,34 @@ def doubt_of(tl: Timeline, multiples: tuple[int, float, int]) -> str | None:
     apart = spaced(tl)
     if apart is not None:
         return apart
+    rare = _rarely_seen(tl, sum(1 for s in tl.steps if s.covered))
+    if rare is None:
+        return None
+    seen, covered, d, q = rare
+    return (f"the optimizer was seen in only {seen} of the {covered} intervals between the returns seen, "
+            f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
+            "whose micro-batches per optimizer step could not be counted; sample longer")
+
+
+def too_rarely_seen(tl: Timeline) -> bool:
+    """Whether the optimizer ran in far fewer of ``tl``'s intervals than if each were a step that
+    held its work (``doubt_of``'s test, each interval a step): they may be micro-batches."""
+    return _rarely_seen(tl, sum(1 for iv in tl.intervals if iv.covered), margin=1.0) is not None
+
+
+def _rarely_seen(tl: Timeline, steps: int, margin: float = 2.0) -> tuple[int, int, float, float] | None:
+    """(intervals with the optimizer, intervals covered, its time a step, the chance a step shows it)
+    where the optimizer, its sampled time spread over ``steps``, was seen in fewer intervals than
+    that chance gives, by ``margin`` times, and with a chance of at most MAX_CHANCE; None otherwise."""
     covered = [iv for iv in tl.intervals if iv.covered]
-    steps = sum(1 for s in tl.steps if s.covered)
     seen = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) > 0)
     if not steps or not seen:
         return None
     d = sum(iv.phases_ns.get("optimizer", 0) for iv in covered) / steps
     q = -math.expm1(-d * tl.rate_hz / 1e9)
-    if seen < q * len(covered) / 2 and binom_cdf(len(covered), seen, q) <= MAX_CHANCE:   # the sum where it can matter
-        return (f"the optimizer was seen in only {seen} of the {len(covered)} intervals between the returns seen, "
-                f"where each step's {d / 1e6:.1f} ms of it would show with chance {q:.0%}: gradient accumulation, "
-                "whose micro-batches per optimizer step could not be counted; sample longer")
+    # (the sum only where it can matter)
+    if seen < q * len(covered) / margin and binom_cdf(len(covered), seen, q) <= MAX_CHANCE:
+        return seen, len(covered), d, q
     return None
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 
 from traceml_attach.policy import TYPICAL_MAX
 from traceml_attach.steps.batch_timeline import Timeline, labelled
-from traceml_attach.steps.clock import Step, StepClock
+from traceml_attach.steps.clock import UNDECIDED, Step, StepClock
+from traceml_attach.steps.doubts import too_rarely_seen
 from traceml_attach.steps.loopframe import loop_hint
 from traceml_attach.steps.phases import COMPONENTS, PHASES
 
@@ -139,8 +140,20 @@ def stats_of(rank: str, tl: Timeline, totals: StepTotals) -> RankStepStats:
         rank, tl.pid, tl.step_count, step_ms, phases_ms, shares, component, labels, tl.clock, loop,
         tl.thread_name,
         None if sync_share is None or step_ms is None else sync_share * step_ms,
-        coverage, sync_share, active_shares, tl.framework, tl.micro_batches, tl.traits, cycles=totals.covered,
+        coverage, sync_share, active_shares, tl.framework, micro_batches_said(tl), tl.traits, cycles=totals.covered,
     )
+
+
+def micro_batches_said(tl: Timeline) -> int | None:
+    """The micro-batches a step is said to hold: the timeline's, but not 1 where its step time is
+    unknown and what was seen says its intervals may be micro-batches: accumulation undecided
+    (UNDECIDED), or the optimizer seen in far fewer of them than if each held an optimizer step
+    (``doubts.too_rarely_seen``); how many a step holds is then not known (None). A loaded 10-s
+    snapshot of examples/grad_accum.py (4 micro-batches, its step unknown) said 1, a number
+    nothing measured."""
+    if tl.clock.known or tl.micro_batches != 1:
+        return tl.micro_batches
+    return None if tl.clock.cause == UNDECIDED or too_rarely_seen(tl) else 1
 
 
 def _unlooped(tl: Timeline) -> tuple[dict[str, float] | None, str | None]:

@@ -145,7 +145,8 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     frameworks = sorted({r.framework for r in doc.report.step_time.ranks.values() if r.framework})
     if frameworks:
         target += f" · loop: {', '.join(frameworks)}"
-    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values() if r.micro_batches != 1},
+    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values()
+                           if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None)},
                           key=lambda k: k or 0)
     if accumulating:
         target += f" · {'/'.join(str(k) if k else '?' for k in accumulating)} micro-batches a step"
