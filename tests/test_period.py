@@ -233,3 +233,16 @@ def test_the_blurs_move_of_a_median_is_the_brute_force_one(seed):
     assert blur_moves(steps, 400) == pytest.approx(want, abs=1e-4)
     # ...and only the skewed steps move beyond BLUR_MOVES's 3%
     assert (abs(want) > 0.03) == skewed
+
+
+def test_a_few_boundaries_seen_ask_for_a_longer_window_and_a_faster_rate_only_where_they_go_unseen():
+    # GIVEN one boundary seen in a window (a hung rank, a restarted worker in init_process_group),
+    # its "upper bound" an 11-ms stretch: no sign of short steps, which return often
+    few = PeriodFit(None, (1,), None, 11e6, why="few")
+    clock = unknown_clock(few, 1, 100, unseen=None)
+    # THEN it says to sample longer, and no faster rate (a snapshot said "sample faster: --rate 850")
+    assert clock.reason is not None and clock.reason.endswith("sample longer")
+    assert clock.suggested_rate_hz is None
+    # AND where the boundaries mostly go unseen, a faster rate would show more of them: it says so
+    unseen = unknown_clock(few, 3, 100, unseen=0.9)
+    assert unseen.suggested_rate_hz is not None and "a faster rate would show more of them" in (unseen.reason or "")

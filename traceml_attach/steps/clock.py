@@ -730,6 +730,11 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
                   f"(a period needs {MIN_INTERVALS}): sample longer")
         if unseen is not None and mostly_unseen:
             reason += f"; {_mostly_unseen(unseen, rate_hz)}, so a faster rate would show more of them"
+        # a faster rate only where the boundaries mostly go unseen: few returns in a window are no
+        # sign of short steps (those return often), but of a job that is not stepping (a hang, a
+        # restarted worker in init_process_group: "sample faster: --rate 850" beside "sample longer")
+        # or of long steps
+        short = mostly_unseen
     elif fit.why == "ambiguous":
         reason = (f"too many of the {observed} intervals between the boundaries seen could hold one step or "
                   f"two at {rate_hz} Hz")
