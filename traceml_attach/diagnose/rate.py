@@ -197,8 +197,9 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
             if own is top or settling or rec.rate_at(pid, end_ns) >= top.rate_hz or gave_up(rec, pid, end_ns):
                 continue
             if own is None or own.rate_hz < top.rate_hz:
+                # it refines this rank's step time too only where that is known
                 out[rank] = RateAdvice(pid, rank, top.rate_hz, f"{top.why} on rank {top.rank}, whose step it shares",
-                                       rec.rate_at(pid, end_ns), top.refines)
+                                       rec.rate_at(pid, end_ns), top.refines and tl is not None and tl.clock.known)
     return list(out.values())
 
 
