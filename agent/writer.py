@@ -206,8 +206,7 @@ class FrameWriter:
         with self._lock:
             frame = self._spans_frame(pid, window, spans)
             data = msgpack.packb(frame, use_bin_type=True)
-            if self._must_rotate(len(data)):
-                self._rotate()
+            if self._must_rotate(len(data)) and self._rotated():
                 # the new segment has received no definitions yet: intern again to send them
                 frame = self._spans_frame(pid, window, spans)
                 data = msgpack.packb(frame, use_bin_type=True)
@@ -223,8 +222,7 @@ class FrameWriter:
         with self._lock:
             frame = self._interned_frame(pid, window, rows, extra)
             data = msgpack.packb(frame, use_bin_type=True)
-            if self._must_rotate(len(data)):
-                self._rotate()
+            if self._must_rotate(len(data)) and self._rotated():
                 frame = self._interned_frame(pid, window, rows, extra)
                 data = msgpack.packb(frame, use_bin_type=True)
             self._emit(frame, data)
@@ -351,6 +349,15 @@ class FrameWriter:
             "dropped": self._dropped, "dropped_bytes": self._dropped_bytes, "dropped_from": self._dropped_from,
             "dropped_to": self._dropped_to,
         }, use_bin_type=True)
+
+    def _rotated(self) -> bool:
+        """``_rotate``, and whether a new segment was opened (its stack ids start afresh). Where the
+        recording failed instead, the frame already interned is the one to send: its definitions
+        are the listeners' only copy (interned again, it would send none, and the live view and the
+        summary would drop every span of those stacks from then on: a folder made read-only
+        mid-attach left a summary 2.8% covered and "no complete step")."""
+        self._rotate()
+        return self._file is not None
 
     def _rotate(self) -> None:
         """Close the segment being written, make room for a full new one under ``max_bytes``

@@ -19,7 +19,7 @@ from tests.faults import fill, read_only, tmpfs
 from traceml_agent.wire import unpacker
 from traceml_agent.writer import FrameWriter
 from traceml_attach.errors import EXIT_NOT_WRITTEN
-from traceml_attach.ingest.stream import read_recording
+from traceml_attach.ingest.stream import Recording, read_recording
 
 
 def frame(i: int) -> dict:
@@ -75,6 +75,40 @@ def test_a_folder_made_read_only_stops_rotation_and_never_raises(tmp_path: Path)
     assert [f["kind"] for f in heard if f["k"] == "error"] == ["recording_failed"]
     rec, problem = read_recording(run / "frames.msgpack")
     assert problem is None and rec.bad_frames == 0 and rec.hosts
+
+
+def test_spans_written_through_a_failed_rotation_all_reach_the_listeners(tmp_path: Path):
+    run = tmp_path / "run"
+    run.mkdir()
+    # GIVEN a capped recording of spans whose stacks keep changing (new ones in every window), and
+    # its listener (the live view's Recording)
+    writer = FrameWriter(run / "frames.msgpack", max_bytes=20_000, flush_s=0)
+    rec = Recording()
+    writer.listen(rec.add)
+    writer.write({"k": "target", "t": 0, "pid": 7, "exe": "python", "cmd": ["python"], "nspid": [7]})
+    t = 10**9
+
+    def window(w: int) -> list[tuple[int, int, int, list[tuple[object, ...]]]]:
+        nonlocal t
+        rows = []
+        for i in range(200):
+            rows.append((1, t, 10**7, [("main", "/x/train.py", 10 + i % 7, "x = 1", None),
+                                       (f"f{(i + 3 * w) % 97}", "/x/m.py", i % 50, "y", None)]))
+            t += 10**7
+        return rows
+
+    for w in range(1, 12):
+        writer.write_spans(7, w, window(w))
+    # WHEN its folder becomes read-only, so that the next rotation fails
+    with read_only(run):
+        for w in range(12, 30):
+            writer.write_spans(7, w, window(w))
+        writer.close()
+    # THEN every span reached the listener, none in a frame it could not read (the frame written
+    # through the failed rotation had been interned again without its definitions: the stacks it
+    # defined were lost to the live view and the summary from then on)
+    assert writer.failure is not None and "Read-only file system" in writer.failure
+    assert rec.bad_frames == 0 and len(rec.spans[7]) == 29 * 200
 
 
 def attach(job_pid: int, logs: Path, seconds: int, *extra: str, env: dict[str, str] | None = None
