@@ -70,7 +70,11 @@ def test_straggler_names_rank_and_cause(torchrun, tmp_path: Path, straggler: str
         if rows["0"]["step_ms"] is not None and rows["1"]["step_ms"] is not None:
             assert rows["0"]["sync_wait_ms"] > rows["1"]["sync_wait_ms"] + 20
     assert_ranks_match_truth(summary, tmp_path, 2)
-    assert "Rank " in out.stdout and "Worst (r" in out.stdout
+    assert "Rank " in out.stdout
+    # the median and worst rows hold milliseconds: only where the step times are known (a suite run
+    # here: both unknown at 100 Hz, "nor their mean: 3 boundaries missed by chance would move it")
+    if all(row["step_ms"] is not None for row in summary["step_time"]["ranks"].values()):
+        assert "Worst (r" in out.stdout
 
 
 @pytest.mark.timing
