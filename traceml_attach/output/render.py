@@ -16,6 +16,7 @@ from traceml_attach.output.summary import Summary
 from traceml_attach.output.whatif_text import arrival_line, change_line, whatif_lines
 from traceml_attach.output.words import (
     WORST_RANKS,
+    accumulates,
     listed_ranks,
     memory_leads,
     micro_text,
@@ -135,8 +136,7 @@ def _table(rep: Report) -> list[str]:
                         + (f" ({r.framework})" if r.framework else ""))
         elif r.framework:
             rows.append(f"  rank {rank} framework: {r.framework}")
-        # (micro-batches not counted with the step unknown: its reason says why, and what they may be)
-        if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None):
+        if accumulates(r):
             rows.append(f"  rank {rank}: a step is an optimizer step {micro_text(r.micro_batches)} "
                         "(gradient accumulation)")
         if r.since is not None:
@@ -189,9 +189,7 @@ def _head(s: Summary) -> list[str]:
     out += _nodes(rep)
     ranks = rep.step_time.ranks.values()
     frameworks = sorted({r.framework for r in ranks if r.framework})
-    # (a rank whose step is unknown and may be micro-batches says so in its own row, not as a fact here)
-    accumulating = sorted({micro_text(r.micro_batches) for r in ranks
-                           if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None)})
+    accumulating = sorted({micro_text(r.micro_batches) for r in ranks if accumulates(r)})
     if frameworks or accumulating:
         micro = f"a step is an optimizer step {' / '.join(accumulating)}" if accumulating else ""
         out.append(f"Loop: {'; '.join(x for x in (', '.join(frameworks), micro) if x)}")

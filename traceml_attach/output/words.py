@@ -170,6 +170,12 @@ def net_line(net: NetReport) -> str:
             f"{net.bad_messages} bad messages, {net.agent_dropped} dropped by agents")
 
 
+def accumulates(r: RankStepTime) -> bool:
+    """Whether a rank's step is said to be an optimizer step of several micro-batches: counted, or
+    not counted beside a known step time (with its step unknown, its reason says what they may be)."""
+    return r.micro_batches != 1 and (r.micro_batches is not None or r.step_ms is not None)
+
+
 def micro_text(micro_batches: int | None) -> str:
     """How many micro-batches a step holds, as the text and the TUI say it."""
     if micro_batches is None:

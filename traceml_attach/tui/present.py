@@ -11,6 +11,7 @@ from traceml_attach.diagnose.report import PhaseRow, RankStepTime, StepTimeRepor
 from traceml_attach.output.summary import Summary
 from traceml_attach.output.whatif_text import arrival_line, assumption_line, projection_line
 from traceml_attach.output.words import (
+    accumulates,
     listed_ranks,
     memory_leads,
     node_states,
@@ -145,8 +146,7 @@ def present_header(doc: Summary, ids: tuple[int, ...], mode: str) -> HeaderVM:
     frameworks = sorted({r.framework for r in doc.report.step_time.ranks.values() if r.framework})
     if frameworks:
         target += f" · loop: {', '.join(frameworks)}"
-    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values()
-                           if r.micro_batches != 1 and (r.micro_batches or r.step_ms is not None)},
+    accumulating = sorted({r.micro_batches for r in doc.report.step_time.ranks.values() if accumulates(r)},
                           key=lambda k: k or 0)
     if accumulating:
         target += f" · {'/'.join(str(k) if k else '?' for k in accumulating)} micro-batches a step"
