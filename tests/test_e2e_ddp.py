@@ -133,8 +133,8 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
     # - the exit status can only be read while the exited worker is a zombie, polled every
     #   20 ms, and torchrun may reap it sooner on a loaded machine (docs/limits.md).
     # A run whose workers died or whose status was missed is run again (up to 3 runs). Of the
-    # others, one whose restarted workers train is preferred; if they hung in every run, what
-    # traceml must say about that run is checked instead.
+    # others (two at most), one whose restarted workers train is preferred; if they hung in both,
+    # what traceml must say about that run is checked instead.
     judged = None
     for attempt in range(3):
         for truth in tmp_path.glob("gt_*.jsonl"):
@@ -158,7 +158,7 @@ def test_rank_exit_and_elastic_restart(torchrun, tmp_path: Path):
         if judged is None or trained > judged[3]:
             # retrained: any restarted worker trained (if none did, they hung in init_process_group)
             judged = (summary, out, targets, trained, len(rows) > 40)
-        if trained >= 10:
+        if trained >= 10 or attempt >= 1:   # a second run that counts is judged (each takes about 55 s)
             break
     if judged is None:
         pytest.fail("in 3 runs, torchrun's restarted workers died (see launcher.log) or the exit status was missed")

@@ -97,12 +97,16 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
         assert current_diagnosis(metrics) == "INPUT_STRAGGLER", {s.labels["kind"]: s.value for s in
                                                                  metrics["traceml_diagnosis"].samples}
         steps = by_rank(metrics["traceml_step_seconds"])
+        statistic = {s.labels["rank"]: s.labels["statistic"] for s in metrics["traceml_step_seconds"].samples}
         # the job's own timing over the window the metrics say they are over
         window = {s.labels["edge"]: s.value for s in metrics["traceml_window_timestamp_seconds"].samples}
         assert began < window["start"] < window["end"] <= scraped_at, (began, window, scraped_at)
         for rank in (0, 1):
             truth = rank_truth(tmp_path, rank, window["start"], window["end"])
-            assert steps[str(rank)] * 1e3 == pytest.approx(truth.step_ms, rel=0.15), (rank, steps, truth)
+            # (the steps' median, or their mean where the scrape says it is: steps that vary too much
+            # for a median, as a loaded CI machine made them, 27% spread, median 507 ms, mean 579)
+            expected = truth.mean_ms if statistic[str(rank)] == "mean" else truth.step_ms
+            assert steps[str(rank)] * 1e3 == pytest.approx(expected, rel=0.15), (rank, steps, statistic, truth)
             shares = {s.labels["phase"]: s.value for s in metrics["traceml_phase_share"].samples
                       if s.labels["rank"] == str(rank)}
             assert shares["input"] == pytest.approx(truth.shares["input"], abs=0.08), (rank, shares, truth)

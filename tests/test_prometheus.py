@@ -82,6 +82,10 @@ def test_step_and_phases_are_the_reports_in_seconds(scraped):
     ranks = analysis.report.step_time.ranks
     step = by_rank(parsed["traceml_step_seconds"])
     assert step == {str(r): pytest.approx(row.step_ms / 1e3) for r, row in ranks.items()}
+    # each says which statistic it is: the median, or the mean where the report gave the mean
+    said = {s.labels["rank"]: s.labels["statistic"] for s in parsed["traceml_step_seconds"].samples}
+    assert said == {str(r): "mean" if row.clock is not None and row.clock.mean else "median"
+                    for r, row in ranks.items()}
     for rank, row in ranks.items():
         phases = {s.labels["phase"]: s.value for s in parsed["traceml_phase_seconds"].samples
                   if s.labels["rank"] == str(rank)}

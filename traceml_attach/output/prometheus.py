@@ -29,14 +29,16 @@ def families(rec: Recording, an: Analysis, diagnoses: set[tuple[str, str]]) -> l
     """The metric families of one tick. ``diagnoses`` is every (kind, severity) exported so far,
     updated here: those no longer current are kept at 0, so a dashboard sees the change."""
     report = an.report
-    step = GaugeMetricFamily("traceml_step_seconds", "Typical step time of the rank over the live window "
-                             "(absent while it cannot be known)", labels=["rank"])
+    step = GaugeMetricFamily("traceml_step_seconds", "Typical step time of the rank over the live window: the "
+                             "steps' median, or their mean where they vary too much for a median (statistic); "
+                             "absent while it cannot be known", labels=["rank", "statistic"])
     phase = GaugeMetricFamily("traceml_phase_seconds", "Time per typical step in each phase", labels=["rank", "phase"])
     share = GaugeMetricFamily("traceml_phase_share", "Share of the step in each phase (0-1)", labels=["rank", "phase"])
     for number, row in sorted(report.step_time.ranks.items()):
         label = str(number)
         if row.step_ms is not None:
-            step.add_metric([label], row.step_ms / 1e3)
+            step.add_metric([label, "mean" if row.clock is not None and row.clock.mean else "median"],
+                            row.step_ms / 1e3)
         for name, ms in (row.phases_ms or {}).items():
             phase.add_metric([label, name], ms / 1e3)
         for name, value in (row.shares or {}).items():
