@@ -179,6 +179,18 @@ def hold(mode: str) -> Iterator[None]:
 RERUN_E2E = {"reruns": 1, "only_rerun": ["AssertionError"]}
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each rerun's first failure, in one line (``RERUN_E2E``): what a run that passed on a rerun
+    hid, to be read (the same test rerun run after run is a fault to find, not load)."""
+    reruns = terminalreporter.stats.get("rerun", [])
+    if reruns:
+        terminalreporter.write_sep("=", "what each rerun's first try failed on")
+    for report in reruns:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr)
+        terminalreporter.write_line(f"{report.nodeid}: {' '.join(message.split())[:1500]}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that start real jobs (e2e) and timing or quiet tests are also ``slow``: ``-m "not
     slow"`` is the inner loop. A test that starts real jobs and fails an assertion is run once more
