@@ -421,35 +421,3 @@ def test_ranks_means_over_a_span_they_do_not_share_are_their_own():
     late = replace(timeline(steps(PATTERN, 12, t0_ns=5_000_000_000)), clock=unknown)
     # THEN each rank's mean is its own steps' (not 0, which would pass any agreement between them)
     assert _common_means({"0": early, "1": late}) == {"0": 100_000_000, "1": 100_000_000}
-
-
-def test_synchronized_ranks_whose_medians_disagree_are_given_their_mean_where_their_means_agree():
-    # GIVEN 2 synchronized ranks that each saw every boundary of the same steps, 100 and 300 ms by
-    # turns, and whose medians came out on either length (more than AGREE apart)
-    from dataclasses import replace
-
-    from traceml_attach.steps.clock import StepClock
-    from traceml_attach.steps.mean import with_mean
-    from traceml_attach.steps.sync import share_period
-
-    slow = [(FETCH, 30), (H2D, 10), (FORWARD, 20), (BACKWARD, 230), (OPTIM, 10)]
-    spans, t0 = [], 1_000_000_000
-    for _ in range(8):
-        spans += steps(PATTERN, 1, t0_ns=t0) + steps(slow, 1, t0_ns=t0 + 100_000_000)
-        t0 += 400_000_000
-    tl = timeline(spans)
-    durations = [iv.dur_ns for iv in tl.intervals]
-    assert len(durations) >= 10 and {100_000_000, 300_000_000} <= set(durations)
-    ranks = {rank: replace(tl, clock=StepClock("wraps", period, 1.0, None, unseen=1e-6, typical_ns=period))
-             for rank, period in (("0", 100e6), ("1", 300e6))}
-    # WHEN their clocks are shared
-    shared, note = share_period(ranks)
-    # THEN neither median stands, and each rank keeps its chance of a boundary unseen...
-    assert note is None
-    for each in shared.values():
-        assert not each.clock.known and "measured different step periods" in (each.clock.reason or "")
-        assert each.clock.unseen == 1e-6
-    # ...so their means, which agree, are given, said so (was: unknown, the medians' disagreement)
-    meant = with_mean(shared, True)
-    for each in meant.values():
-        assert each.clock.mean and each.clock.typical_ns == pytest.approx(sum(durations) / len(durations))

@@ -107,8 +107,7 @@ def share_period(timelines: dict[str, Timeline]) -> tuple[dict[str, Timeline], s
             reason = (f"ranks that synchronize every step measured different step periods "
                       f"({period / 1e6:.1f} ms on rank {ref}, {tl.clock.period_ns / 1e6:.1f} ms on rank {rank})")
             unknown = StepClock("unknown", None, None, None, reason)
-            # each keeps its e^-λ: where both saw every boundary of steps that vary, their mean may hold
-            return {r: without_period(t, replace(unknown, unseen=t.clock.unseen)) for r, t in timelines.items()}, None
+            return {r: without_period(t, unknown) for r, t in timelines.items()}, None
     reference = own[ref]
     note = apart({rank: (tl.clock, len(tl.intervals)) for rank, tl in own.items()}, ref)
     if note is not None:
@@ -321,8 +320,7 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None
             unknown = StepClock("unknown", None, None, None, reason)
             for each in trackers.values():
                 each.count_ones()
-            kept = {r: each.timeline(replace(unknown, unseen=each.clock.unseen)) for r, each in trackers.items()}
-            return kept, ref, None
+            return {r: each.timeline(unknown) for r, each in trackers.items()}, ref, None
     # after the check above, as the batch: two ranks that each saw every boundary are a contradiction
     note = apart({rank: (t.clock, t.intervals) for rank, t in own.items()}, ref)
     if note is not None:
