@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
@@ -330,17 +330,19 @@ def could_hide(durations: Sequence[float]) -> int:
     return sum(n - 1 for n in _medians_long(durations))
 
 
-def could_hide_worked(intervals: Sequence[Step]) -> int:
+def could_hide_worked(intervals: Sequence[Step], one_step: Callable[[Step], bool] | None = None) -> int:
     """``could_hide`` of the ``intervals``, but for those whose thread's time on a CPU says they are
     one slow step (``worked``: nearer one step's work than n steps'). Steps of two lengths by turns
     (a DataLoader's workers delivering in bursts, the loop waiting off the CPU for the batch) put the
     median on the short kind as often as not, and then every long step is twice it, yet works one
-    step's time."""
+    step's time. ``one_step`` says of others that they are one step (the boundaries of ranks that
+    step together: steps/mean.py)."""
     counts = _medians_long([iv.dur_ns for iv in intervals])
     if all(n == 1 for n in counts):
         return 0
     work = one_work(intervals, counts)
-    return sum(n - 1 for iv, n in zip(intervals, counts, strict=True) if n > 1 and worked(iv, n, work) != 1)
+    return sum(n - 1 for iv, n in zip(intervals, counts, strict=True)
+               if n > 1 and worked(iv, n, work) != 1 and not (one_step is not None and one_step(iv)))
 
 
 def poisson_tail(m: int, mean: float) -> float:

@@ -26,14 +26,15 @@ micro-batches or unable to rule them out (``_not_one_micro_batch``).
 
 from __future__ import annotations
 
+import bisect
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, StepClock, could_hide_worked, edge_steps, mean_refused
+from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, could_hide_worked, edge_steps, mean_refused
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -56,7 +57,9 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
 def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], synchronized: bool
                 ) -> dict[str, Timeline]:
     """``with_mean`` of the ``varied`` ranks of ``timelines``: each given its mean, or none (why)."""
-    means = {rank: mean_clock(tl) for rank, tl in varied.items()}
+    means = {rank: mean_clock(tl, _peers_say_one(tl, [t for r, t in varied.items() if r != rank])
+                              if synchronized else None)
+             for rank, tl in varied.items()}
     given = {rank: clock for rank, clock in means.items() if isinstance(clock, StepClock)}
     why = next((f"nor their mean: {clock}" for clock in means.values() if isinstance(clock, str)), None)
     strays: dict[str, str] = {}
@@ -169,17 +172,53 @@ def _varied_whole(tl: Timeline) -> bool:
     return not stepping_some(tl)
 
 
-def mean_clock(tl: Timeline) -> StepClock | str:
+def mean_clock(tl: Timeline, one_step: Callable[[Step], bool] | None = None) -> StepClock | str:
     """The mean of ``tl``'s intervals, each one step (every boundary seen; those that swallowed a
-    sampler drop-out left out: their steps are not known), where it holds; else why it does not."""
+    sampler drop-out left out: their steps are not known), where it holds; else why it does not.
+    ``one_step``: what the ranks it steps with say of its long intervals (``_peers_say_one``)."""
     whole = [iv for iv in tl.intervals if not iv.swallowing]
     n = len(whole)
-    why = mean_refused(n, could_hide_worked(whole) if n >= MIN_INTERVALS else 0, tl.clock.unseen or 0.0)
+    why = mean_refused(n, could_hide_worked(whole, one_step) if n >= MIN_INTERVALS else 0, tl.clock.unseen or 0.0)
     if why is not None:
         return why
     mean = sum(s.dur_ns for s in whole) / n
     edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, mean, tl.rate_hz, tl.clock.unseen)
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
+
+
+def _peers_say_one(tl: Timeline, peers: list[Timeline]) -> Callable[[Step], bool]:
+    """Whether an interval of ``tl`` is one slow step by the ranks that step with it (``peers``, each
+    of which saw every boundary too): at least one of them covers it, and none of those saw a
+    boundary inside it, more than half a short interval from its ends once their boundaries
+    are shifted by their median offset from this rank's. A slow step holds every rank; a boundary
+    this rank missed, its peers see (each at its own e^-λ, so all of them miss one together at the
+    product of theirs). Bursty loaders on 4 ranks (steps of 30 ms and more, every boundary seen)
+    were refused a mean because their long intervals "could hide" steps that no rank saw."""
+    whole = sorted(iv.dur_ns for iv in tl.intervals if not iv.swallowing)
+    own = sorted(tl.bounds)
+    if not whole or not own:
+        return lambda iv: False
+    # half the short steps' length (their 10th percentile): the ranks' boundaries of one step lie a
+    # few ms apart beyond their median offset (4 ms either way at 400 Hz), a missed one a step away
+    margin = whole[len(whole) // 10] / 2
+    shifted = []
+    for peer in peers:
+        offsets = []
+        for b in peer.bounds:
+            k = bisect.bisect_left(own, b)
+            near = [own[j] for j in (k - 1, k) if 0 <= j < len(own)]
+            offsets.append(b - min(near, key=lambda w: abs(b - w)))
+        if offsets:
+            shift = statistics.median(offsets)
+            shifted.append(sorted(b - shift for b in peer.bounds))
+
+    def one(iv: Step) -> bool:
+        lo, hi = iv.start_ns + margin, iv.end_ns - margin
+        covering = [bounds for bounds in shifted if bounds[0] <= lo and bounds[-1] >= hi]
+        return bool(covering) and all(bisect.bisect_right(bounds, lo) == bisect.bisect_left(bounds, hi)
+                                      for bounds in covering)
+
+    return one
 
 
 def _edge_moves(tl: Timeline, clock: StepClock) -> str | None:
