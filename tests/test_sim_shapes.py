@@ -623,6 +623,29 @@ def test_synchronized_ranks_means_are_compared_over_the_steps_they_share():
         assert abs(r.steps - truth.steps_in(lo, hi)) <= 1, (r.steps, truth.steps_in(lo, hi))
 
 
+def test_long_intervals_every_rank_shows_alike_are_slow_steps_not_hidden_ones():
+    # GIVEN 4 synchronized ranks whose 4 DataLoader workers deliver in bursts (steps of ~20 and ~65 ms),
+    # at 400 Hz: every boundary seen, too uneven for a median. Rank 2's median fell on the short steps,
+    # so half its intervals are "two steps or more" long, and they could hide 113 boundaries
+    an, truths, lo, hi = grid_window("bursty:30:4:200:4:450000", 400)
+    # THEN where no other rank saw a boundary inside them, they are slow steps (a slow step holds every
+    # rank; a boundary one rank missed, the others see): every rank is given the mean, said so, within
+    # 1% of the job's (was: none, "intervals as long as two steps or more could hide more than 5%")
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.clock is not None and r.clock.mean and r.step_ms is not None, r.clock
+        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.01, (r.step_ms, truth.mean_step_ms(lo, hi))
+
+
+def test_long_intervals_in_which_other_ranks_saw_boundaries_still_refuse_the_mean():
+    # GIVEN 8 synchronized ranks of bursty 50-ms steps at 100 Hz, one of which has 2 long intervals in
+    # which the other ranks saw boundaries (it missed them)
+    an, _, _, _ = grid_window("bursty:50:6:100:8:567000", 100)
+    # THEN no mean is given, and the reason is the boundaries its long intervals could hide
+    for r in an.ranks:
+        assert r.step_ms is None and r.clock is not None, (r.rank, r.step_ms)
+        assert "could hide more than 5% of the steps" in (r.clock.reason or ""), r.clock.reason
+
+
 def test_a_mean_over_few_steps_is_not_given_where_one_missed_boundary_would_move_it():
     # GIVEN one rank of 500-ms steps, a quarter of them fetching their batch 1.3-2.2x as long, at
     # 50 Hz for 10 s: every boundary seen as far as e^-λ (0.04%) can tell, 17 intervals, too uneven

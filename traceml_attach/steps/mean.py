@@ -14,7 +14,8 @@ A missed boundary moves a median little and a mean by a whole step in all of the
 given only where that is unlikely to matter: the chance that sampling hid enough boundaries to move
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
 if every interval as long as two median ones or more hid the boundaries it could, but those its
-thread's CPU time says are one slow step (``clock.could_hide_worked``); ranks that step together
+thread's CPU time says are one slow step (``clock.could_hide_worked``), or the ranks it steps with
+(``_peers_say_one``: none of them saw a boundary inside it); ranks that step together
 each saw every boundary and their means, over the steps they all hold, agree within MEAN_AGREE (a
 rank whose e^-λ is wrong counts fewer, longer steps than its peers; where most agree on the
 shortest, the others are such ranks, and have no mean); those that agree are all given the mean of
