@@ -177,3 +177,60 @@ def test_the_grafana_dashboard_asks_only_for_exported_metrics(scraped):
     asked = set(re.findall(r"traceml_[a-z_]+", " ".join(queries)))
     exported = {s.name for family in parsed.values() for s in family.samples}
     assert len(asked) >= 10 and asked <= exported, asked - exported
+
+
+
+def raised_live() -> tuple[dict[str, Any], int, int, Path]:
+    """A suite run's recording of the 2-rank input straggler (test_e2e_prometheus.py) on a loaded
+    machine, scraped at the tick 12 s in: rank 1's rate was raised inside that live window, and the
+    job sped from ~290 to ~230 ms a step after it. The parsed scrape, the window's edges, and where
+    the job's own timing of rank r is (``.gt_{r}.jsonl``)."""
+    from traceml_attach.diagnose.analysis import analyze
+    from traceml_attach.ingest.stream import read_recording
+
+    fixtures = Path(__file__).parent / "fixtures"
+    rec, _ = read_recording(fixtures / "prom_raised_live.msgpack")
+    span = rec.time_range()
+    assert span is not None
+    start, end = span[0], span[0] + 12_000_000_000
+    analysis = analyze(rec, load_rules(), start_ns=start, end_ns=end)
+
+    class Once:
+        def collect(self):
+            return families(rec, analysis, set())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Once())   # type: ignore[arg-type]
+    parsed = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    return parsed, start, end, fixtures / "prom_raised_live"
+
+
+def test_a_rank_whose_rate_changed_in_the_window_says_where_its_step_metrics_start():
+    from launch import read_truth
+
+    parsed, start, end, truth = raised_live()
+    # THEN each rank says where its step metrics start, inside the window, and its step time is the
+    # job's own over that stretch, not over the window (20% longer: what the e2e test compared with)
+    since = by_rank(parsed["traceml_step_since_timestamp_seconds"])
+    step = by_rank(parsed["traceml_step_seconds"])
+    assert set(since) == set(step) == {"0", "1"}, (since, step)
+    for rank in ("0", "1"):
+        assert start / 1e9 < since[rank] < end / 1e9
+        own = read_truth(Path(f"{truth}.gt_{rank}.jsonl"), since[rank], end / 1e9)
+        whole = read_truth(Path(f"{truth}.gt_{rank}.jsonl"), start / 1e9, end / 1e9)
+        assert step[rank] * 1e3 < 0.85 * whole.step_ms, (rank, step, whole)
+        assert abs(step[rank] * 1e3 / own.step_ms - 1) < 0.1, (rank, step, own)
+
+
+@pytest.mark.xfail(strict=True, reason="a torn read splits one step of rank 1 (backward, one forward sample of "
+                   "8.9 ms, backward): 169 + 122 ms for the job's 270, and the median of its 15 intervals, "
+                   "224 ms, is 4-6% under the ranks' own 234 and 239 (docs/steps.md, stop 63)")
+def test_that_stretch_is_timed_within_5_percent():
+    from launch import read_truth
+
+    parsed, _, end, truth = raised_live()
+    since = by_rank(parsed["traceml_step_since_timestamp_seconds"])
+    step = by_rank(parsed["traceml_step_seconds"])
+    for rank in ("0", "1"):
+        own = read_truth(Path(f"{truth}.gt_{rank}.jsonl"), since[rank], end / 1e9)
+        assert step[rank] * 1e3 == pytest.approx(own.step_ms, rel=0.05), (rank, step, own)

@@ -10,6 +10,7 @@ what would help: a higher rate only where it would (``unknown_clock``).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import Counter
@@ -149,6 +150,18 @@ class StepClock:
         unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
         return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
                          self.step_upper_ns, self.typical_ns, unseen, edge_steps, mean=self.mean)
+
+
+def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:
+    """The median of each of ``points`` less its nearest of ``ref`` (sorted): how far one rank's
+    boundaries lie from another's that step with it (0 where either has none)."""
+    offsets = []
+    for point in points:
+        k = bisect.bisect_left(ref, point)
+        near = [ref[j] for j in (k - 1, k) if 0 <= j < len(ref)]
+        if near:
+            offsets.append(point - min(near, key=lambda r: abs(point - r)))
+    return statistics.median(offsets) if offsets else 0.0
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,

@@ -35,7 +35,15 @@ from dataclasses import replace
 from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, Step, StepClock, could_hide_worked, edge_steps, mean_refused
+from traceml_attach.steps.clock import (
+    IRREGULAR,
+    Step,
+    StepClock,
+    could_hide_worked,
+    edge_steps,
+    mean_refused,
+    median_offset,
+)
 
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
@@ -204,13 +212,8 @@ def _peers_say_one(tl: Timeline, peers: list[Timeline]) -> Callable[[Step], bool
     margin = whole[len(whole) // 10] / 2
     shifted = []
     for peer in peers:
-        offsets = []
-        for b in peer.bounds:
-            k = bisect.bisect_left(own, b)
-            near = [own[j] for j in (k - 1, k) if 0 <= j < len(own)]
-            offsets.append(b - min(near, key=lambda w: abs(b - w)))
-        if offsets:
-            shift = statistics.median(offsets)
+        if peer.bounds:
+            shift = median_offset(peer.bounds, own)
             shifted.append(sorted(b - shift for b in peer.bounds))
 
     def one(iv: Step) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -37,6 +36,7 @@ from traceml_attach.steps.clock import (
     StepClock,
     edge_steps,
     expand_counted,
+    median_offset,
     shared_unseen,
     sure_counts,
     work_ratio,
@@ -61,13 +61,7 @@ def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
     falls inside it (half a step from any boundary, so the blur of either rank's boundaries does
     not move them), after shifting by the median offset between this rank's wraps and the
     reference's boundaries."""
-    offsets = []
-    for w in tl.bounds:
-        k = bisect.bisect_left(ref_bounds, w)
-        near = [ref_bounds[j] for j in (k - 1, k) if 0 <= j < len(ref_bounds)]
-        if near:
-            offsets.append(w - min(near, key=lambda b: abs(w - b)))
-    shift = statistics.median(offsets) if offsets else 0
+    shift = median_offset(tl.bounds, ref_bounds)
     middles = [(a + b) / 2 for a, b in itertools.pairwise(ref_bounds)]
     counts = []
     for step in tl.intervals:
