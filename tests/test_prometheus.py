@@ -14,9 +14,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
+from launch import read_truth
 from testkit.streams import read_frames
+from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.finding import StragglerEvidence
 from traceml_attach.diagnose.step import straggler_scores
+from traceml_attach.ingest.stream import Recording, read_recording
 from traceml_attach.output.prometheus import families
 from traceml_attach.runtime.pipeline import Pipeline
 from traceml_attach.steps.classify import load_rules
@@ -41,21 +44,24 @@ def with_gpu(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def parsed_families(rec: Recording, analysis: Analysis) -> dict[str, Any]:
+    """The families of one tick's ``analysis``, through the text format and its parser."""
+    class Once:
+        def collect(self):
+            return families(rec, analysis, set())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Once())   # type: ignore[arg-type]
+    return {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+
+
 def scrape(frames: list[dict[str, Any]]) -> tuple[dict[str, Any], Any, Pipeline]:
     """The families of the stream's live analysis, through the text format and its parser."""
     pipeline = Pipeline(load_rules())
     for frame in frames:
         pipeline.add(frame)
     analysis = pipeline.live_analysis()
-
-    class Once:
-        def collect(self):
-            return families(pipeline.rec, analysis, set())
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Once())   # type: ignore[arg-type]
-    parsed = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
-    return parsed, analysis, pipeline
+    return parsed_families(pipeline.rec, analysis), analysis, pipeline
 
 
 @pytest.fixture(scope="module")
@@ -179,35 +185,21 @@ def test_the_grafana_dashboard_asks_only_for_exported_metrics(scraped):
     assert len(asked) >= 10 and asked <= exported, asked - exported
 
 
-
 def raised_live() -> tuple[dict[str, Any], int, int, Path]:
     """A suite run's recording of the 2-rank input straggler (test_e2e_prometheus.py) on a loaded
     machine, scraped at the tick 12 s in: rank 1's rate was raised inside that live window, and the
     job sped from ~290 to ~230 ms a step after it. The parsed scrape, the window's edges, and where
     the job's own timing of rank r is (``.gt_{r}.jsonl``)."""
-    from traceml_attach.diagnose.analysis import analyze
-    from traceml_attach.ingest.stream import read_recording
-
     fixtures = Path(__file__).parent / "fixtures"
     rec, _ = read_recording(fixtures / "prom_raised_live.msgpack")
     span = rec.time_range()
     assert span is not None
     start, end = span[0], span[0] + 12_000_000_000
     analysis = analyze(rec, load_rules(), start_ns=start, end_ns=end)
-
-    class Once:
-        def collect(self):
-            return families(rec, analysis, set())
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Once())   # type: ignore[arg-type]
-    parsed = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
-    return parsed, start, end, fixtures / "prom_raised_live"
+    return parsed_families(rec, analysis), start, end, fixtures / "prom_raised_live"
 
 
 def test_a_rank_whose_rate_changed_in_the_window_says_where_its_step_metrics_start():
-    from launch import read_truth
-
     parsed, start, end, truth = raised_live()
     # THEN each rank says where its step metrics start, inside the window, and its step time is the
     # job's own over that stretch, not over the window (20% longer: what the e2e test compared with)
@@ -226,8 +218,6 @@ def test_a_rank_whose_rate_changed_in_the_window_says_where_its_step_metrics_sta
                    "8.9 ms, backward): 169 + 122 ms for the job's 270, and the median of its 15 intervals, "
                    "224 ms, is 4-6% under the ranks' own 234 and 239 (docs/steps.md, stop 63)")
 def test_that_stretch_is_timed_within_5_percent():
-    from launch import read_truth
-
     parsed, _, end, truth = raised_live()
     since = by_rank(parsed["traceml_step_since_timestamp_seconds"])
     step = by_rank(parsed["traceml_step_seconds"])
