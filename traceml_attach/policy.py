@@ -468,6 +468,12 @@ MEAN_AGREE = 0.01
 # at 50 Hz, e^-λ 0.04% (a 150-ms compute phase unsampled), had one boundary hidden, and the mean of
 # its 17 intervals was 5.9% long (one step in 17)
 MEAN_RISK = 1e-3
+# ...and its long intervals are one slow step each where no peer that covers them saw a boundary
+# inside: at most this many peers are asked (the next ranks after it), as all of them missing one
+# boundary together is the product of their e^-λ, each under MAX_UNSEEN. Asking every peer, each
+# offset from all its boundaries, cost ~1.9 ms a pair of ranks over a 30-s window of 700
+# boundaries: at 64 ranks ~7.6 s a live tick
+PEERS_ASKED = 3
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop
 # alike), each one's warm checks come at other times, and the best would change every tick.
 REF_MARGIN = 0.1

@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS
+from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN, MEAN_AGREE, MIN_INTERVALS, PEERS_ASKED
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import (
@@ -66,9 +66,9 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
 def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline], synchronized: bool
                 ) -> dict[str, Timeline]:
     """``with_mean`` of the ``varied`` ranks of ``timelines``: each given its mean, or none (why)."""
-    means = {rank: mean_clock(tl, _peers_say_one(tl, [t for r, t in varied.items() if r != rank])
-                              if synchronized else None)
-             for rank, tl in varied.items()}
+    order = list(varied)
+    means = {rank: mean_clock(tl, _peers_say_one(tl, _peers(order, i, varied)) if synchronized else None)
+             for i, (rank, tl) in enumerate(varied.items())}
     given = {rank: clock for rank, clock in means.items() if isinstance(clock, StepClock)}
     why = next((f"nor their mean: {clock}" for clock in means.values() if isinstance(clock, str)), None)
     strays: dict[str, str] = {}
@@ -195,9 +195,16 @@ def mean_clock(tl: Timeline, one_step: Callable[[Step], bool] | None = None) -> 
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
 
 
+def _peers(order: list[str], i: int, timelines: dict[str, Timeline]) -> list[Timeline]:
+    """The PEERS_ASKED ranks after ``order[i]`` (round the end), whose boundaries ``_peers_say_one``
+    asks about its long intervals."""
+    after = order[i + 1:] + order[:i]
+    return [timelines[rank] for rank in after[:PEERS_ASKED]]
+
+
 def _peers_say_one(tl: Timeline, peers: list[Timeline]) -> Callable[[Step], bool]:
     """Whether an interval of ``tl`` is one slow step by the ranks that step with it (``peers``, each
-    of which saw every boundary too): at least one of them covers it, and none of those saw a
+    of which saw every boundary too; ``_peers``): at least one of them covers it, and none of those saw a
     boundary inside it, more than half a short interval from its ends once their boundaries
     are shifted by their median offset from this rank's. A slow step holds every rank; a boundary
     this rank missed, its peers see (each at its own e^-λ, so all of them miss one together at the
@@ -210,13 +217,14 @@ def _peers_say_one(tl: Timeline, peers: list[Timeline]) -> Callable[[Step], bool
     # half the short steps' length (their 10th percentile): the ranks' boundaries of one step lie a
     # few ms apart beyond their median offset (4 ms either way at 400 Hz), a missed one a step away
     margin = whole[len(whole) // 10] / 2
-    shifted = []
-    for peer in peers:
-        if peer.bounds:
-            shift = median_offset(peer.bounds, own)
-            shifted.append(sorted(b - shift for b in peer.bounds))
+    shifted: list[list[float]] = []   # each peer's boundaries in this rank's time, once first asked
 
     def one(iv: Step) -> bool:
+        if not shifted:
+            for peer in peers:
+                if peer.bounds:   # (their offset is steady: 64 of them tell its median)
+                    shift = median_offset(peer.bounds[::max(1, len(peer.bounds) // 64)], own)
+                    shifted.append(sorted(b - shift for b in peer.bounds))
         lo, hi = iv.start_ns + margin, iv.end_ns - margin
         covering = [bounds for bounds in shifted if bounds[0] <= lo and bounds[-1] >= hi]
         return bool(covering) and all(bisect.bisect_right(bounds, lo) == bisect.bisect_left(bounds, hi)
