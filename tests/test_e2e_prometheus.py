@@ -67,8 +67,10 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
     launcher = torchrun(2, "--straggler", "input", "--slow-rank", "1")
     time.sleep(2)
     began = time.time()
-    # WHEN traceml attaches to its launcher with --prometheus on a free port
-    attacher, port = attach_with_prometheus(launcher.pid, tmp_path, 30)
+    # WHEN traceml attaches to its launcher with --prometheus on a free port (for longer than the test
+    # takes: it ends the attach itself; CI's run of stop 63 spent 25 s waiting for a window, a few
+    # starting the clashing attach and 4 asleep, and the 30-s attach had ended: connection refused)
+    attacher, port = attach_with_prometheus(launcher.pid, tmp_path, 120)
     try:
         # it listens on loopback only
         listening = [c.laddr for c in psutil.Process(attacher.pid).net_connections("tcp")
@@ -132,6 +134,7 @@ def test_scraped_during_a_real_attach(torchrun, tmp_path: Path):
         assert not (tmp_path / "logs" / "clash").exists()   # refused before its run folder was made
 
         time.sleep(4)   # the counter goes on counting between scrapes
+        assert attacher.poll() is None, attacher.communicate(timeout=60)
         assert scrape(port)["traceml_samples"].samples[0].value > first
         assert launcher.poll() is None
 
