@@ -474,6 +474,13 @@ MEAN_RISK = 1e-3
 # offset from all its boundaries, cost ~1.9 ms a pair of ranks over a 30-s window of 700
 # boundaries: at 64 ranks ~7.6 s a live tick
 PEERS_ASKED = 3
+# ...whose boundaries, where they saw one inside a rank's interval (and both its ends), are one that
+# rank missed (steps/mean._filled): a rank whose peers saw more than this share of its steps'
+# boundaries that it did not misses so many that those every rank missed may not be few (8 ranks of
+# bursty 50-ms steps at 100 Hz each missed 4-24% of theirs, e^-λ 0.04-0.4%; filled from 3 peers each,
+# their means agreed on 203 ms for the job's 184). The step error a mean may have: at half of it,
+# 2 bursty ranks at 100 Hz, one of which missed 5 of 195, were refused (their mean, filled, within 0.02%)
+MISSED_AT_MOST = MAX_STEP_ERROR
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop
 # alike), each one's warm checks come at other times, and the best would change every tick.
 REF_MARGIN = 0.1
