@@ -771,7 +771,9 @@ def test_uneven_micro_batches_seen_whole_are_counted_between_the_optimizers_visi
     unknown = [r for r in analyze(rec, RULES).ranks if r.step_ms is None]
     assert unknown
     for r in unknown:
-        assert r.clock is not None and r.clock.cause == IRREGULAR, r.clock
+        # (irregular returns; or, where its mean was weighed against the optimizer's visits, which
+        # another rank shows as accumulation, its micro-batches a step not counted: rank 0 here)
+        assert r.clock is not None and (r.clock.cause == IRREGULAR or r.micro_batches is None), r.clock
         reason = r.clock.reason or ""
         assert "may be micro-batches of longer optimizer steps" in reason and "bursts" not in reason, reason
         assert "a longer one would hold more of them" in reason

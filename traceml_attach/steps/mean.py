@@ -15,8 +15,9 @@ given only where that is unlikely to matter: the chance that sampling hid enough
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
 if every interval as long as two median ones or more hid the boundaries it could, but those its
 thread's CPU time says are one slow step (``clock.could_hide_worked``), or the ranks it steps with
-(``_Peers.one_step``: none of them saw a boundary inside it). Ranks that step together each saw
-every boundary; each rank's intervals are split at the boundaries its peers saw inside them
+(``_Peers.one_step``: none of them saw a boundary inside it). Of ranks that step together, those
+that saw every boundary (the others' boundaries count as their peers', their own intervals as
+nothing); each one's intervals are split at the boundaries its peers saw inside them
 (``_filled``: a boundary one rank missed, another sees), unless its peers saw so many that it
 missed (MISSED_AT_MOST) that those they all missed may be many too, which most ranks doing leaves no
 mean at all; and their means, over the steps they all hold, agree within MEAN_AGREE (a rank whose
@@ -69,8 +70,6 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
         for rank, tl in varied.items():
             out.update(_with_means({rank: tl}, {rank: tl}, {}))
         return out
-    if len(varied) != sum(1 for tl in timelines.values() if tl.intervals):
-        return timelines   # a rank that left boundaries unseen: its steps are not its intervals
     peers = {rank: _peer_bounds(tl, _peers(list(timelines), rank, timelines)) for rank, tl in varied.items()}
     filled: dict[str, Timeline] = {}
     refuted: dict[str, str] = {}
