@@ -622,6 +622,23 @@ def test_synchronized_ranks_means_are_compared_over_the_steps_they_share():
         assert abs(r.steps - truth.steps_in(lo, hi)) <= 1, (r.steps, truth.steps_in(lo, hi))
 
 
+def test_ranks_that_saw_every_boundary_have_their_mean_beside_ranks_that_did_not():
+    # GIVEN 8 synchronized ranks accumulating 4 micro-batches of 50-ms optimizer steps (2 workers
+    # delivering in bursts), at 500 Hz: most ranks saw every boundary of steps too uneven for a
+    # median, but some left a few unseen (e^-λ over 1%)
+    an, truths, lo, hi = grid_window("accum_bursty:50:4/2:500:8:859000", 500)
+    # THEN those that saw every one are given their mean, counted on their own and their peers'
+    # boundaries, said so (was: none, "a rank that left boundaries unseen"), and every rank's step
+    # time is within 0.5% of the job's, every step counted
+    means = [r for r in an.ranks if r.clock is not None and r.clock.mean]
+    assert len(means) >= 6, [(r.rank, r.step_ms, r.clock.reason if r.clock else None) for r in an.ranks]
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and r.clock is not None, (r.rank, r.clock)
+        expected = truth.mean_step_ms(lo, hi) if r.clock.mean else truth.median_step_ms(lo, hi)
+        assert abs(r.step_ms / expected - 1) <= 0.005, (r.rank, r.step_ms, expected)
+        assert r.steps == truth.steps_in(lo, hi), (r.rank, r.steps, truth.steps_in(lo, hi))
+
+
 def test_long_intervals_every_rank_shows_alike_are_slow_steps_not_hidden_ones():
     # GIVEN 4 synchronized ranks whose 4 DataLoader workers deliver in bursts (steps of ~20 and ~65 ms),
     # at 400 Hz: every boundary seen, too uneven for a median. Rank 2's median fell on the short steps,
