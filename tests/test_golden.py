@@ -36,8 +36,9 @@ EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
 LOOPS = {
     "fw_hf_trainer": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),
     # 4 micro-batches of ~22 ms a step: too short to count at 100 Hz; _run_epoch wraps once an
-    # optimizer step, but also now and then between micro-batches
-    "fw_hf_trainer_accum4": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),
+    # optimizer step, but also now and then between micro-batches: the micro-batches a step unknown
+    # (it said 1, beside a reason that says the returns may be micro-batches)
+    "fw_hf_trainer_accum4": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", None),
     "fw_lightning_input": ("_TrainingEpochLoop.advance", "Lightning", 1),
     "fw_accelerate": ("main", "Accelerate", 1),
     "fw_deepspeed": ("main", "DeepSpeed", 1),

@@ -1278,7 +1278,9 @@ def _short_returns(tl: Timeline, micro_batched: bool = False) -> Timeline:
     the optimizer was seen in at most half of the intervals between them, or because a
     synchronized rank saw every one and they vary too much (IRREGULAR), where a rank of the job
     shows them as micro-batches (``micro_batched``: ``_micro_returns``), says what they may be:
-    micro-batches of longer optimizer steps (whose own visits fit no step here), not only steps.
+    micro-batches of longer optimizer steps (whose own visits fit no step here), not only steps;
+    and its micro-batches a step are unknown, not 1 (an HF Trainer accumulating 4, its returns at
+    100 Hz too close to tell apart, said "1 micro-batch a step" beside that reason).
     (8 ranks accumulating 2 micro-batches of 250 ms behind a straggler: the last micro-batch,
     which waits for the all-reduce and steps the optimizer, ran 330 ms on the waiting ranks, the
     other 170, and 10 s held 11 visits of the optimizer, too few for a step of their own.)"""
@@ -1293,7 +1295,7 @@ def _short_returns(tl: Timeline, micro_batched: bool = False) -> Timeline:
                   "they may be micro-batches of longer optimizer steps (gradient accumulation; the micro-batch "
                   "that steps the optimizer takes longer), and the optimizer's visits fit no step of their own "
                   f"in this window{longer}")
-        return replace(tl, clock=replace(clock, reason=reason))
+        return replace(tl, clock=replace(clock, reason=reason), micro_batches=None)
     if clock.cause != SHORT or not covered or 2 * seen > len(covered):
         return tl
     shortest_ms = MIN_SAMPLES_PER_STEP * 1e3 / tl.rate_hz
@@ -1301,7 +1303,7 @@ def _short_returns(tl: Timeline, micro_batched: bool = False) -> Timeline:
               f"{tl.rate_hz} Hz), too close to tell apart; the optimizer was seen in only {seen} of the "
               f"{len(covered)} intervals between them, so they may be micro-batches of longer optimizer steps, "
               "and its visits fit no step of their own")
-    return replace(tl, clock=replace(clock, reason=reason))
+    return replace(tl, clock=replace(clock, reason=reason), micro_batches=None)
 
 
 def _floor(tl: Timeline) -> Timeline:

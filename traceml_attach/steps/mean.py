@@ -130,7 +130,7 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline],
             reason = "; ".join(filter(None, (tl.clock.reason, strays[rank])))
             out[rank] = replace(tl, clock=replace(tl.clock, reason=reason))
         else:
-            out[rank] = replace(varied[rank], clock=given[rank], step_floor=None)
+            out[rank] = replace(varied[rank], clock=given[rank], step_floor=None, micro_batches=1)
     micro, weighed = _not_one_micro_batch(out, [r for r in given if r not in strays], synchronized)
     if micro is None:
         return out
@@ -199,9 +199,13 @@ def _common_means(timelines: dict[str, Timeline]) -> dict[str, float]:
 def _varied_whole(tl: Timeline) -> bool:
     """Whether ``tl``'s clock is unknown only because its steps, every boundary seen, vary too
     much for a median (``clock_of``, ``sync.varied_clock``), and nothing says its intervals are
-    micro-batches."""
+    micro-batches (a rank whose irregular returns another rank of its job shows as micro-batches
+    says its micro-batches unknown, ``accumulation._short_returns``: its mean is weighed with its
+    optimizer's visits, ``_not_one_micro_batch``, as any)."""
     clock = tl.clock
-    if clock.known or clock.cause not in (None, IRREGULAR) or tl.micro_batches != 1:
+    if clock.known or clock.cause not in (None, IRREGULAR):
+        return False
+    if tl.micro_batches != 1 and not (tl.micro_batches is None and clock.cause == IRREGULAR):
         return False
     if clock.unseen is None or clock.unseen > MAX_UNSEEN or len(tl.intervals) < MIN_INTERVALS:
         return False
