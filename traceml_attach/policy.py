@@ -470,7 +470,8 @@ MEAN_AGREE = 0.01
 MEAN_RISK = 1e-3
 # ...and its long intervals are one slow step each where no peer that covers them saw a boundary
 # inside: at most this many peers are asked (the next ranks after it), as all of them missing one
-# boundary together is the product of their e^-λ, each under MAX_UNSEEN. Asking every peer, each
+# boundary together is rare (not as rare as the product of their e^-λ: ranks that step together
+# miss the same boundaries more often, docs/steps.md, stop 64). Asking every peer, each
 # offset from all its boundaries, cost ~1.9 ms a pair of ranks over a 30-s window of 700
 # boundaries: at 64 ranks ~7.6 s a live tick
 PEERS_ASKED = 3

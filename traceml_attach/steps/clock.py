@@ -11,7 +11,6 @@ what would help: a higher rate only where it would (``unknown_clock``).
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 import statistics
 from collections import Counter
@@ -163,21 +162,6 @@ def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:
         if near:
             offsets.append(point - min(near, key=lambda r: abs(point - r)))
     return statistics.median(offsets) if offsets else 0.0
-
-
-def aligned_counts(intervals: Sequence[Step], bounds: Sequence[int], ref_bounds: Sequence[int]) -> tuple[int, ...]:
-    """How many of the reference's steps each of a rank's ``intervals`` holds: the steps whose middle
-    falls inside it (half a step from any boundary, so the blur of either rank's boundaries does
-    not move them), after shifting by the median offset between this rank's wraps (``bounds``) and the
-    reference's boundaries."""
-    shift = median_offset(bounds, ref_bounds)
-    middles = [(a + b) / 2 for a, b in itertools.pairwise(ref_bounds)]
-    counts = []
-    for step in intervals:
-        lo = bisect.bisect_right(middles, step.start_ns - shift)
-        hi = bisect.bisect_right(middles, step.end_ns - shift)
-        counts.append(max(1, hi - lo))
-    return tuple(counts)
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,

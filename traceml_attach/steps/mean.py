@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
@@ -46,7 +46,7 @@ from traceml_attach.policy import (
     PEERS_ASKED,
 )
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
-from traceml_attach.steps.batch_timeline import ASIDE_LABELS, Timeline
+from traceml_attach.steps.batch_timeline import ASIDE_LABELS, Segment, Timeline
 from traceml_attach.steps.clock import (
     IRREGULAR,
     Step,
@@ -60,8 +60,9 @@ from traceml_attach.steps.clock import (
 
 def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
     """``timelines`` with the mean step (``mean_clock``) given to the ranks that saw every boundary
-    of steps too uneven for a median (and, where the ranks step together, to the rest of them:
-    ``_to_the_rest``); the rest as they were, or with why their mean is not given either."""
+    of steps too uneven for a median (where the ranks step together, its intervals split at the
+    boundaries its peers saw: ``_filled``); the rest as they were, or with why their mean is not
+    given either."""
     varied = {rank: tl for rank, tl in timelines.items() if _varied_whole(tl)}
     if not varied:
         return timelines
@@ -81,12 +82,16 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
             filled[rank] = rank_filled
     if 2 * len(refuted) >= len(varied):   # most ranks' e^-λ wrong: the rest's may be too, no mean stands
         rank, why = next(iter(refuted.items()))
-        return {r: replace(t, clock=replace(t.clock, reason=f"{t.clock.reason}; nor their mean: on rank {rank}, {why}"))
-                if r in varied and t.clock.reason else t for r, t in timelines.items()}
+        return {r: _told(t, f"nor their mean: on rank {rank}, {why}") if r in varied else t
+                for r, t in timelines.items()}
     out = _with_means(timelines, filled, {rank: peers[rank].one_step for rank in filled})
     # a rank whose e^-λ is wrong has no mean of its own, where most ranks' stand (as ``_with_means``'s strays)
-    return {r: replace(t, clock=replace(t.clock, reason=f"{t.clock.reason}; nor its mean: {refuted[r]}"))
-            if r in refuted and t.clock.reason else t for r, t in out.items()}
+    return {r: _told(t, f"nor its mean: {refuted[r]}") if r in refuted else t for r, t in out.items()}
+
+
+def _told(tl: Timeline, why: str) -> Timeline:
+    """``tl`` with ``why`` after its clock's reason, where it has one (its step unknown)."""
+    return replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}")) if tl.clock.reason else tl
 
 
 def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline],
@@ -119,8 +124,7 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline],
         # a rank whose edge may hide a step its peers saw: theirs stand, its own does not
         strays.update({rank: f"nor its mean: {edge}" for rank, edge in edges.items() if rank not in strays})
     if why is not None:
-        return {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; {why}"))
-                if rank in varied and tl.clock.reason else tl for rank, tl in timelines.items()}
+        return {rank: _told(tl, why) if rank in varied else tl for rank, tl in timelines.items()}
     if synchronized:
         given = {**given, **_one_mean(varied, {rank: clock for rank, clock in given.items() if rank not in strays})}
     out = dict(timelines)
@@ -134,8 +138,7 @@ def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline],
     micro, weighed = _not_one_micro_batch(out, [r for r in given if r not in strays], synchronized)
     if micro is None:
         return out
-    refused = {rank: replace(tl, clock=replace(tl.clock, reason=f"{tl.clock.reason}; nor their mean: {micro}"))
-               if rank in given and tl.clock.reason else tl for rank, tl in timelines.items()}
+    refused = {rank: _told(tl, f"nor their mean: {micro}") if rank in given else tl for rank, tl in timelines.items()}
     # a rank whose intervals the optimizer's visits counted as micro-batches, its optimizer steps
     # unknown, says so in its counts: micro-batches per step, and the optimizer steps seen (its
     # intervals, counted as steps, said "1 micro-batch a step" beside a reason that said otherwise)
@@ -266,9 +269,10 @@ class _Peers:
     def one_step(self, iv: Step) -> bool:
         """Whether an interval is one slow step by the ranks that step with it: at least one of them
         covers it, and none saw a boundary inside it. A slow step holds every rank; a boundary this
-        rank missed, its peers see (each at its own e^-λ, so all of them miss one together at the
-        product of theirs). Bursty loaders on 4 ranks (steps of 30 ms and more, every boundary seen)
-        were refused a mean because their long intervals "could hide" steps that no rank saw."""
+        rank missed, its peers mostly see (not independently: ranks that step together miss the same
+        boundaries more often than the product of their e^-λ says, docs/steps.md, stop 64). Bursty
+        loaders on 4 ranks (steps of 30 ms and more, every boundary seen) were refused a mean because
+        their long intervals "could hide" steps that no rank saw."""
         lo, hi = iv.start_ns + self.margin, iv.end_ns - self.margin
         covering = [bounds for bounds in self.shifted if bounds[0] <= lo and bounds[-1] >= hi]
         return bool(covering) and all(bisect.bisect_right(bounds, lo) == bisect.bisect_left(bounds, hi)
@@ -278,7 +282,7 @@ class _Peers:
 def _peer_bounds(tl: Timeline, peers: list[Timeline]) -> _Peers:
     """``tl``'s ``peers``' boundaries in its time (``_Peers``)."""
     whole = sorted(iv.dur_ns for iv in tl.intervals if not iv.swallowing)
-    own = sorted(tl.bounds)
+    own = tl.bounds   # (in time order, as the samples)
     if not whole or not own:
         return _Peers(0.0, ())
     shifted = []
@@ -307,6 +311,7 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
     pieces: list[Step] = []
     split = False
     shortest = 3 * peers.margin   # (two pieces of 1.5 margins: below)
+    starts: list[int] = []        # the segments' starts, once a piece asks
     for iv in tl.intervals:
         cuts = peers.inside(iv.start_ns, iv.end_ns) if iv.dur_ns >= shortest and not iv.swallowing else []
         if not cuts:
@@ -321,7 +326,8 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
             continue
         split = True
         edges.append(iv.end_ns)
-        pieces.extend(_piece(tl, iv, a, b) for a, b in itertools.pairwise(edges))
+        starts = starts or [seg.ts_ns for seg in tl.segments]
+        pieces.extend(_piece(tl.segments, starts, iv, a, b) for a, b in itertools.pairwise(edges))
     if not split:
         return tl
     added, steps = len(pieces) - len(tl.intervals), sum(1 for iv in tl.intervals if not iv.swallowing)
@@ -334,13 +340,13 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
                    bounds=tuple(sorted({*tl.bounds, *(p.start_ns for p in pieces)})))
 
 
-def _piece(tl: Timeline, iv: Step, start_ns: int, end_ns: int) -> Step:
+def _piece(segments: Sequence[Segment], starts: Sequence[int], iv: Step, start_ns: int, end_ns: int) -> Step:
     """The part of interval ``iv`` from ``start_ns`` to ``end_ns``, as one step: each phase's time in
-    it from ``tl``'s segments; its thread's time on a CPU and its time blocked unknown."""
+    it from the thread's ``segments`` (``starts``: theirs, in order); its thread's time on a CPU and
+    its time blocked unknown."""
     phases = dict.fromkeys(iv.phases_ns, 0)
     aside = 0
-    starts = [seg.ts_ns for seg in tl.segments]
-    for seg in tl.segments[max(bisect.bisect_right(starts, start_ns) - 1, 0):bisect.bisect_left(starts, end_ns)]:
+    for seg in segments[max(bisect.bisect_right(starts, start_ns) - 1, 0):bisect.bisect_left(starts, end_ns)]:
         lo, hi = max(seg.ts_ns, start_ns), min(seg.ts_ns + seg.dur_ns, end_ns)
         if hi > lo:
             phases[seg.phase] = phases.get(seg.phase, 0) + hi - lo

@@ -13,6 +13,8 @@ problem, reported as such, never a skew between them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -32,9 +34,9 @@ from traceml_attach.steps.clock import (
     IRREGULAR,
     UNEVEN,
     StepClock,
-    aligned_counts,
     edge_steps,
     expand_counted,
+    median_offset,
     shared_unseen,
     sure_counts,
     work_ratio,
@@ -52,6 +54,21 @@ def _quality(tl: Timeline) -> Quality:
     unseen = clock.unseen if clock.unseen is not None else 1.0
     ratios = sorted(r for r in map(work_ratio, tl.intervals) if r is not None)
     return (sure_counts(unseen, ratios), -unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
+
+
+def _aligned_counts(tl: Timeline, ref_bounds: list[int]) -> tuple[int, ...]:
+    """How many of the reference's steps each of ``tl``'s intervals holds: the steps whose middle
+    falls inside it (half a step from any boundary, so the blur of either rank's boundaries does
+    not move them), after shifting by the median offset between this rank's wraps and the
+    reference's boundaries (``clock.median_offset``)."""
+    shift = median_offset(tl.bounds, ref_bounds)
+    middles = [(a + b) / 2 for a, b in itertools.pairwise(ref_bounds)]
+    counts = []
+    for step in tl.intervals:
+        lo = bisect.bisect_right(middles, step.start_ns - shift)
+        hi = bisect.bisect_right(middles, step.end_ns - shift)
+        counts.append(max(1, hi - lo))
+    return tuple(counts)
 
 
 def share_period(timelines: dict[str, Timeline]) -> tuple[dict[str, Timeline], str | None]:
@@ -98,7 +115,7 @@ def share_period(timelines: dict[str, Timeline]) -> tuple[dict[str, Timeline], s
         # the reference's own boundaries when it saw them all (they follow a drifting step time);
         # else its period, each interval counted as its most probable number of steps
         if reference.clock.method == "wraps":
-            counts = aligned_counts(tl.intervals, tl.bounds, ref_bounds)
+            counts = _aligned_counts(tl, ref_bounds)
         else:
             counts = map_counts([float(s.counted_ns) for s in tl.intervals], period, tl.clock.unseen, tl.rate_hz)
         edges = edge_steps(tl.bounds, tl.start_seen_ns, tl.end_ns, period, tl.rate_hz, tl.clock.unseen)
