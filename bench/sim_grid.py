@@ -136,6 +136,8 @@ class Outcome:
     about: str
     reason: str | None = None     # why the step time is unknown (the clock's words)
     method: str | None = None     # how the clock was found (comb, wraps, joint, ...)
+    micro: int | None = None      # micro-batches per step said (None: not counted)
+    true_micro: int = 1           # the job's own
 
 
 def build(pt: Point) -> tuple[Job, str]:
@@ -278,7 +280,7 @@ def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: st
         count = None if r.step_ms is None or not true_steps else r.steps / true_steps - 1
         out.append(Outcome(pt.family, true_ms * rate_hz / 1000, r.step_ms is not None, err, mean_err, count,
                            r.steps, true_steps, spread, pt, about, r.clock.reason if r.clock else None,
-                           r.clock.method if r.clock else None))
+                           r.clock.method if r.clock else None, r.micro_batches, truth.micro_batches))
     return out
 
 
@@ -334,9 +336,16 @@ def target(outcomes: list[Outcome], families: list[str]) -> None:
         known = [o for o in long if o.known]
         off = sum(1 for o in known if abs(o.step_error or 0.0) > STEP_LIMIT)
         miscounted = sum(1 for o in known if abs(o.count_error or 0.0) > COUNT_LIMIT)
+        # of them, off by more than one step (under 34 steps in the window, one step is over 3%)
+        by_more = sum(1 for o in known if abs(o.count_error or 0.0) > max(COUNT_LIMIT, 1.5 / max(o.true_steps, 1)))
+        # micro-batches a step, where a step time is given with them: said, and said wrong
+        micro = [o for o in known if o.micro is not None]
+        micro_wrong = sum(1 for o in micro if o.micro != o.true_micro)
         share = 100 * len(known) / max(len(long), 1)
         print(f"  {family:8s} {len(known)} of {len(long)} rank-windows known ({share:.1f}%); "
-              f"known beyond {STEP_LIMIT:.0%}: {off}; counts beyond {COUNT_LIMIT:.0%}: {miscounted}")
+              f"known beyond {STEP_LIMIT:.0%}: {off}; counts beyond {COUNT_LIMIT:.0%}: {miscounted} "
+              f"({by_more} by more than one step); "
+              f"micro-batches said {len(micro)}, wrong {micro_wrong}")
 
 
 def reasons(outcomes: list[Outcome], families: list[str]) -> None:
@@ -470,7 +479,8 @@ def main() -> None:
                                       "raised": ", raised from" in o.about,
                                       "known": o.known, "step_error": o.step_error, "mean_error": o.mean_error,
                                       "count_error": o.count_error, "true_steps": o.true_steps,
-                                      "method": o.method, "reason": o.reason}) + "\n")
+                                      "method": o.method, "reason": o.reason,
+                                      "micro": o.micro, "true_micro": o.true_micro}) + "\n")
     if args.reasons:
         reasons(outcomes, families)
         outside(outcomes)

@@ -709,6 +709,18 @@ def test_micro_batches_of_two_lengths_are_no_mean_step_where_the_visits_counted_
     assert r.micro_batches is None
 
 
+def test_micro_batches_timed_as_more_than_the_returns_count_are_not_counted():
+    # GIVEN 8 micro-batches a step (800 ms), whose first one also loads the step's input (~110 ms
+    # for ~65), a long optimizer, every return seen at 500 Hz
+    an, truths, lo, hi = grid_window("accum:800:8/long:500:1:2716000", 500)
+    [r] = an.ranks
+    # THEN the optimizer steps are the job's...
+    assert r.step_ms is not None and abs(r.step_ms / truths[0].median_step_ms(lo, hi) - 1) <= 0.05
+    # ...and the micro-batches a step are not counted: timed over the micro-batch period, the slow
+    # first one is two and a step 9; counted in returns, 8 (was "of 9 micro-batches")
+    assert truths[0].micro_batches == 8 and r.micro_batches is None
+
+
 @pytest.mark.parametrize(("seed", "k"), [(0, 3), (0, 4), (1, 4)])
 def test_micro_batches_delivered_in_bursts_are_counted_as_the_clock_counted_them(seed, k):
     # GIVEN one rank accumulating k micro-batches of a 200-ms optimizer step, input half of it, whose
