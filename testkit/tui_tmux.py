@@ -52,6 +52,11 @@ class Terminal:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
 
 
+# how soon a TUI session's process must be gone once it is ended: the watchdog's grace is 3 s after
+# the summary; a hang is minutes
+GONE_S = 10.0
+
+
 def attach_command(pid: int, logs: Path, run_name: str, exit_file: Path, pid_file: Path | None = None,
                    program: str = f"{shlex.quote(sys.executable)} -m traceml_attach", then: str = "sleep 30") -> str:
     """``traceml attach`` in the terminal's shell; its exit status goes to ``exit_file``, its PID to

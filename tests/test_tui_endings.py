@@ -18,11 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.tui_tmux import Terminal, attach_command, gone_after, wait_file
+from testkit.tui_tmux import GONE_S, Terminal, attach_command, gone_after, wait_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
-
-GONE_S = 10.0   # the watchdog's grace is 3 s after the summary; a hang is minutes
 
 
 def _sigterm(job: subprocess.Popen[str], term: Terminal, pid: int) -> None:
@@ -37,10 +35,6 @@ def _job_exits(job: subprocess.Popen[str], term: Terminal, pid: int) -> None:
     job.terminate()
 
 
-def _terminal_closed(job: subprocess.Popen[str], term: Terminal, pid: int) -> None:
-    term.close()                          # tmux goes away: SIGHUP, and every write to the tty fails
-
-
 def _job_exits_and_terminal_closed(job: subprocess.Popen[str], term: Terminal, pid: int) -> None:
     job.terminate()
     term.close()
@@ -51,12 +45,11 @@ def _sigterm_and_terminal_closed(job: subprocess.Popen[str], term: Terminal, pid
     term.close()
 
 
+# (q, and the terminal closed alone: tests/test_tui_e2e.py, on jobs whose verdict the summary must hold)
 ENDINGS: dict[str, tuple[Callable[[subprocess.Popen[str], Terminal, int], None], bool]] = {
     # name: (how it ends, whether the terminal is still there afterwards)
-    "q": (lambda job, term, pid: term.press("q"), True),
     "sigterm": (_sigterm, True),
     "sighup": (_sighup, True),
-    "terminal_closed": (_terminal_closed, False),
     "job_exits": (_job_exits, True),
     "job_exits_and_terminal_closed": (_job_exits_and_terminal_closed, False),
     "sigterm_and_terminal_closed": (_sigterm_and_terminal_closed, False),
