@@ -50,7 +50,8 @@ median is either kind, by the window's parity); the mean is shown beside it in t
 Printed: per samples-per-step band and per family, the rank-windows, the share given a step time,
 the worst |step error| among those given one and the worst |count error| (steps counted against
 the steps wholly in the window); the issue's target over the rank-windows whose steps are at least
-5 samples long (>= 95% known, every known step within 5%, counts within 3%); and the worst points
+5 samples long (>= 95% known, every known step within 5%, counts within 3%), with the counts off by
+more than one step and the micro-batches a step said (not null) and said wrong; and the worst points
 (> 5% step or > 3% count error) with the --point SPEC that runs one again.
 """
 
