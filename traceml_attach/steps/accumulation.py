@@ -1003,14 +1003,19 @@ def _returns_k(timelines: dict[str, Timeline]) -> int:
     counted. (4 ranks accumulating 3 micro-batches of an 800-ms step behind a 30% straggler: the
     waiting ranks' last micro-batch holds the all-reduce's wait, and 11 visits a rank in 10 s were
     too few to time the step by, but 40 gaps of exactly 3 intervals are no chance.)"""
+    return _k_in_returns(tl for tl in timelines.values() if _seen_whole(tl))
+
+
+def _k_in_returns(timelines: Iterable[Timeline]) -> int:
+    """k counted from the gaps between the optimizer's visits in intervals (``_index_gaps``), the
+    timelines' gaps together one test (``_multiples_in``, counted as ``_counted``); 1 where none is."""
     gaps: list[int] = []
     visits = intervals = 0
-    for tl in timelines.values():
-        if _seen_whole(tl):
-            own, seen, covered = _index_gaps(tl.intervals)
-            gaps += own
-            visits += seen
-            intervals += covered
+    for tl in timelines:
+        own, seen, covered = _index_gaps(tl.intervals)
+        gaps += own
+        visits += seen
+        intervals += covered
     if not gaps or not intervals:
         return 1
     return _counted(*_multiples_in(gaps, min(visits / intervals, 0.999)))
@@ -1196,7 +1201,7 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
 def _said_k(tl: Timeline, k: int) -> int | None:
     """``k``, counted from the gaps between the optimizer's visits timed over the micro-batch period,
     where nothing contradicts it; None where the clock saw every return (its e^-λ at most
-    MAX_UNSEEN) and the visits, counted in returns (``_index_gaps``), are another k's multiples:
+    MAX_UNSEEN) and the visits, counted in returns (``_k_in_returns``), are another k's multiples:
     a micro-batch that is always longer than the others (it fetches the step's input, or holds the
     all-reduce's wait) times as two, and a return inside a wait counts as one, so neither count is
     sure. 8 micro-batches of an 800-ms step whose first one also loaded the input (112 ms for ~65),
@@ -1204,11 +1209,7 @@ def _said_k(tl: Timeline, k: int) -> int | None:
     clock = tl.clock
     if clock.method != "wraps" or clock.unseen is None or clock.unseen > MAX_UNSEEN:
         return k
-    gaps, visits, covered = _index_gaps(tl.intervals)
-    if not gaps or not covered:
-        return k
-    counted = _counted(*_multiples_in(gaps, min(visits / covered, 0.999)))
-    return k if counted in (1, k) else None
+    return k if _k_in_returns([tl]) in (1, k) else None
 
 
 def _micro_work(intervals: Sequence[Step]) -> list[Step]:
