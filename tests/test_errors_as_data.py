@@ -130,12 +130,14 @@ def test_a_failed_window_says_how_pyspy_ended_and_what_it_printed(tmp_path: Path
 def test_a_window_stopped_before_pyspy_sampled_says_so(tmp_path: Path):
     # py-spy dies of the SIGINT that ends a window when it arrives before py-spy samples
     # (measured with py-spy 0.4.3: up to ~0.06 s after its start on an idle machine)
-    # In a fresh attacher process, as a user runs it: a child inherits its parent's blocked
-    # signal mask and ignored signals, and inside the full test run something (not yet traced)
-    # leaves this process so that the fake survives SIGINT; alone, the test passed in-process too.
+    # In a fresh attacher process, as a user's shell starts it, with SIGINT not ignored: a child
+    # inherits ignored signals, and a suite started as a background job of a non-interactive shell
+    # (``cmd &``, no job control) ignores SIGINT, so the fake (which sets no handler, as py-spy's
+    # ctrlc handler does) survived it and was killed 15 s later
     binary = fake_pyspy(tmp_path, "exec sleep 30")
-    script = ("import os, sys, time\n"
+    script = ("import os, signal, sys, time\n"
               "from pathlib import Path\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               "from traceml_agent.pyspy import RecordWindow\n"
               f"w = RecordWindow({str(binary)!r}, os.getpid(), 100, 5, Path({str(tmp_path / 'w.json')!r}), index=7)\n"
               "time.sleep(0.5)\n"   # the fake has exec'd sleep by then (it never samples)

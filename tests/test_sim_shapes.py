@@ -709,16 +709,30 @@ def test_micro_batches_of_two_lengths_are_no_mean_step_where_the_visits_counted_
     assert r.micro_batches is None
 
 
-def test_micro_batches_timed_as_more_than_the_returns_count_are_not_counted():
+def test_micro_batches_timed_as_more_than_the_returns_count_are_counted_in_returns():
     # GIVEN 8 micro-batches a step (800 ms), whose first one also loads the step's input (~110 ms
     # for ~65), a long optimizer, every return seen at 500 Hz
     an, truths, lo, hi = grid_window("accum:800:8/long:500:1:2716000", 500)
     [r] = an.ranks
     # THEN the optimizer steps are the job's...
     assert r.step_ms is not None and abs(r.step_ms / truths[0].median_step_ms(lo, hi) - 1) <= 0.05
-    # ...and the micro-batches a step are not counted: timed over the micro-batch period, the slow
-    # first one is two and a step 9; counted in returns, 8 (was "of 9 micro-batches")
-    assert truths[0].micro_batches == 8 and r.micro_batches is None
+    # ...and the micro-batches a step are counted in returns, 8 between each two of the optimizer's
+    # visits: timed over the micro-batch period, the slow first one is two and a step 9 (stop 64's
+    # "of 9 micro-batches"; stop 65 said none)
+    assert truths[0].micro_batches == 8 and r.micro_batches == 8
+
+
+def test_micro_batches_of_synchronized_ranks_that_saw_every_return_are_counted_in_returns():
+    # GIVEN 8 ranks accumulating 12 micro-batches of 500-ms steps, every return seen on each at
+    # 400 Hz, the ranks counted on one clock (a rank's own wraps, the others "joint")
+    an, truths, lo, hi = grid_window("accum:500:12/short:50:8:2443000", 400)
+    # THEN every rank's optimizer steps are the job's, and its micro-batches the 12 its returns
+    # count between the optimizer's visits (timed over the micro-batch period, the first one, which
+    # also fetches the input, made 13 on 7 ranks)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+        assert r.steps == truth.steps_in(lo, hi)
+        assert truth.micro_batches == 12 and r.micro_batches == 12, (r.rank, r.micro_batches, r.clock.method)
 
 
 @pytest.mark.parametrize(("seed", "k"), [(0, 3), (0, 4), (1, 4)])

@@ -88,6 +88,7 @@ from traceml_attach.steps.clock import (
     edge_steps,
     expand,
     guesses,
+    hidden_by_chance,
     mean_at_risk,
     mean_refused,
     median_holds,
@@ -1195,21 +1196,34 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
                     edge_steps=_edges(tl, steps, period))
     return replace(tl, steps=steps, clock=clock,
-                   micro_batches=None if _split_in_place(tl.intervals, counts, k) else _said_k(tl, k))
+                   micro_batches=_said_k(tl, k, not _split_in_place(tl.intervals, counts, k)))
 
 
-def _said_k(tl: Timeline, k: int) -> int | None:
-    """``k``, counted from the gaps between the optimizer's visits timed over the micro-batch period,
-    where nothing contradicts it; None where the clock saw every return (its e^-λ at most
-    MAX_UNSEEN) and the visits, counted in returns (``_k_in_returns``), are another k's multiples:
-    a micro-batch that is always longer than the others (it fetches the step's input, or holds the
-    all-reduce's wait) times as two, and a return inside a wait counts as one, so neither count is
-    sure. 8 micro-batches of an 800-ms step whose first one also loaded the input (112 ms for ~65),
-    every return seen at 500 Hz: timed, 9 to a step; counted, 8."""
+def _said_k(tl: Timeline, k: int, sure: bool = True) -> int | None:
+    """The micro-batches a step is said to hold: ``k``, timed over the micro-batch period (``sure``:
+    no long micro-batch counted as two at one place of the step, ``_split_in_place``), unless the
+    returns count otherwise. Where this rank saw every return (its own e^-λ at most MAX_UNSEEN, on
+    its own clock or on the one its ranks share), the gaps between the optimizer's visits counted in
+    returns (``_index_gaps``) count the micro-batches themselves: where each is a multiple of one k
+    (``_k_in_returns``), that k is said, timed or not; else a timed k is said where the returns fit
+    it, or fit none and no gap counted fewer returns than k by more than sampling misses by chance;
+    else none is (None). A micro-batch that is always longer than the others (it fetches the step's
+    input, or holds the all-reduce's wait) times as two: 8 micro-batches of an 800-ms step whose
+    first one also loaded the input (112 ms for ~65), every return seen at 500 Hz, timed 9 to a
+    step, counted 8 in each gap; 8 ranks accumulating 12 micro-batches of 500-ms steps, every return
+    seen at 400 Hz, timed 13 on 7 of them, counted 12 in each of 19 gaps on every rank."""
     clock = tl.clock
-    if clock.method != "wraps" or clock.unseen is None or clock.unseen > MAX_UNSEEN:
-        return k
-    return k if _k_in_returns([tl]) in (1, k) else None
+    if clock.method not in ("wraps", "joint") or clock.unseen is None or clock.unseen > MAX_UNSEEN:
+        return k if sure else None
+    counted = _k_in_returns([tl])
+    gaps, _, _ = _index_gaps(tl.intervals)
+    if counted > 1 and len(gaps) >= MIN_GAPS and all(g % counted == 0 for g in gaps):
+        return counted
+    if not sure:
+        return None
+    if counted == 1:
+        return k if not gaps or hidden_by_chance(k - max(gaps), clock.unseen) else None
+    return k if counted == k else None
 
 
 def _micro_work(intervals: Sequence[Step]) -> list[Step]:
