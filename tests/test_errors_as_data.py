@@ -130,10 +130,10 @@ def test_a_failed_window_says_how_pyspy_ended_and_what_it_printed(tmp_path: Path
 def test_a_window_stopped_before_pyspy_sampled_says_so(tmp_path: Path):
     # py-spy dies of the SIGINT that ends a window when it arrives before py-spy samples
     # (measured with py-spy 0.4.3: up to ~0.06 s after its start on an idle machine)
-    # In a fresh attacher process, as a user's shell starts it, with SIGINT not ignored: a child
-    # inherits ignored signals, and a suite started as a background job of a non-interactive shell
-    # (``cmd &``, no job control) ignores SIGINT, so the fake (which sets no handler, as py-spy's
-    # ctrlc handler does) survived it and was killed 15 s later
+    # In a fresh attacher process, with SIGINT handled as a user's shell leaves it: a child inherits
+    # ignored signals, and in one full parallel run something (not traced) left the worker ignoring
+    # SIGINT, so the fake (which sets no handler, as py-spy's ctrlc handler does) survived it and was
+    # killed 15 s later (reproduced by running this test from a parent that ignores SIGINT)
     binary = fake_pyspy(tmp_path, "exec sleep 30")
     script = ("import os, signal, sys, time\n"
               "from pathlib import Path\n"

@@ -1017,6 +1017,11 @@ def _k_in_returns(timelines: Iterable[Timeline]) -> int:
         gaps += own
         visits += seen
         intervals += covered
+    return _k_of_gaps(gaps, visits, intervals)
+
+
+def _k_of_gaps(gaps: Sequence[int], visits: int, intervals: int) -> int:
+    """``_k_in_returns`` of gaps (in intervals), visits and intervals already gathered."""
     if not gaps or not intervals:
         return 1
     return _counted(*_multiples_in(gaps, min(visits / intervals, 0.999)))
@@ -1215,8 +1220,8 @@ def _said_k(tl: Timeline, k: int, sure: bool = True) -> int | None:
     clock = tl.clock
     if clock.method not in ("wraps", "joint") or clock.unseen is None or clock.unseen > MAX_UNSEEN:
         return k if sure else None
-    counted = _k_in_returns([tl])
-    gaps, _, _ = _index_gaps(tl.intervals)
+    gaps, visits, covered = _index_gaps(tl.intervals)
+    counted = _k_of_gaps(gaps, visits, covered)
     if counted > 1 and len(gaps) >= MIN_GAPS and all(g % counted == 0 for g in gaps):
         return counted
     if not sure:
