@@ -31,7 +31,9 @@ EXPECTED = {"input_bound": "INPUT_BOUND", "compute_bound": "COMPUTE_BOUND",
             "cuda_mem_eval_loss": "INPUT_BOUND", "cuda_mem_flat": "INPUT_BOUND",
             # ...and on 2026-11-27: GPUs that set the pace (tests/test_gpu_recorded.py)
             "cuda_compute_bound_2": "COMPUTE_BOUND", "cuda_accum4": "COMPUTE_BOUND",
-            "cuda_accum4_autocast": "COMPUTE_BOUND", "cuda_compile": "COMPUTE_BOUND"}
+            "cuda_accum4_autocast": "COMPUTE_BOUND", "cuda_compile": "COMPUTE_BOUND",
+            # ...and on an H200, 2026-12-04 (tests/test_gpu_recorded.py)
+            "h200_accum4": "COMPUTE_BOUND", "h200_accum4_autocast": "COMPUTE_BOUND"}
 # what each framework fixture's loop is: (loop function, framework named, micro-batches per step)
 LOOPS = {
     "fw_hf_trainer": ("Trainer._run_epoch", "HF Trainer (transformers 5.x)", 1),
