@@ -942,3 +942,33 @@ def test_optimizer_steps_fitted_to_a_divisor_of_the_visits_gaps_are_not_given():
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is None or abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, (r.step_ms, r.clock)
         assert r.steps <= 1.03 * truth.steps_in(lo, hi) + 2, (r.steps, truth.steps_in(lo, hi))
+
+
+def test_long_steps_in_which_the_peers_saw_boundaries_are_counted_as_the_steps_they_hold():
+    # GIVEN 4 ranks of bursty 33-ms steps at 500 Hz: a step whose input was ready spends under a
+    # sample outside backward, so its boundary goes unseen far more often than e^-λ (7e-5) says,
+    # and the intervals that hide one were taken for slow steps: 223-227 steps of the job's 299
+    an, truths, lo, hi = grid_window("bursty:13:3:500:4:238000", 500)
+    # THEN the long steps in which the ranks that step with them saw boundaries are split there,
+    # and every rank counts -1.0 to -3.0% (steps hidden in intervals under 1.75 typical ones stay
+    # hidden: a ready step of 10 ms beside a 33-ms one); the typical step is the clock's, as before
+    for r, truth in zip(an.ranks, truths, strict=True):
+        steps = truth.steps_in(lo, hi)
+        assert abs(r.steps - steps) <= 0.035 * steps, (r.rank, r.steps, steps)
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+
+
+def test_a_long_step_is_cut_into_no_more_pieces_than_the_typical_steps_it_holds():
+    # GIVEN a step twice the typical one, inside which the peers saw a boundary near its middle and
+    # two near its quarters (micro-batch returns of a job that accumulates 2, taken for steps)
+    from traceml_attach.steps.clock import Step
+    from traceml_attach.steps.peersplit import NEAR, _nearest
+
+    typical = 100_000_000
+    step = Step(0, 2 * typical, {"forward": 2 * typical})
+    cuts = [0.5 * typical, 0.97 * typical, 1.5 * typical]
+    # THEN it is cut once, at the boundary nearest its middle
+    assert _nearest(cuts, step, typical) == [int(0.97 * typical)]
+    # and not where no peer's boundary lies near the middle
+    assert _nearest([0.5 * typical, 1.5 * typical], step, typical) == []
+    assert NEAR * typical < 0.5 * typical

@@ -37,6 +37,7 @@ from traceml_attach.steps.batch_timeline import Timeline, build_timeline, withou
 from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.mean import with_mean
+from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import counted_of, noted, share_period, slow_clock
 
@@ -102,7 +103,7 @@ def analyze(
         slow = slow_clock(timelines, counted_of(timelines)) if sync else None
         if slow is not None:
             timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
-        timelines = noted(with_mean(timelines, sync), note)
+        timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)

@@ -43,6 +43,7 @@ from traceml_attach.steps.classify import Rules
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.mean import with_mean
+from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
 from traceml_attach.steps.sync import noted, share_tracked, slow_clock
 
@@ -167,7 +168,7 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_ones()
             timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
-        timelines = noted(with_mean(timelines, sync), note)
+        timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None

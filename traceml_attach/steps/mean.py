@@ -15,7 +15,7 @@ given only where that is unlikely to matter: the chance that sampling hid enough
 it beyond MAX_STEP_ERROR, at e^-λ a boundary, is under MEAN_RISK (``clock.mean_at_risk``); it holds even
 if every interval as long as two median ones or more hid the boundaries it could, but those its
 thread's CPU time says are one slow step (``clock.could_hide_worked``), or the ranks it steps with
-(``_Peers.one_step``: none of them saw a boundary inside it). Of ranks that step together, those
+(``PeerBounds.one_step``: none of them saw a boundary inside it). Of ranks that step together, those
 that saw every boundary (the others' boundaries count as their peers', their own intervals as
 nothing); each one's intervals are split at the boundaries its peers saw inside them
 (``_filled``: a boundary one rank missed, another sees), unless its peers saw so many that it
@@ -71,7 +71,7 @@ def with_mean(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, T
         for rank, tl in varied.items():
             out.update(_with_means({rank: tl}, {rank: tl}, {}))
         return out
-    peers = {rank: _peer_bounds(tl, _peers(list(timelines), rank, timelines)) for rank, tl in varied.items()}
+    peers = {rank: peer_bounds(tl, peers_of(list(timelines), rank, timelines)) for rank, tl in varied.items()}
     filled: dict[str, Timeline] = {}
     refuted: dict[str, str] = {}
     for rank, tl in varied.items():
@@ -97,7 +97,7 @@ def _told(tl: Timeline, why: str) -> Timeline:
 def _with_means(timelines: dict[str, Timeline], varied: dict[str, Timeline],
                 one_step: dict[str, Callable[[Step], bool]]) -> dict[str, Timeline]:
     """``with_mean`` of the ``varied`` ranks of ``timelines``: each given its mean, or none (why).
-    ``one_step``: what the ranks each steps with say of its long intervals (``_Peers.one_step``);
+    ``one_step``: what the ranks each steps with say of its long intervals (``PeerBounds.one_step``);
     empty where the ranks step apart."""
     synchronized = bool(one_step)
     means = {rank: mean_clock(tl, one_step.get(rank)) for rank, tl in varied.items()}
@@ -229,16 +229,16 @@ def mean_clock(tl: Timeline, one_step: Callable[[Step], bool] | None = None) -> 
     return StepClock("wraps", mean, 1.0, None, unseen=tl.clock.unseen, typical_ns=mean, edge_steps=edges, mean=True)
 
 
-def _peers(order: list[str], rank: str, timelines: dict[str, Timeline]) -> list[Timeline]:
+def peers_of(order: list[str], rank: str, timelines: dict[str, Timeline]) -> list[Timeline]:
     """The PEERS_ASKED ranks with boundaries after ``rank`` in ``order`` (round the end), whose
-    boundaries fill its intervals (``_filled``) and are asked about its long ones (``_Peers``)."""
+    boundaries fill its intervals (``_filled``) and are asked about its long ones (``PeerBounds``)."""
     i = order.index(rank)
     after = [r for r in order[i + 1:] + order[:i] if timelines[r].bounds]
     return [timelines[r] for r in after[:PEERS_ASKED]]
 
 
 @dataclass(frozen=True, slots=True)
-class _Peers:
+class PeerBounds:
     """A rank's peers' boundaries (``_peers``), each shifted by its median offset from the rank's
     own into the rank's time, and how far from one of the rank's a boundary of theirs is the same
     (``margin``: half the rank's short steps, their 10th percentile; the ranks' boundaries of one
@@ -247,18 +247,21 @@ class _Peers:
     margin: float
     shifted: tuple[list[float], ...]
 
-    def inside(self, start_ns: float, end_ns: float) -> list[float]:
+    def inside(self, start_ns: float, end_ns: float, ends: bool = True) -> list[float]:
         """The boundaries a peer saw in (start_ns, end_ns), more than ``margin`` from either end,
         where it saw both ends too (each within ``margin``): one it saw late or early is the same
         step's boundary as this rank's at that end, not a step this rank missed (4 ranks of a bursty
         loader at 400 Hz, every boundary seen: this rank saw one 10 ms after its peers, who saw it
         15-23 ms into a 33-ms interval). One for each step: a boundary two peers saw, within
-        ``margin`` of each other, is one."""
+        ``margin`` of each other, is one. ``ends`` False: any peer's, whatever it saw at the ends
+        (``peersplit``: inside a step as long as two or more, a boundary seen late is no risk)."""
         m = self.margin
         seen: list[float] = []
         for bounds in self.shifted:
             near = bounds[bisect.bisect_left(bounds, start_ns - m):bisect.bisect_right(bounds, end_ns + m)]
-            if len(near) > 2 and near[0] <= start_ns + m and near[-1] >= end_ns - m:
+            if not ends:
+                seen.extend(b for b in near if start_ns + m < b < end_ns - m)
+            elif len(near) > 2 and near[0] <= start_ns + m and near[-1] >= end_ns - m:
                 seen.extend(b for b in near[1:-1] if start_ns + m < b < end_ns - m)
         out: list[float] = []
         for b in sorted(seen):
@@ -279,28 +282,28 @@ class _Peers:
                                       for bounds in covering)
 
 
-def _peer_bounds(tl: Timeline, peers: list[Timeline]) -> _Peers:
-    """``tl``'s ``peers``' boundaries in its time (``_Peers``)."""
+def peer_bounds(tl: Timeline, peers: list[Timeline]) -> PeerBounds:
+    """``tl``'s ``peers``' boundaries in its time (``PeerBounds``)."""
     whole = sorted(iv.dur_ns for iv in tl.intervals if not iv.swallowing)
     own = tl.bounds   # (in time order, as the samples)
     if not whole or not own:
-        return _Peers(0.0, ())
+        return PeerBounds(0.0, ())
     shifted = []
     for peer in peers:   # (their offset is steady: 64 of them tell its median)
         shift = median_offset(peer.bounds[::max(1, len(peer.bounds) // 64)], own)
         shifted.append([b - shift for b in peer.bounds])   # (in order, as they were)
-    return _Peers(whole[len(whole) // 10] / 2, tuple(shifted))
+    return PeerBounds(whole[len(whole) // 10] / 2, tuple(shifted))
 
 
-def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
+def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
     """``tl`` with each of its intervals in which its ``peers`` saw boundaries that it did not
-    split at them (``_Peers.inside``), into pieces at least 1.5 margins long (a boundary seen late
+    split at them (``PeerBounds.inside``), into pieces at least 1.5 margins long (a boundary seen late
     leaves a short piece); or why its steps are not its intervals. A rank that saw every boundary by
     its e^-λ still misses one now and then where that e^-λ is wrong (a boundary's visit shorter in
     some steps than on average), and the ranks that step with it see it: 8 ranks slowed at random by
     a loader in Python (144 steps at 300 Hz), two of which missed 2 and 3 boundaries and ran 1.5% and
     2.2% long; counted on the boundaries any of them saw, every rank's mean is within 0.06% of the
-    job's. A piece holds the phases of the rank's own samples in it (``_piece``).
+    job's. A piece holds the phases of the rank's own samples in it (``piece``).
 
     A few missed boundaries are mended, not a sampling that misses many: where its peers saw more
     than MISSED_AT_MOST of its steps' boundaries that it did not, those that all of them missed may
@@ -311,7 +314,6 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
     pieces: list[Step] = []
     split = False
     shortest = 3 * peers.margin   # (two pieces of 1.5 margins: below)
-    starts: list[int] = []        # the segments' starts, once a piece asks
     for iv in tl.intervals:
         cuts = peers.inside(iv.start_ns, iv.end_ns) if iv.dur_ns >= shortest and not iv.swallowing else []
         if not cuts:
@@ -326,8 +328,7 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
             continue
         split = True
         edges.append(iv.end_ns)
-        starts = starts or [seg.ts_ns for seg in tl.segments]
-        pieces.extend(_piece(tl.segments, starts, iv, a, b) for a, b in itertools.pairwise(edges))
+        pieces.extend(piece(tl.segments, iv, a, b) for a, b in itertools.pairwise(edges))
     if not split:
         return tl
     added, steps = len(pieces) - len(tl.intervals), sum(1 for iv in tl.intervals if not iv.swallowing)
@@ -340,19 +341,25 @@ def _filled(tl: Timeline, peers: _Peers) -> Timeline | str:
                    bounds=tuple(sorted({*tl.bounds, *(p.start_ns for p in pieces)})))
 
 
-def _piece(segments: Sequence[Segment], starts: Sequence[int], iv: Step, start_ns: int, end_ns: int) -> Step:
+def piece(segments: Sequence[Segment], iv: Step, start_ns: int, end_ns: int) -> Step:
     """The part of interval ``iv`` from ``start_ns`` to ``end_ns``, as one step: each phase's time in
-    it from the thread's ``segments`` (``starts``: theirs, in order); its thread's time on a CPU and
-    its time blocked unknown."""
+    it from the thread's ``segments`` (in order of their starts); its thread's time on a CPU and its
+    time blocked unknown."""
     phases = dict.fromkeys(iv.phases_ns, 0)
     aside = 0
-    for seg in segments[max(bisect.bisect_right(starts, start_ns) - 1, 0):bisect.bisect_left(starts, end_ns)]:
+    lo_i = max(bisect.bisect_right(segments, start_ns, key=_seg_start) - 1, 0)
+    for i in range(lo_i, bisect.bisect_left(segments, end_ns, key=_seg_start)):
+        seg = segments[i]
         lo, hi = max(seg.ts_ns, start_ns), min(seg.ts_ns + seg.dur_ns, end_ns)
         if hi > lo:
             phases[seg.phase] = phases.get(seg.phase, 0) + hi - lo
             if seg.phase == "wait" and seg.label in ASIDE_LABELS:
                 aside += hi - lo
     return Step(start_ns, end_ns, phases, None, covered=iv.covered, held=iv.held, aside_ns=aside)
+
+
+def _seg_start(seg: Segment) -> int:
+    return seg.ts_ns
 
 
 def _edge_moves(tl: Timeline, clock: StepClock) -> str | None:
