@@ -2,6 +2,10 @@
 
     torchrun --nproc-per-node 2 examples/ddp.py --straggler input --slow-rank 1
 
+--device cuda         each rank on GPU LOCAL_RANK modulo the GPUs there are (several ranks may
+                      share one), still over gloo, which all-reduces CUDA tensors and, unlike
+                      NCCL, lets ranks share a GPU; the batch is copied in its own phase (h2d)
+
 --straggler input     the slow rank's Dataset preprocessing is heavier (INPUT STRAGGLER)
 --straggler compute   the slow rank does extra work in its forward (COMPUTE STRAGGLER)
 --straggler backward  the slow rank's backward is slower (a gradient hook): every rank's
@@ -95,14 +99,19 @@ def fetch_from_slow_store() -> None:
 
 def main() -> None:
     args = parse_args(__doc__, add_args)
-    setup(args)
+    setup(args)   # (exits where --device cuda finds none)
+    device = torch.device("cpu")
+    if args.device == "cuda":   # (not "auto": the CPU job stays the CPU job on a GPU machine)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     slow = rank == args.slow_rank
     drawn = args.slow_rank == -1 and args.straggler == "compute"   # a new slow rank every step
     extra = args.extra_ms / 1000
     input_cost = (args.base_input_ms / 1000 + (extra if slow and args.straggler == "input" else 0.0)) / BATCH_SIZE
-    model = DistributedDataParallel(Net(extra if slow and args.straggler == "compute" else 0.0, args.width))
+    net = Net(extra if slow and args.straggler == "compute" else 0.0, args.width).to(device)
+    model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
     if slow and args.straggler == "backward":
         model.module.body[0].weight.register_hook(slow_gradient_hook(extra))
     loss_fn = nn.CrossEntropyLoss()
@@ -120,6 +129,9 @@ def main() -> None:
     while step < args.steps:
         for x, y in loader:
             gt.phase("input")
+            if device.type == "cuda":
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                gt.phase("h2d")
             if drawn:   # every rank draws the same rank from the step number
                 model.module.extra_s = extra if random.Random(step).randrange(dist.get_world_size()) == rank else 0.0
             out = model(x)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -139,3 +140,23 @@ def test_gpu_memory_shapes_from_a_15_s_snapshot(tmp_path: Path):
             rows = [json.loads(x) for x in (tmp_path / f"{shape}.jsonl").read_text().splitlines() if x.endswith("}")]
             true = slope([(r["end"], r["gpu"]) for r in rows if window["start"] <= r["end"] <= window["end"]])
             assert abs(ev["bytes_per_s"] / true - 1) <= 0.25, (ev["bytes_per_s"], true)
+
+
+def test_torchrun_ranks_sharing_a_gpu_each_get_their_own_gpu_memory(torchrun, tmp_path: Path):
+    # GIVEN 2 DDP ranks (gloo) on the one GPU, rank 1 slowed in its forward
+    launcher = torchrun(2, "--device", "cuda", "--straggler", "compute", "--slow-rank", "1")
+    time.sleep(2)
+    # WHEN traceml attaches to the launcher
+    summary = snapshot_of(launcher.pid, tmp_path, "gpu-ddp")
+    # THEN it blames rank 1, and NVML's per-process memory lands on each rank's own PID: what
+    # nvidia-smi shows for that PID, each (the allocators are steady after the first steps)
+    diagnosis = summary["step_time"]["diagnosis"]
+    assert (diagnosis["kind"], diagnosis["worst_rank"]) == ("COMPUTE_STRAGGLER", 1), diagnosis
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, check=True).stdout
+    used_mib = {int(pid): int(mib) for pid, mib in (line.split(",") for line in apps.splitlines() if line.strip())}
+    ranks = summary["process"]["ranks"]
+    assert {ranks[r]["pid"] for r in ("0", "1")} <= set(used_mib), (ranks, used_mib)
+    for r in ("0", "1"):
+        peak_mib = ranks[r]["gpu_mem_peak_bytes"] / (1 << 20)
+        assert abs(peak_mib - used_mib[ranks[r]["pid"]]) <= 64, (r, peak_mib, used_mib)
