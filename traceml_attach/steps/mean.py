@@ -239,7 +239,7 @@ def peers_of(order: list[str], rank: str, timelines: dict[str, Timeline]) -> lis
 
 @dataclass(frozen=True, slots=True)
 class PeerBounds:
-    """A rank's peers' boundaries (``_peers``), each shifted by its median offset from the rank's
+    """A rank's peers' boundaries (``peers_of``), each shifted by its median offset from the rank's
     own into the rank's time, and how far from one of the rank's a boundary of theirs is the same
     (``margin``: half the rank's short steps, their 10th percentile; the ranks' boundaries of one
     step lie a few ms apart beyond their median offset, 4 ms either way at 400 Hz, a missed one a
