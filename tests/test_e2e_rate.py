@@ -14,6 +14,7 @@ from tests.conftest import honestly_unknown, traceml
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 
 RARE_OPTIMIZER = "the optimizer is seen too rarely to tell gradient accumulation's micro-batches from steps"
+BLURRED = "their ends blur by a tenth of a step or more"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
@@ -35,12 +36,15 @@ def test_the_27_ms_ddp_job_gets_its_step_time_at_the_default_settings(torchrun, 
     # steps too short for 100 Hz, and where a first raise stopped short of --max-rate (steps of up to
     # ~47 ms seen at 100 Hz: 350 Hz), possibly again for its 0.3-ms optimizer, seen in 3-4% of the steps
     # at 200-350 Hz: a few gaps between its visits all multiples of some k by chance leave accumulation
-    # undecided (3 to 11% of 3-5 s windows of a recording of this job) and ask for more visits (CI, once)
+    # undecided (3 to 11% of 3-5 s windows of a recording of this job) and ask for more visits (CI, once);
+    # or where the first raise stopped at 300 Hz, for 8.2 samples a step there, under 10 (a suite
+    # run here, stop 67: "steps of 27 ms get 8.2 samples at 300 Hz, under 10: their ends blur")
     assert (sampling["rate_hz"], sampling["max_rate_hz"]) == (100, DEFAULT_MAX_RATE)
     assert set(sampling["rates"]) == {"0", "1"}, sampling["rates"]
     for rate in sampling["rates"].values():
         assert 100 < rate["rate_hz"] <= DEFAULT_MAX_RATE, sampling["rates"]
-        assert "samples at 100 Hz" in rate["why"] or (rate["changes"] >= 2 and RARE_OPTIMIZER in rate["why"]), rate
+        assert "samples at 100 Hz" in rate["why"] or (rate["changes"] >= 2 and (
+            RARE_OPTIMIZER in rate["why"] or BLURRED in rate["why"])), rate
         assert f"Rate: {rate['rate_hz']} Hz on rank" in out.stdout
     # AND the verdict stands, and each rank's step time is its own within 5%, from the change on
     # (unknown only where the job's own steps varied, as they can on 2 busy cores: conftest)
