@@ -47,6 +47,9 @@ def test_steps_too_short_for_the_highest_rate_leave_the_step_time_unknown_for_th
     assert rank["rate_hz"] == 400                        # raised as far as it may go
     assert rank["step_ms"] is None
     assert "samples apart" in rank["clock"]["reason"]
+    # its optimizer, a third of a sample a step, is seen as seldom as accumulation would show it:
+    # the reason says that cannot be told, not that the seldom visits are evidence of it
+    assert "is seen too seldom to tell steps from micro-batches" in rank["clock"]["reason"]
     assert 0 < rank["steps"] <= TRUTH[name]["steps"]     # what is certain: a lower bound
 
 
