@@ -66,11 +66,11 @@ def _split(tl: Timeline, typical: float, peers: PeerBounds) -> list[Step]:
     least = 1.5 * peers.margin   # a piece as long as a short step, at most its lag shorter
     for step in tl.steps:
         cuts = peers.inside(step.start_ns, step.end_ns, ends=False) if _long(step, typical) else []
-        cuts = [c for c in cuts if c - step.start_ns >= least and step.end_ns - c >= least]
-        edges = [step.start_ns, *_nearest(cuts, step, typical), step.end_ns] if cuts else []
-        if len(edges) <= 2:
+        inner = _nearest([c for c in cuts if c - step.start_ns >= least and step.end_ns - c >= least], step, typical)
+        if not inner:
             out.append(step)
             continue
+        edges = [step.start_ns, *inner, step.end_ns]
         out.extend(piece(tl.segments, step, a, b) for a, b in itertools.pairwise(edges))
     return out
 
@@ -79,6 +79,8 @@ def _nearest(cuts: list[float], step: Step, typical: float) -> list[int]:
     """Of the peers' boundaries inside ``step``, the one nearest each place where a step of as many
     equal steps as it holds typical ones ends (``NEAR`` of a typical step at most): at most that
     many pieces, whatever else the peers saw there (micro-batch returns taken for steps)."""
+    if not cuts:
+        return []
     n = round(step.counted_ns / typical)
     span = step.end_ns - step.start_ns
     chosen: list[int] = []
