@@ -540,6 +540,10 @@ MARKS_UNSEEN = 0.025
 # as long as several (the step count allows 3%)
 ALIGNED_LONG = 0.02
 MIN_WITHOUT = 0.25
+# ...or fewer, or missed more often, where the intervals without it are at most this share of the
+# length of those with it (the median of each) and that many without it would be chance at most
+# MAX_CHANCE: micro-batches, not steps whose optimizer went unseen
+SHORT_WITHOUT = 0.5
 # ``_spaced`` judges only optimizer visits missed at most this often (e^-λ): a shorter optimizer
 # step is seen in few steps, and a few visits are spaced apart by chance as often as not
 SPACED_UNSEEN = 0.3
