@@ -958,6 +958,61 @@ def test_long_steps_in_which_the_peers_saw_boundaries_are_counted_as_the_steps_t
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
 
 
+def test_intervals_without_the_optimizer_far_shorter_than_those_with_it_are_micro_batches():
+    # GIVEN 2 ranks accumulating 2 micro-batches of 30-ms steps whose 2 workers deliver in bursts:
+    # on rank 0 a ready micro-batch of ~3 ms, then one that waits for its input, with a 7.5-ms
+    # optimizer. At 400 Hz the ready one's return shows in one step in five: 78 of 392 intervals
+    # hold no optimizer (under MIN_WITHOUT's quarter) and it goes unseen with e^-λ 5.2% (over
+    # MARKS_UNSEEN), so the intervals were taken for steps: 403 for the job's 330 (+22%)
+    an, truths, lo, hi = grid_window("accum_bursty:30:2/2:100:2:485000", 400)
+    # THEN the intervals without it, 4.2 ms to the others' 29.3 (median), are no steps missing a
+    # visit (78 such would be chance 1e-20): the optimizer's visits mark rank 0's steps
+    r, truth = an.ranks[0], truths[0]
+    steps = truth.steps_in(lo, hi)
+    assert abs(r.steps - steps) <= 0.03 * steps, (r.steps, steps)
+    assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+
+
+def test_slow_steps_in_which_no_peer_saw_a_boundary_are_counted_as_one_step_each():
+    # GIVEN 8 synchronized ranks whose input runs 1.3-2.2x as long in 4 steps of 10 (a loader in
+    # Python on shared cores), at 400 Hz: each rank misses a boundary with e^-λ ~8%, so its clock
+    # took every interval as long as two steps for two, and every rank counted +11..+15%
+    an, truths, lo, hi = grid_window("uneven:20:0.4:300:8:235000", 400)
+    # THEN those in which the ranks that cover them saw no boundary (all of them missing one: e^-λ
+    # to the third, 5e-4) are one slow step each, and every rank counts within 5% (+1.6..+4.3%)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        steps = truth.steps_in(lo, hi)
+        assert abs(r.steps - steps) <= 0.05 * steps, (r.rank, r.steps, steps)
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+
+
+def test_an_interval_counted_as_two_steps_is_one_only_where_its_peers_would_have_seen_a_boundary():
+    from traceml_attach.steps.batch_timeline import Timeline
+    from traceml_attach.steps.clock import Step, StepClock
+    from traceml_attach.steps.mean import PeerBounds
+    from traceml_attach.steps.peersplit import ALL_MISSED, _merged
+
+    typical = 100 * MS
+    interval = Step(0, 2 * typical, {"forward": 2 * typical})
+    halves = (Step(0, typical, {"forward": typical}), Step(typical, 2 * typical, {"forward": typical}))
+    tl = Timeline(1, None, None, None, (), halves, StepClock("joint", typical, typical_ns=typical), {},
+                  intervals=(interval,))
+    around = [-typical, -0.0, 2.0 * typical, 3.0 * typical]   # boundaries on either side, none inside
+    # GIVEN peers that cover the interval and saw no boundary in it: three that each miss one with
+    # chance 5% would all have missed it with chance 1.25e-4
+    sure = PeerBounds(5 * MS, (around, around, around), (0, 0, 0), (0.05, 0.05, 0.05))
+    # THEN it is one slow step
+    assert ALL_MISSED >= 0.05 ** 3
+    assert _merged(tl, sure) == [interval]
+    # but not where the peers miss boundaries too often for their silence to tell (half the time each)
+    assert _merged(tl, PeerBounds(5 * MS, (around, around, around), (0, 0, 0), (0.5, 0.5, 0.5))) is None
+    # nor where a peer saw a boundary inside it, nor where no peer's e^-λ is known, nor no peer covers it
+    inside = sorted([*around, 1.0 * typical])
+    assert _merged(tl, PeerBounds(5 * MS, (around, inside, around), (0, 0, 0), (0.05, 0.05, 0.05))) is None
+    assert _merged(tl, PeerBounds(5 * MS, (around,), (0,), (None,))) is None
+    assert _merged(tl, PeerBounds(5 * MS, ([3.0 * typical],), (0,), (0.001,))) is None
+
+
 def test_a_long_step_is_cut_into_no_more_pieces_than_the_typical_steps_it_holds():
     # GIVEN a step twice the typical one, inside which the peers saw a boundary near its middle and
     # two near its quarters (micro-batch returns of a job that accumulates 2, taken for steps)

@@ -313,3 +313,12 @@ def test_long_steps_split_at_the_peers_boundaries_live_as_in_the_batch():
     # 299 steps in the window (295-298; 223-227 before the split)
     got = live_at_once("bursty:13:3:500:4:238000", 500)
     assert all(abs(r.steps - 299) <= 0.03 * 299 for r in got.ranks), [r.steps for r in got.ranks]
+
+
+def test_slow_steps_in_which_no_peer_saw_a_boundary_are_one_step_live_as_in_the_batch():
+    # 8 ranks whose input runs 1.3-2.2x as long in 4 steps of 10, at 400 Hz (tests/test_sim_shapes.py):
+    # the live view too counts an interval as long as two steps, in which the ranks that cover it saw
+    # no boundary, as one slow step, and every rank within 5% of the job's 369 steps (375-385;
+    # 411-425 before)
+    got = live_at_once("uneven:20:0.4:300:8:235000", 400)
+    assert all(abs(r.steps - 369) <= 0.05 * 369 for r in got.ranks), [r.steps for r in got.ranks]

@@ -155,12 +155,19 @@ class StepClock:
 def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:
     """The median of each of ``points`` less its nearest of ``ref`` (sorted): how far one rank's
     boundaries lie from another's that step with it (0 where either has none)."""
+    n = len(ref)
+    if not n:
+        return 0.0
     offsets = []
-    for point in points:
+    for point in points:   # (a live tick asks this of 3 peers of every rank: no list or key per point)
         k = bisect.bisect_left(ref, point)
-        near = [ref[j] for j in (k - 1, k) if 0 <= j < len(ref)]
-        if near:
-            offsets.append(point - min(near, key=lambda r: abs(point - r)))
+        if k == 0:
+            offsets.append(point - ref[0])
+        elif k == n:
+            offsets.append(point - ref[-1])
+        else:
+            before, after = point - ref[k - 1], point - ref[k]   # (>= 0, <= 0: the nearer, the earlier on a tie)
+            offsets.append(before if before <= -after else after)
     return statistics.median(offsets) if offsets else 0.0
 
 

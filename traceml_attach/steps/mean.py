@@ -239,13 +239,16 @@ def peers_of(order: list[str], rank: str, timelines: dict[str, Timeline]) -> lis
 
 @dataclass(frozen=True, slots=True)
 class PeerBounds:
-    """A rank's peers' boundaries (``peers_of``), each shifted by its median offset from the rank's
-    own into the rank's time, and how far from one of the rank's a boundary of theirs is the same
-    (``margin``: half the rank's short steps, their 10th percentile; the ranks' boundaries of one
-    step lie a few ms apart beyond their median offset, 4 ms either way at 400 Hz, a missed one a
-    step away)."""
+    """A rank's peers' boundaries (``peers_of``), each peer's with its median offset from the rank's
+    own (its boundary ``b`` is at ``b - shift`` in the rank's time; a query moves into the peer's
+    time instead, so a live tick shifts no list of them), and how far from one of the rank's a
+    boundary of theirs is the same (``margin``: half the rank's short steps, their 10th percentile;
+    the ranks' boundaries of one step lie a few ms apart beyond their median offset, 4 ms either
+    way at 400 Hz, a missed one a step away)."""
     margin: float
-    shifted: tuple[list[float], ...]
+    bounds: tuple[Sequence[float], ...]   # each peer's, in its own time, in order
+    shifts: tuple[float, ...] = ()        # each peer's median offset, as ``bounds``
+    unseen: tuple[float | None, ...] = ()   # each peer's e^-λ, as ``bounds``
 
     def inside(self, start_ns: float, end_ns: float, ends: bool = True) -> list[float]:
         """The boundaries a peer saw in (start_ns, end_ns), more than ``margin`` from either end,
@@ -257,8 +260,9 @@ class PeerBounds:
         (``peersplit``: inside a step as long as two or more, a boundary seen late is no risk)."""
         m = self.margin
         seen: list[float] = []
-        for bounds in self.shifted:
-            near = bounds[bisect.bisect_left(bounds, start_ns - m):bisect.bisect_right(bounds, end_ns + m)]
+        for bounds, shift in zip(self.bounds, self.shifts, strict=True):
+            near = [b - shift for b in bounds[bisect.bisect_left(bounds, start_ns - m + shift):
+                                              bisect.bisect_right(bounds, end_ns + m + shift)]]
             if not ends:
                 seen.extend(b for b in near if start_ns + m < b < end_ns - m)
             elif len(near) > 2 and near[0] <= start_ns + m and near[-1] >= end_ns - m:
@@ -269,6 +273,20 @@ class PeerBounds:
                 out.append(b)
         return out
 
+    def silent(self, iv: Step) -> float | None:
+        """Where the peers that saw boundaries on both sides of ``iv`` (beyond ``margin`` inside it)
+        saw none inside it, the chance that they all missed one there: the product of their e^-λ (1
+        for a peer whose e^-λ is unknown); None where one saw a boundary inside, or none covers it."""
+        chance, covering = 1.0, False
+        for bounds, shift, unseen in zip(self.bounds, self.shifts, self.unseen, strict=True):
+            lo, hi = iv.start_ns + self.margin + shift, iv.end_ns - self.margin + shift
+            if bounds and bounds[0] <= lo and bounds[-1] >= hi:
+                if bisect.bisect_right(bounds, lo) != bisect.bisect_left(bounds, hi):
+                    return None
+                covering = True
+                chance *= 1.0 if unseen is None else unseen
+        return chance if covering else None
+
     def one_step(self, iv: Step) -> bool:
         """Whether an interval is one slow step by the ranks that step with it: at least one of them
         covers it, and none saw a boundary inside it. A slow step holds every rank; a boundary this
@@ -276,23 +294,26 @@ class PeerBounds:
         boundaries more often than the product of their e^-λ says, docs/steps.md, stop 64). Bursty
         loaders on 4 ranks (steps of 30 ms and more, every boundary seen) were refused a mean because
         their long intervals "could hide" steps that no rank saw."""
-        lo, hi = iv.start_ns + self.margin, iv.end_ns - self.margin
-        covering = [bounds for bounds in self.shifted if bounds[0] <= lo and bounds[-1] >= hi]
-        return bool(covering) and all(bisect.bisect_right(bounds, lo) == bisect.bisect_left(bounds, hi)
-                                      for bounds in covering)
+        covering = False
+        for bounds, shift in zip(self.bounds, self.shifts, strict=True):
+            lo, hi = iv.start_ns + self.margin + shift, iv.end_ns - self.margin + shift
+            if bounds and bounds[0] <= lo and bounds[-1] >= hi:
+                if bisect.bisect_right(bounds, lo) != bisect.bisect_left(bounds, hi):
+                    return False
+                covering = True
+        return covering
 
 
 def peer_bounds(tl: Timeline, peers: list[Timeline]) -> PeerBounds:
     """``tl``'s ``peers``' boundaries in its time (``PeerBounds``)."""
     whole = sorted(iv.dur_ns for iv in tl.intervals if not iv.swallowing)
-    own = tl.bounds   # (in time order, as the samples)
+    own = list(tl.bounds)   # (in time order, as the samples; a list: bisected in C, not through a live view)
     if not whole or not own:
         return PeerBounds(0.0, ())
-    shifted = []
-    for peer in peers:   # (their offset is steady: 64 of them tell its median)
-        shift = median_offset(peer.bounds[::max(1, len(peer.bounds) // 64)], own)
-        shifted.append([b - shift for b in peer.bounds])   # (in order, as they were)
-    return PeerBounds(whole[len(whole) // 10] / 2, tuple(shifted))
+    bounds = tuple(list(peer.bounds) for peer in peers)   # (in order, as the samples)
+    # (their offset is steady: 64 of them tell its median)
+    shifts = tuple(median_offset(b[::max(1, len(b) // 64)], own) for b in bounds)
+    return PeerBounds(whole[len(whole) // 10] / 2, bounds, shifts, tuple(peer.clock.unseen for peer in peers))
 
 
 def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
@@ -309,7 +330,7 @@ def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
     than MISSED_AT_MOST of its steps' boundaries that it did not, those that all of them missed may
     be many too, and this says so (8 ranks of bursty 50-ms steps at 100 Hz each missed 4-24% of their
     53 boundaries; filled from 3 peers each, their means agreed on 203 ms for the job's 184)."""
-    if not peers.shifted:
+    if not peers.bounds:
         return tl
     pieces: list[Step] = []
     split = False

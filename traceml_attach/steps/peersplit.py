@@ -19,7 +19,9 @@ pieces' phases their own time. Quick grid: counts beyond 3% 174 -> 159, every st
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
 from dataclasses import replace
 
 from traceml_attach.steps.batch_timeline import Timeline
@@ -31,11 +33,16 @@ from traceml_attach.steps.mean import PeerBounds, peer_bounds, peers_of, piece
 LONG_STEP = 1.75
 # a peer's boundary this near (in typical steps) where one of a long step's equal parts ends is a cut
 NEAR = 0.2
+START = operator.attrgetter("start_ns")
+# an interval counted as several steps is one slow step where the peers that cover it saw no boundary in it,
+# and would all have missed one with at most this chance (the product of their e^-λ)
+ALL_MISSED = 0.01
 
 
 def split_by_peers(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
-    """``timelines`` with each rank's long steps split at the boundaries its peers saw inside them,
-    where the ranks step together, one micro-batch a step (see the module's doc)."""
+    """``timelines`` with each rank's intervals counted as several steps in which its peers saw no
+    boundary one slow step again, and its long steps split at the boundaries its peers saw inside
+    them, where the ranks step together, one micro-batch a step (see the module's doc)."""
     if not synchronized or len(timelines) < 2 or any(tl.micro_batches != 1 for tl in timelines.values()):
         return timelines
     order = list(timelines)
@@ -44,16 +51,50 @@ def split_by_peers(timelines: dict[str, Timeline], synchronized: bool) -> dict[s
         typical = tl.clock.typical_ns
         if typical is None or tl.clock.mean or tl.step_floor is not None:
             continue
+        expanded = len(tl.steps) > len(tl.intervals)   # (some interval counted as several steps)
         # (a bound read first: the steps' own lengths, no longer than what they count; a live tick
         # asks this of every rank, 64 ranks' 300 steps in 1 ms where ``_long`` took 4-6)
-        if max((s.end_ns - s.start_ns for s in tl.steps), default=0) < LONG_STEP * typical:
+        long = max((s.end_ns - s.start_ns for s in tl.steps), default=0) >= LONG_STEP * typical
+        if not expanded and not long:
             continue
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
-        if not peers.shifted:
+        if not peers.bounds:
             continue
-        steps = _split(tl, typical, peers)
-        if len(steps) != len(tl.steps):
+        steps = _merged(tl, peers) if expanded else None
+        if long:
+            steps = _split(tl if steps is None else replace(tl, steps=steps), typical, peers)
+        if steps is not None and len(steps) != len(tl.steps):
             out[rank] = replace(tl, steps=tuple(steps))
+    return out
+
+
+def _merged(tl: Timeline, peers: PeerBounds) -> list[Step] | None:
+    """``tl``'s steps with each interval that its clock counted as several (equal parts of it, each
+    covered) one slow step again where the peers that cover it saw no boundary inside it
+    and would all have missed one with chance ALL_MISSED at most (``PeerBounds.silent``); None where
+    none is."""
+    steps = list(tl.steps)
+    kept = set(map(id, steps))   # an interval counted as one step is that step (``clock.expand``)
+    spans: list[tuple[int, int, Step]] = []
+    for iv in tl.intervals:
+        if id(iv) in kept or iv.swallowing:
+            continue
+        chance = peers.silent(iv)
+        if chance is None or chance > ALL_MISSED:
+            continue
+        lo = bisect.bisect_left(steps, iv.start_ns, key=START)
+        hi = bisect.bisect_left(steps, iv.end_ns, lo, key=START)
+        if hi - lo > 1 and all(s.covered for s in steps[lo:hi]):
+            spans.append((lo, hi, iv))
+    if not spans:
+        return None
+    out: list[Step] = []
+    at = 0
+    for lo, hi, iv in spans:
+        out.extend(steps[at:lo])
+        out.append(iv)
+        at = hi
+    out.extend(steps[at:])
     return out
 
 
