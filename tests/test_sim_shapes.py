@@ -10,6 +10,7 @@ import hashlib
 import itertools
 import random
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -560,15 +561,22 @@ def test_steps_seen_whole_too_uneven_for_a_median_are_given_as_their_mean():
     note = an.report.step_time.step_time_note or ""
     assert "ranks 0, 1, 2, 3 is the mean step" in note, note
     # AND where one of 2 ranks missed 5 of its 63 boundaries (e^-λ said 0.1%: a slowed step's input
-    # ran on into the next) its mean was 8.7% long: its peer saw those 5, too many for a sampling that
-    # misses them that often to leave none that both missed (steps/mean._filled), none is given, and
-    # the reason says so (it said "their means disagree")
+    # ran on into the next) its mean was 8.7% long: its peer saw those 5, more than a sampling that
+    # misses them that often leaves, but of the boundaries some rank saw over the stretch both sampled,
+    # 7 were seen by one of the two and 56 by both, so those both missed are few (Chao's f1^2 / 2 f2:
+    # 0.44; steps/mean._filled,
+    # ``unseen_by_all``): the mean of the boundaries either saw is given, every step counted. Before
+    # stop 68 none was given (the reason said so; before that, "their means disagree")
     pt = Point.parse("uneven:130:0.4:50:2:461000")
-    rec, _ = simulate(build(pt)[0], 150, 10.0, seed=pt.seed)
-    for r in analyze(rec, RULES).ranks:
-        assert r.step_ms is None and r.clock is not None, r.clock
-        assert "the ranks it steps with saw 5 boundaries inside its 58 intervals" in (r.clock.reason or ""), \
-            r.clock.reason
+    rec, truths = simulate(build(pt)[0], 150, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        bounds = [b for b in truth.bounds_ns if lo <= b < hi]
+        mean_ms = (bounds[-1] - bounds[0]) / (len(bounds) - 1) / MS
+        assert r.clock is not None and r.clock.mean, r.clock
+        assert r.step_ms is not None and abs(r.step_ms / mean_ms - 1) <= 0.01, (r.step_ms, mean_ms)
+        assert r.steps == truth.steps_in(lo, hi)
 
 
 def test_steps_too_uneven_for_a_median_whose_long_ones_hide_no_boundary_are_given_as_their_mean():
@@ -1011,6 +1019,31 @@ def test_an_interval_counted_as_two_steps_is_one_only_where_its_peers_would_have
     assert _merged(tl, PeerBounds(5 * MS, (around, inside, around), (0, 0, 0), (0.05, 0.05, 0.05))) is None
     assert _merged(tl, PeerBounds(5 * MS, (around,), (0,), (None,))) is None
     assert _merged(tl, PeerBounds(5 * MS, ([3.0 * typical],), (0,), (0.001,))) is None
+
+
+def test_the_boundaries_no_rank_saw_are_estimated_from_how_many_ranks_saw_each_of_the_others():
+    from traceml_attach.steps.batch_timeline import Timeline
+    from traceml_attach.steps.clock import StepClock
+    from traceml_attach.steps.mean import PeerBounds, unseen_by_all
+
+    # GIVEN 40 boundaries 10 ms apart, a rank and three peers (the last at an offset of 3 ms):
+    # 4 boundaries seen by one of them only, 4 by exactly two, the rest by all four
+    truth = [i * 10 * MS for i in range(40)]
+    by_one, by_two = set(range(10, 14)), set(range(20, 24))
+    own = [t for i, t in enumerate(truth) if i not in by_two or i % 2]
+    peer1 = [t for i, t in enumerate(truth) if i not in by_one and (i not in by_two or i % 2)]
+    peer2 = [t for i, t in enumerate(truth) if i not in by_one and (i not in by_two or not i % 2)]
+    peer3 = [t + 3 * MS for i, t in enumerate(truth) if i not in by_one and (i not in by_two or not i % 2)]
+    tl = Timeline(1, None, None, None, (), (), StepClock("wraps", 10 * MS), {}, bounds=own)
+    peers = PeerBounds(2 * MS, (peer1, peer2, peer3), (0, 0, 3 * MS), (0.1, 0.1, 0.1))
+    # THEN those none of them saw: f1^2 / 2 f2 = 16 / 8
+    assert unseen_by_all(tl, peers) == 2.0
+    # and where every boundary was seen by all of them, none
+    full = replace(tl, bounds=truth)
+    assert unseen_by_all(full, PeerBounds(2 * MS, (truth, truth), (0, 0), (0.1, 0.1))) == 0.0
+    # and nothing is said to be few where they sampled no stretch together
+    late = [t + 500 * MS for t in truth]
+    assert unseen_by_all(full, PeerBounds(2 * MS, (late,), (0,), (0.1,))) == float("inf")
 
 
 def test_a_long_step_is_cut_into_no_more_pieces_than_the_typical_steps_it_holds():

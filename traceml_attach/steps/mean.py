@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,7 @@ from traceml_attach.policy import (
     MIN_INTERVALS,
     MISSED_AT_MOST,
     PEERS_ASKED,
+    UNSEEN_BY_ALL,
 )
 from traceml_attach.steps.accumulation import accumulated, plan_of, stepping_some
 from traceml_attach.steps.batch_timeline import ASIDE_LABELS, Segment, Timeline
@@ -328,8 +330,10 @@ def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
 
     A few missed boundaries are mended, not a sampling that misses many: where its peers saw more
     than MISSED_AT_MOST of its steps' boundaries that it did not, those that all of them missed may
-    be many too, and this says so (8 ranks of bursty 50-ms steps at 100 Hz each missed 4-24% of their
-    53 boundaries; filled from 3 peers each, their means agreed on 203 ms for the job's 184)."""
+    be many too (8 ranks of bursty 50-ms steps at 100 Hz each missed 4-24% of their 53 boundaries;
+    filled from 3 peers each, their means agreed on 203 ms for the job's 184), and this says so,
+    unless how many of them saw each boundary says those all of them missed are few: at most
+    UNSEEN_BY_ALL of its steps (``unseen_by_all``)."""
     if not peers.bounds:
         return tl
     pieces: list[Step] = []
@@ -353,13 +357,45 @@ def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
     if not split:
         return tl
     added, steps = len(pieces) - len(tl.intervals), sum(1 for iv in tl.intervals if not iv.swallowing)
-    if added > MISSED_AT_MOST * steps:
+    if added > MISSED_AT_MOST * steps and unseen_by_all(tl, peers) > UNSEEN_BY_ALL * steps:
         return (f"the ranks it steps with saw {added} {'boundary' if added == 1 else 'boundaries'} inside its {steps} "
                 f"intervals, where its e^-λ ({tl.clock.unseen or 0.0:.2g}) expects "
                 f"{steps * (tl.clock.unseen or 0.0):.2g}: sampling misses boundaries here too often for those they "
                 "all missed to be few")
     return replace(tl, intervals=tuple(pieces), steps=tuple(pieces),
                    bounds=tuple(sorted({*tl.bounds, *(p.start_ns for p in pieces)})))
+
+
+def unseen_by_all(tl: Timeline, peers: PeerBounds) -> float:
+    """How many boundaries neither ``tl``'s rank nor any of its ``peers`` saw, over the stretch
+    they all sampled, estimated from how many of them saw each one that some saw: Chao's estimate
+    for captures whose chance varies from one boundary to the next (a ready batch's boundary is
+    hard for every rank to see), f1^2 / 2 f2 with f1 and f2 the boundaries seen by exactly one of
+    them and by exactly two; a lower bound, as any such estimate is where some boundaries no one
+    can see. Ranks one of which saw a boundary within ``margin`` of another's saw the same one."""
+    m = peers.margin
+    own: list[float] = list(tl.bounds)
+    if not own:
+        return float("inf")
+    lists = [own, *([b - shift for b in bounds] for bounds, shift in zip(peers.bounds, peers.shifts, strict=True))]
+    lo = max(b[0] for b in lists if b) + m
+    hi = min(b[-1] for b in lists if b) - m
+    events = sorted((t, i) for i, b in enumerate(lists) for t in b if lo <= t <= hi)
+    if not events:   # (no stretch that all of them sampled)
+        return float("inf")
+    counts: Counter[int] = Counter()
+    start: float | None = None
+    seen: set[int] = set()
+    for t, i in events:
+        if start is None or t - start > m:
+            if seen:
+                counts[len(seen)] += 1
+            start, seen = t, set()
+        seen.add(i)
+    if seen:
+        counts[len(seen)] += 1
+    f1, f2 = counts[1], counts[2]
+    return f1 * f1 / (2 * f2) if f2 else f1 * (f1 - 1) / 2
 
 
 def piece(segments: Sequence[Segment], iv: Step, start_ns: int, end_ns: int) -> Step:
