@@ -956,13 +956,19 @@ def test_long_steps_in_which_the_peers_saw_boundaries_are_counted_as_the_steps_t
     # GIVEN 4 ranks of bursty 33-ms steps at 500 Hz: a step whose input was ready spends under a
     # sample outside backward, so its boundary goes unseen far more often than e^-λ (7e-5) says,
     # and the intervals that hide one were taken for slow steps: 223-227 steps of the job's 299
-    an, truths, lo, hi = grid_window("bursty:13:3:500:4:238000", 500)
     # THEN the long steps in which the ranks that step with them saw boundaries are split there,
     # and every rank counts -1.0 to -3.0% (steps hidden in intervals under 1.75 typical ones stay
     # hidden: a ready step of 10 ms beside a 33-ms one); the typical step is the clock's, as before
-    for r, truth in zip(an.ranks, truths, strict=True):
+    counted_within("bursty:13:3:500:4:238000", 500, 0.035)
+
+
+def counted_within(spec: str, rate_hz: float, share: float, ranks: int | None = None) -> None:
+    """Every rank of a grid point sampled at ``rate_hz`` (the first ``ranks`` of them) counts the
+    window's steps within ``share`` and gives its median step within 5%."""
+    an, truths, lo, hi = grid_window(spec, rate_hz)
+    for r, truth in itertools.islice(zip(an.ranks, truths, strict=True), ranks):
         steps = truth.steps_in(lo, hi)
-        assert abs(r.steps - steps) <= 0.035 * steps, (r.rank, r.steps, steps)
+        assert abs(r.steps - steps) <= share * steps, (r.rank, r.steps, steps)
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
 
 
@@ -972,26 +978,18 @@ def test_intervals_without_the_optimizer_far_shorter_than_those_with_it_are_micr
     # optimizer. At 400 Hz the ready one's return shows in one step in five: 78 of 392 intervals
     # hold no optimizer (under MIN_WITHOUT's quarter) and it goes unseen with e^-λ 5.2% (over
     # MARKS_UNSEEN), so the intervals were taken for steps: 403 for the job's 330 (+22%)
-    an, truths, lo, hi = grid_window("accum_bursty:30:2/2:100:2:485000", 400)
     # THEN the intervals without it, 4.2 ms to the others' 29.3 (median), are no steps missing a
     # visit (78 such would be chance 1e-20): the optimizer's visits mark rank 0's steps
-    r, truth = an.ranks[0], truths[0]
-    steps = truth.steps_in(lo, hi)
-    assert abs(r.steps - steps) <= 0.03 * steps, (r.steps, steps)
-    assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+    counted_within("accum_bursty:30:2/2:100:2:485000", 400, 0.03, ranks=1)
 
 
 def test_slow_steps_in_which_no_peer_saw_a_boundary_are_counted_as_one_step_each():
     # GIVEN 8 synchronized ranks whose input runs 1.3-2.2x as long in 4 steps of 10 (a loader in
     # Python on shared cores), at 400 Hz: each rank misses a boundary with e^-λ ~8%, so its clock
     # took every interval as long as two steps for two, and every rank counted +11..+15%
-    an, truths, lo, hi = grid_window("uneven:20:0.4:300:8:235000", 400)
     # THEN those in which the ranks that cover them saw no boundary (all of them missing one: e^-λ
     # to the third, 5e-4) are one slow step each, and every rank counts within 5% (+1.6..+4.3%)
-    for r, truth in zip(an.ranks, truths, strict=True):
-        steps = truth.steps_in(lo, hi)
-        assert abs(r.steps - steps) <= 0.05 * steps, (r.rank, r.steps, steps)
-        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+    counted_within("uneven:20:0.4:300:8:235000", 400, 0.05)
 
 
 def test_an_interval_counted_as_two_steps_is_one_only_where_its_peers_would_have_seen_a_boundary():
