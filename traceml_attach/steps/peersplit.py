@@ -68,11 +68,14 @@ def split_by_peers(timelines: dict[str, Timeline], synchronized: bool) -> dict[s
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
         if not peers.bounds:
             continue
-        steps = _merged(tl, peers) if expanded else None
+        merged = _merged(tl, peers) if expanded else None
+        counted = tl if merged is None else replace(tl, steps=tuple(merged))
         if long:
-            steps = _split(tl if steps is None else replace(tl, steps=steps), typical, peers)
-        if steps is not None and len(steps) != len(tl.steps):
-            out[rank] = replace(tl, steps=tuple(steps))
+            split = _split(counted, typical, peers)
+            if len(split) != len(counted.steps):
+                counted = replace(counted, steps=tuple(split))
+        if counted is not tl:
+            out[rank] = counted
     return out
 
 
