@@ -258,18 +258,18 @@ def marks_steps(intervals: Sequence[Step], rate_hz: int, lengths: bool = True) -
     without = sum(1 for iv in covered if iv.phases_ns.get("optimizer", 0) == 0)
     if unseen is None or trimmed is None:
         return None
-    # (the lengths read only where a rule below refuses: a live tick asks this of every rank)
-    short = lengths and without >= MIN_GAPS and (
-        without < MIN_WITHOUT * len(covered) or trimmed > OPTIMIZER_UNSEEN) and (
-        _without_short(covered) and binom_tail(len(covered), without, trimmed) <= MAX_CHANCE)
-    if without < MIN_WITHOUT * len(covered) and not short:
-        return None
+
+    def beyond_chance() -> bool:   # that many intervals without it by chance at most MAX_CHANCE
+        return binom_tail(len(covered), without, trimmed) <= MAX_CHANCE
+
+    few = without < MIN_WITHOUT * len(covered)
     # ...or, missed a little more often, where that many intervals without it would be chance at
     # most MAX_CHANCE: a 143-ms optimizer at 50 Hz (e^-λ 1.1%) in 14 of 19 intervals, 2 micro-batches
     # of 650-ms steps whose DataLoader's workers deliver in bursts (5 such would be chance 2e-6),
     # had the intervals taken for steps (-18%)
-    doubtful = trimmed > MARKS_UNSEEN or binom_tail(len(covered), without, trimmed) > MAX_CHANCE
-    if trimmed > OPTIMIZER_UNSEEN and doubtful and not short:
+    doubtful = trimmed > OPTIMIZER_UNSEEN and (trimmed > MARKS_UNSEEN or not beyond_chance())
+    # (the lengths read only where those refuse: a live tick asks this of every rank)
+    if (few or doubtful) and not (lengths and _without_short(covered) and beyond_chance()):
         return None
     return unseen
 
@@ -280,7 +280,8 @@ def _without_short(covered: Sequence[Step]) -> bool:
     micro-batches between them."""
     without = [iv.dur_ns for iv in covered if iv.phases_ns.get("optimizer", 0) == 0]
     with_ = [iv.dur_ns for iv in covered if iv.phases_ns.get("optimizer", 0) > 0]
-    return len(with_) >= MIN_GAPS and statistics.median(without) <= SHORT_WITHOUT * statistics.median(with_)
+    return (len(without) >= MIN_GAPS and len(with_) >= MIN_GAPS
+            and statistics.median(without) <= SHORT_WITHOUT * statistics.median(with_))
 
 
 def _one_short_unknown(tl: Timeline, k: int) -> StepClock:

@@ -296,14 +296,7 @@ class PeerBounds:
         boundaries more often than the product of their e^-λ says, docs/steps.md, stop 64). Bursty
         loaders on 4 ranks (steps of 30 ms and more, every boundary seen) were refused a mean because
         their long intervals "could hide" steps that no rank saw."""
-        covering = False
-        for bounds, shift in zip(self.bounds, self.shifts, strict=True):
-            lo, hi = iv.start_ns + self.margin + shift, iv.end_ns - self.margin + shift
-            if bounds and bounds[0] <= lo and bounds[-1] >= hi:
-                if bisect.bisect_right(bounds, lo) != bisect.bisect_left(bounds, hi):
-                    return False
-                covering = True
-        return covering
+        return self.silent(iv) is not None
 
 
 def peer_bounds(tl: Timeline, peers: list[Timeline]) -> PeerBounds:
