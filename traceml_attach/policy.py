@@ -515,6 +515,9 @@ MISCOUNTED = 0.1
 # and 4 micro-batches of 2.1 s (bf16 autocast on a CPU, 4 to an 8.4-s optimizer step; 30 s seen)
 # made k = 4 7.5 times likelier than none, and the micro-batch was given as the step, 75% short
 FEW_GAPS_ODDS = 1.0
+# Gaps between the optimizer's visits that counted k, this share of them or more one short of a
+# multiple of k: returns went unseen, and the visits, not runs of k returns, end the steps
+ONE_SHORT_SHARE = 0.1
 # Where more than MAX_ADJACENT of the gaps are one micro-batch (which ``_multiples_in`` takes as no
 # accumulation), only odds of at least this much leave the step time unknown: an input-bound job
 # without accumulation had 1 gap of 1 in 9 and 123:1 for k = 2 (its step time stays known), HF

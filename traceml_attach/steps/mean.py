@@ -35,7 +35,7 @@ import bisect
 import itertools
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from traceml_attach.policy import (
@@ -329,34 +329,56 @@ def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
     UNSEEN_BY_ALL of its steps (``unseen_by_all``)."""
     if not peers.bounds:
         return tl
+    filled = filled_in(tl, peers)
+    if filled is tl:
+        return tl
+    why = missed_too_often(tl, peers, len(filled.intervals) - len(tl.intervals))
+    return filled if why is None else why
+
+
+def filled_in(tl: Timeline, peers: PeerBounds) -> Timeline:
+    """``tl`` with its intervals split at the boundaries its ``peers`` saw inside them (``_filled``,
+    which says where that is not enough); ``tl`` itself where none is."""
     pieces: list[Step] = []
     split = False
+    for iv, edges in _edges_inside(tl, peers):
+        if len(edges) == 2:
+            pieces.append(iv)
+            continue
+        split = True
+        pieces.extend(piece(tl.segments, iv, a, b) for a, b in itertools.pairwise(edges))
+    if not split:
+        return tl
+    return replace(tl, intervals=tuple(pieces), steps=tuple(pieces),
+                   bounds=tuple(sorted({*tl.bounds, *(p.start_ns for p in pieces)})))
+
+
+def missed_too_often(tl: Timeline, peers: PeerBounds, added: int) -> str | None:
+    """Why ``tl``'s intervals, in which its ``peers`` saw ``added`` boundaries it did not, are
+    not its steps even so filled: more than MISSED_AT_MOST of its steps' boundaries so, and more than
+    UNSEEN_BY_ALL of them that all of them may have missed (``unseen_by_all``); None where not."""
+    steps = sum(1 for iv in tl.intervals if not iv.swallowing)
+    if added <= MISSED_AT_MOST * steps or unseen_by_all(tl, peers) <= UNSEEN_BY_ALL * steps:
+        return None
+    return (f"the ranks it steps with saw {added} {'boundary' if added == 1 else 'boundaries'} inside its {steps} "
+            f"intervals, where its e^-λ ({tl.clock.unseen or 0.0:.2g}) expects "
+            f"{steps * (tl.clock.unseen or 0.0):.2g}: sampling misses boundaries here too often for those they "
+            "all missed to be few")
+
+
+def _edges_inside(tl: Timeline, peers: PeerBounds) -> Iterator[tuple[Step, list[int]]]:
+    """Each of ``tl``'s intervals with the edges of the pieces ``_filled`` splits it into: its own
+    ends, and between them the boundaries its ``peers`` saw inside it (``PeerBounds.inside``) that
+    leave pieces at least 1.5 margins long (a boundary seen late leaves a short piece)."""
     shortest = 3 * peers.margin   # (two pieces of 1.5 margins: below)
     for iv in tl.intervals:
         cuts = peers.inside(iv.start_ns, iv.end_ns) if iv.dur_ns >= shortest and not iv.swallowing else []
-        if not cuts:
-            pieces.append(iv)
-            continue
         edges = [iv.start_ns]
         for cut in cuts:   # pieces as long as a short step, at most its lag shorter
             if cut - edges[-1] >= 1.5 * peers.margin and iv.end_ns - cut >= 1.5 * peers.margin:
                 edges.append(int(cut))
-        if len(edges) == 1:
-            pieces.append(iv)
-            continue
-        split = True
         edges.append(iv.end_ns)
-        pieces.extend(piece(tl.segments, iv, a, b) for a, b in itertools.pairwise(edges))
-    if not split:
-        return tl
-    added, steps = len(pieces) - len(tl.intervals), sum(1 for iv in tl.intervals if not iv.swallowing)
-    if added > MISSED_AT_MOST * steps and unseen_by_all(tl, peers) > UNSEEN_BY_ALL * steps:
-        return (f"the ranks it steps with saw {added} {'boundary' if added == 1 else 'boundaries'} inside its {steps} "
-                f"intervals, where its e^-λ ({tl.clock.unseen or 0.0:.2g}) expects "
-                f"{steps * (tl.clock.unseen or 0.0):.2g}: sampling misses boundaries here too often for those they "
-                "all missed to be few")
-    return replace(tl, intervals=tuple(pieces), steps=tuple(pieces),
-                   bounds=tuple(sorted({*tl.bounds, *(p.start_ns for p in pieces)})))
+        yield iv, edges
 
 
 def unseen_by_all(tl: Timeline, peers: PeerBounds) -> float:
