@@ -42,6 +42,12 @@ seed) is sampled again at that rate, until none is advised, and its rank-windows
 the rate in use (their samples per step too). The target's line is printed for the same points at
 their own fixed rates as well; --max-rate 0 judges every point at its own rate only.
 
+The window in use. A snapshot of the default length samples on, up to --max-seconds (30 s by
+default), where its analysis advises it (a rank's step time unknown with fewer than 40 step
+boundaries seen: diagnose/window.py). So where the settled window's analysis advises it, the same
+job is read again over --max-seconds at the rate settled on, and judged there; --max-seconds 0
+judges every point over --seconds only.
+
 The truth is each rank's median step over the analysis window; for an accumulating job a step is
 an optimizer step (and samples per step count samples per optimizer step). With bursty delivery
 the steps are not alike: the median is a ready batch's step (at w = 2 the steps alternate and the
@@ -73,7 +79,9 @@ from testkit.simulator import ALL_SHAPES, LIBRARIES, SHAPES, Job, Truth, job, sh
 from traceml_attach.cli.common import DEFAULT_MAX_RATE
 from traceml_attach.diagnose.analysis import Analysis, analyze
 from traceml_attach.diagnose.rate import advise_rates, futile
+from traceml_attach.diagnose.window import advise_window
 from traceml_attach.ingest.stream import Recording
+from traceml_attach.policy import SNAPSHOT_MOST_S
 from traceml_attach.steps.classify import load_rules
 
 PERIODS_MS = (5, 8, 13, 20, 30, 50, 80, 130, 200, 320, 500)
@@ -235,7 +243,7 @@ def advised_hz(rec: Recording, an: Analysis, max_hz: int) -> int | None:
     return min(max(a.rate_hz for a in advice), max_hz) if advice else None
 
 
-def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
+def run_point(pt: Point, seconds: float, rules, max_hz: int = 0, most_s: float = 0.0
               ) -> tuple[list[Outcome], list[Outcome], Analysis, list[Truth]]:
     """The point's rank-windows at its own rate, and at the rate the attacher settles on where
     ``max_hz`` (--max-rate) is above it: the attacher raises a rank's rate where the analysis
@@ -243,13 +251,35 @@ def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
     same seed) is sampled again at the advised rate until no faster one is advised; a rank raised
     to ``max_hz`` whose steps are still too short there goes back to its own rate
     (``diagnose.rate.futile``). Each outcome's samples per step are at the rate it was sampled
-    at. Returns (fixed, settled, analysis, truths), the last two of the settled run."""
+    at. Where ``most_s`` (the snapshot's --max-seconds) is over ``seconds``, a job whose analysis
+    then advises sampling on (``diagnose.window.advise_window``: a rank's step time unknown with
+    few boundaries seen) is read again over ``most_s`` at the rate settled on, as a snapshot of
+    the default length samples on. Returns (fixed, settled, analysis, truths), the last two of the
+    settled run."""
     the_job, about = build(pt)
     about = f"{about}, jitter {the_job.jitter:.0%}"
     rec, truths = simulate(the_job, pt.rate_hz, seconds, seed=pt.seed)
-    first = an = analyze(rec, rules)
-    fixed = settled = judged(pt, an, truths, pt.rate_hz, about)
-    rate_hz, first_truths = pt.rate_hz, truths
+    first = analyze(rec, rules)
+    fixed = judged(pt, first, truths, pt.rate_hz, about)
+    settled, an, truths, rate_hz, about = _settled(pt, the_job, seconds, rules, max_hz, pt.rate_hz, rec, first,
+                                                   truths, fixed, about)
+    longer = advise_window(an, seconds, most_s)
+    if longer is not None:   # read over the longer window, its rate settled there as the attacher goes on advising
+        about += f", sampled on to {longer.seconds:g} s"
+        rec, truths = simulate(the_job, rate_hz, longer.seconds, seed=pt.seed)
+        an = analyze(rec, rules)
+        settled, an, truths, _, _ = _settled(pt, the_job, longer.seconds, rules, max_hz, rate_hz, rec, an, truths,
+                                             judged(pt, an, truths, rate_hz, about), about)
+    return fixed, settled, an, truths
+
+
+def _settled(pt: Point, the_job: Job, seconds: float, rules, max_hz: int, rate_hz: int, rec: Recording,
+             an: Analysis, truths: list[Truth], outcomes: list[Outcome], about: str
+             ) -> tuple[list[Outcome], Analysis, list[Truth], int, str]:
+    """``run_point``'s window read at ``rate_hz`` (``rec``, ``an``, ``truths``, ``outcomes``), then
+    at each faster rate advised until none is, or at the point's own rate where the attacher gives
+    up (``futile``): (outcomes, analysis, truths, rate, about) where it settles."""
+    start = (outcomes, an, truths, rate_hz, about)
     for _ in range(4):
         raised = advised_hz(rec, an, max_hz) if max_hz > rate_hz else None
         if raised is None or raised <= rate_hz:
@@ -258,10 +288,16 @@ def run_point(pt: Point, seconds: float, rules, max_hz: int = 0
         rate_hz = raised
         rec, truths = simulate(the_job, rate_hz, seconds, seed=pt.seed)
         an = analyze(rec, rules)
-        settled = judged(pt, an, truths, rate_hz, about)
+        outcomes = judged(pt, an, truths, rate_hz, about)
     if rate_hz > pt.rate_hz and any(futile(tl, pt.rate_hz, rate_hz) for tl in an.timelines.values()):
-        return fixed, fixed, first, first_truths   # back at its own rate, as the attacher gives up
-    return fixed, settled, an, truths
+        # back at its own rate, as the attacher gives up
+        about = re.sub(r", raised from \d+ to \d+ Hz", "", about)
+        if start[3] == pt.rate_hz:
+            return (*start[:4], about)
+        rec, truths = simulate(the_job, pt.rate_hz, seconds, seed=pt.seed)
+        an = analyze(rec, rules)
+        return judged(pt, an, truths, pt.rate_hz, about), an, truths, pt.rate_hz, about
+    return outcomes, an, truths, rate_hz, about
 
 
 def judged(pt: Point, an: Analysis, truths: list[Truth], rate_hz: int, about: str) -> list[Outcome]:
@@ -295,9 +331,9 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:+.1f}%"
 
 
-def show_point(spec: str, seconds: float, rules, max_hz: int) -> None:
+def show_point(spec: str, seconds: float, rules, max_hz: int, most_s: float = 0.0) -> None:
     pt = Point.parse(spec)
-    _, outcomes, an, truths = run_point(pt, seconds, rules, max_hz)
+    _, outcomes, an, truths = run_point(pt, seconds, rules, max_hz, most_s)
     print(f"{pt.spec}: {outcomes[0].about}")
     lo, hi = an.start_ns or 0, an.end_ns or 0
     for r, truth, o in zip(an.ranks, truths, outcomes, strict=True):
@@ -426,6 +462,11 @@ def main() -> None:
                         "to tell apart, an optimizer seen too rarely), the job is read again there, as the attacher "
                         f"does, and judged at the rate in use (default {DEFAULT_MAX_RATE}, the attacher's; 0: every "
                         "point at its own fixed rate only)")
+    parser.add_argument("--max-seconds", type=float, default=SNAPSHOT_MOST_S, metavar="S",
+                        help="the snapshot's --max-seconds: where the analysis of the window advises sampling on (a "
+                        "rank's step time unknown with few boundaries seen), the job is read again over S seconds, as "
+                        f"a snapshot of the default length does (default {SNAPSHOT_MOST_S:g}; 0: every window "
+                        "--seconds long)")
     parser.add_argument("--start", type=int, metavar="HZ",
                         help="every point sampled first at this rate instead of its own (100: the attacher's default "
                         "--rate, as a user who passes none), then raised as advised up to --max-rate: the rates a "
@@ -433,7 +474,7 @@ def main() -> None:
     args = parser.parse_args()
     rules = load_rules()
     if args.point:
-        show_point(args.point, args.seconds, rules, args.max_rate)
+        show_point(args.point, args.seconds, rules, args.max_rate, args.max_seconds)
         return
     families = [args.shape] if args.shape else list(FAMILIES)
     seeds = args.seeds or (1 if args.quick else 2)
@@ -449,7 +490,8 @@ def main() -> None:
     for i, pt in enumerate(todo):
         for s in range(seeds):
             at_own, settled, _, _ = run_point(Point(pt.family, pt.period_ms, pt.knob, pt.rate_hz, pt.ranks,
-                                                    pt.seed + s), args.seconds, rules, args.max_rate)
+                                                    pt.seed + s), args.seconds, rules, args.max_rate,
+                                              args.max_seconds)
             fixed += at_own
             outcomes += settled
         if i % 100 == 0:
@@ -458,8 +500,10 @@ def main() -> None:
           f"families {', '.join(families)}\n")
     if args.max_rate:
         raised = sum(1 for o in outcomes if ", raised from" in o.about)
+        longer = sum(1 for o in outcomes if ", sampled on to" in o.about)
         print(f"at the rate the attacher settles on (--max-rate {args.max_rate}; {raised} of {len(outcomes)} "
-              "rank-windows read again at an advised rate; samples per step at the rate in use):\n")
+              f"rank-windows read again at an advised rate, {longer} sampled on to {args.max_seconds:g} s "
+              "(--max-seconds); samples per step at the rate in use):\n")
     table(outcomes, families)
     target(outcomes, families)
     if args.max_rate:
@@ -478,6 +522,7 @@ def main() -> None:
             for o in outcomes:
                 out.write(json.dumps({"point": o.point.spec, "samples_per_step": round(o.samples_per_step, 2),
                                       "raised": ", raised from" in o.about,
+                                      "longer": ", sampled on to" in o.about,
                                       "known": o.known, "step_error": o.step_error, "mean_error": o.mean_error,
                                       "count_error": o.count_error, "true_steps": o.true_steps,
                                       "method": o.method, "reason": o.reason,

@@ -12,6 +12,11 @@ LIVE_WINDOW_S = 30.0
 # 2-s windows): its numbers come from the first window or two and move as more arrive. The header
 # and the text view say so.
 FIRST_LOOK_S = 5.0
+# A snapshot of the default length (no --seconds) samples on, up to --max-seconds (by default the
+# live view's window), where a rank's step time is still unknown with fewer than this many step
+# boundaries seen in it: a longer window holds more (diagnose/window.py)
+FEW_BOUNDARIES = 40
+SNAPSHOT_MOST_S = LIVE_WINDOW_S
 # A step longer than this many typical steps is not typical (an eval or a checkpoint): typical
 # steps are what the component shares of a step are medians over.
 TYPICAL_MAX = 2.0

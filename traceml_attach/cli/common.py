@@ -32,6 +32,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:   # (nan too)
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 # --max-rate's default: what py-spy's CPU per process costs at 100 Hz and at this rate, measured
 # with bench/rate_cost.py (docs/steps.md, "A rate that fits the step")
 DEFAULT_MAX_RATE = 400

@@ -57,6 +57,7 @@ def print_live(rec: Recording, an: Analysis, elapsed_s: float) -> None:
 def print_progress(total_s: float) -> object:
     def tick(rec: Recording, an: Analysis, elapsed_s: float) -> None:
         steps = max((r.steps for r in an.ranks), default=0)
-        print(f"traceml: sampling {elapsed_s:.0f}/{total_s:.0f} s, {steps} steps seen",
+        total = rec.extended.to_s if rec.extended is not None else total_s   # (sampling on: diagnose/window.py)
+        print(f"traceml: sampling {elapsed_s:.0f}/{total:.0f} s, {steps} steps seen",
               file=sys.stderr, flush=True)
     return tick

@@ -247,6 +247,15 @@ class RankRate:
 
 
 @dataclass(frozen=True)
+class Extended:
+    """A snapshot that sampled on past its default length, as the analysis advised (diagnose/window.py)."""
+
+    from_s: float   # the length it would have had
+    to_s: float     # the length it sampled on to
+    why: str
+
+
+@dataclass(frozen=True)
 class SamplingReport:
     diagnosis: Finding                   # SAMPLING FAILED, SAMPLING PROBLEMS or NORMAL
     backend: str
@@ -261,6 +270,7 @@ class SamplingReport:
     bad_frames: int                      # recorded frames that could not be decoded
     max_rate_hz: int | None = None       # the most a rank's rate may be raised to (rate_hz: fixed; None: not said)
     rates: dict[int, RankRate] = field(default_factory=dict)   # ranks whose rate changed, by rank
+    extended: Extended | None = None     # a snapshot that sampled on past its default length; None: it did not
 
     @property
     def adaptive(self) -> bool:

@@ -15,6 +15,7 @@ from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import pid_ranks, rank_of
 from traceml_attach.diagnose.report import (
     Clock,
+    Extended,
     NetReport,
     NodeRow,
     PhaseRow,
@@ -205,7 +206,8 @@ def sampling_section(rec: Recording, start_ns: int | None, end_ns: int | None, s
         rec.totals["samples"] if counted else None, rec.totals["errors"] if erred else None,
         rec.totals["windows"],
         Window(_seconds(start_ns), _seconds(end_ns)),
-        tuple(seen[:MAX_PROBLEMS]), total, rec.bad_frames, rec.max_rate_hz, rank_rates(rec))
+        tuple(seen[:MAX_PROBLEMS]), total, rec.bad_frames, rec.max_rate_hz, rank_rates(rec),
+        None if rec.extended is None else Extended(rec.extended.from_s, rec.extended.to_s, rec.extended.why))
 
 
 def rank_rates(rec: Recording) -> dict[int, RankRate]:

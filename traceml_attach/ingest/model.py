@@ -128,6 +128,17 @@ class TargetMeta:
 
 
 @dataclass(frozen=True)
+class Extension:
+    """A snapshot of the default length sampled on (``extend`` frame): from ``from_s`` to ``to_s``
+    seconds in all, from ts_ns, for ``why`` (diagnose/window.py)."""
+
+    ts_ns: int
+    from_s: float
+    to_s: float
+    why: str
+
+
+@dataclass(frozen=True)
 class RateChange:
     """The sampler changed a process's rate: its spans from ts_ns on were sampled at rate_hz."""
 

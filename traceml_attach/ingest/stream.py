@@ -17,6 +17,7 @@ from traceml_attach.ingest.model import (
     DeviceReading,
     ErrorEvent,
     ExitEvent,
+    Extension,
     GpuSample,
     HostSample,
     NodeInfo,
@@ -62,6 +63,7 @@ class Recording:
     stopped: dict[int, tuple[int, str]] = field(default_factory=dict)
     resumed: dict[int, int] = field(default_factory=dict)   # when each process last ran again (ns)
     end_reason: str | None = None
+    extended: Extension | None = None   # a snapshot that sampled on past its default length (``extend`` frame)
     nodes: dict[int, NodeInfo] = field(default_factory=dict)   # a multi-node session's nodes (``node`` frames)
     net: dict[str, int] = field(default_factory=dict)          # the collector's newest counters (``net`` frames)
     # the attacher's own CPU seconds by part, newest (``cost`` frames): per sampled pid, and None
@@ -176,6 +178,11 @@ class Recording:
                 self.resumed[pid] = int(f["t"])
         elif kind == "restart":
             self.restarts.append((int(f["t"]), int(f["rank"]), int(f["old_pid"]), int(f["pid"])))
+        elif kind == "extend":
+            from_s, to_s = _num(f["from_s"]), _num(f["to_s"])
+            if from_s is None or to_s is None or not 0 < from_s < to_s:
+                raise ValueError("an extend frame's lengths are seconds, the new one the longer")
+            self.extended = Extension(int(f["t"]), from_s, to_s, str(f["why"]))
         elif kind == "bye":
             self.end_reason = _opt(f.get("reason"), str)
         elif kind == "node":

@@ -198,6 +198,10 @@ def _head(s: Summary) -> list[str]:
     out.append(f"Window: {_clock(win.start)} for {span_s:.1f} s; {backend} at {rates_text(samp, rep.step_time.ranks)}, "
                f"{samp.samples or 0} samples{missed_text(samp.samples, samp.errors)}")
     out += [f"Rate: {line}" for line in rate_lines(samp)]
+    if samp.extended is not None:
+        ext = samp.extended
+        out.append(f"Length: sampled on to {ext.to_s:.0f} s, not {ext.from_s:.0f}: {ext.why} "
+                   "(--seconds fixes the length)")
     out.append("")
     p = rep.primary_diagnosis
     out.append(f"PRIMARY  [{p.status}] {p.severity}: {p.summary}")

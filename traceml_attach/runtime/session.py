@@ -33,6 +33,7 @@ from traceml_attach.collect.server import Collector
 from traceml_attach.diagnose.analysis import Analysis
 from traceml_attach.diagnose.incremental import Tracked
 from traceml_attach.diagnose.rate import advise_rates
+from traceml_attach.diagnose.window import WindowAdvice, advise_window
 from traceml_attach.errors import (
     EXIT_NETWORK,
     EXIT_NOT_WRITTEN,
@@ -133,6 +134,12 @@ class Session:
         self._local_ended = False
         self._all_joined_at: float | None = None
         self.end_reason = "stopped"   # stopped | duration | target_exited | sampling_failed
+        self.quiet: bool = getattr(args, "quiet", False)
+        # a snapshot of the default length asks the analysis thread whether to sample on
+        # (``_longer``): the lengths asked about, and the advice once answered
+        self._window_asked: tuple[float, float] | None = None
+        self._window_answered = threading.Event()
+        self._window_advice: WindowAdvice | None = None
         self.launch: AgentLaunch | None = None
         if self.collector is not None and getattr(args, "launch", None):
             try:
@@ -155,9 +162,12 @@ class Session:
     def rec(self) -> Recording:
         return self.pipeline.rec
 
-    def run(self, stop: threading.Event, duration_s: float | None, on_tick: Tick | None, tick_s: float) -> None:
+    def run(self, stop: threading.Event, duration_s: float | None, on_tick: Tick | None, tick_s: float,
+            most_s: float | None = None) -> None:
         """Sample until ``stop``, ``duration_s`` or the job's end; meanwhile the analysis thread
-        calls ``on_tick`` every ``tick_s`` with the analysis of the last LIVE_WINDOW_S seconds."""
+        calls ``on_tick`` every ``tick_s`` with the analysis of the last LIVE_WINDOW_S seconds.
+        With ``most_s``, at ``duration_s`` the analysis may advise sampling on, up to ``most_s``
+        in all (``_longer``)."""
         started = time.monotonic()
         self._begin(stop)
         analyst = Analyst(self, on_tick, tick_s, started)
@@ -178,6 +188,12 @@ class Session:
                 clock_from = self._clock_from(started)
                 elapsed = time.monotonic() - clock_from if clock_from is not None else 0.0
                 if duration_s is not None and elapsed >= duration_s:
+                    longer = None if most_s is None or self._window_asked else self._longer(duration_s, most_s, stop)
+                    if longer is not None:
+                        duration_s = longer
+                        continue
+                    if not stop.is_set() and self._ran_out():
+                        continue   # the job ended while the analysis was asked: said so above
                     self.end_reason = "duration"
                     break
                 if self.node is not None:
@@ -201,6 +217,39 @@ class Session:
             self.drain()
             if self.metrics is not None:
                 self.metrics.close()
+
+    def _longer(self, duration_s: float, most_s: float, stop: threading.Event) -> float | None:
+        """The length to sample on to, where the analysis of the ``duration_s`` sampled advises
+        it (diagnose/window.py), recorded as an ``extend`` frame and said on stderr; None where it
+        does not, or the session ends meanwhile. The samplers go on while the analysis thread
+        answers (``answer_window``)."""
+        self._window_asked = (duration_s, most_s)
+        while not self._window_answered.wait(0.1):
+            if stop.is_set() or self._ran_out():
+                return None
+            if self.node is not None:
+                self.node.tick(stop)
+        advice = self._window_advice
+        if advice is None or stop.is_set():
+            return None
+        self.writer.write({"k": "extend", "t": time.time_ns(), "from_s": duration_s, "to_s": advice.seconds,
+                           "why": advice.why})
+        if not self.quiet:
+            print(f"traceml: {advice.why}: sampling on to {advice.seconds:.0f} s (--seconds N samples exactly N)",
+                  file=sys.stderr, flush=True)
+        return advice.seconds
+
+    def answer_window(self) -> None:
+        """The analysis thread's answer to ``_longer``, once asked: the advice on the newest
+        window's analysis, every frame written so far folded in."""
+        if self._window_asked is None or self._window_answered.is_set():
+            return
+        try:
+            self.drain()
+            elapsed, most = self._window_asked
+            self._window_advice = advise_window(self.pipeline.window_analysis(), elapsed, most)
+        finally:
+            self._window_answered.set()
 
     def _begin(self, stop: threading.Event) -> None:
         """The stream's first frames: the hello (the local ranks' agent's, or the collector's own)."""
@@ -376,10 +425,11 @@ class Analyst(threading.Thread):
             if not first_look and self.session.rec.time_range() is not None:
                 first_look = True
                 next_tick = min(next_tick, time.monotonic())
-            try:
-                self.session.advise_rates()
-            except Exception as exc:
-                self._failed(exc)
+            for advise in (self.session.advise_rates, self.session.answer_window):
+                try:
+                    advise()
+                except Exception as exc:
+                    self._failed(exc)
             if time.monotonic() >= next_trim:
                 next_trim += TRIM_EVERY_S
                 release_free_memory()
@@ -428,10 +478,12 @@ def run_session(
     duration_s: float | None,
     on_tick: Tick | None,
     tick_s: float,
+    most_s: float | None = None,
 ) -> SessionResult:
-    """Sample every rank of ``args.pid`` until duration, Ctrl-C/SIGTERM or the job's end."""
+    """Sample every rank of ``args.pid`` until duration (or on, up to ``most_s``, where the
+    analysis advises it), Ctrl-C/SIGTERM or the job's end."""
     session = Session(args, rules)
     stop = threading.Event()
     with stop_on_signals(stop):
-        session.run(stop, duration_s, on_tick, tick_s)
+        session.run(stop, duration_s, on_tick, tick_s, most_s)
     return session.finish(duration_s)
