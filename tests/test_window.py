@@ -63,6 +63,10 @@ def test_no_longer_window_for_a_known_step_for_many_boundaries_nor_past_the_most
     few, _, _, _ = grid_window("bursty:500:2:300:1:1012000", 300)
     assert advise_window(few, 10.0, 10.0) is None
     assert advise_window(few, 10.0, 0.0) is None
+    # no boundary at all in 10 s (a loop not found, a job that does not step): nothing says 30 s
+    # would hold any
+    none_seen = replace(few, ranks=[replace(r, steps=0) for r in few.ranks])
+    assert advise_window(none_seen, 10.0, 30.0) is None
 
 
 def test_no_longer_window_for_a_job_that_is_stuck():

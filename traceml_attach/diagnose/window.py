@@ -44,11 +44,12 @@ class WindowAdvice:
 
 def advise_window(an: Analysis, elapsed_s: float, most_s: float) -> WindowAdvice | None:
     """Whether a snapshot that has sampled ``elapsed_s`` should sample on, to ``most_s``: where a
-    rank's step time is unknown with fewer than FEW_BOUNDARIES boundaries seen (see the module
-    doc); None otherwise."""
+    rank's step time is unknown with fewer than FEW_BOUNDARIES boundaries seen, and some (none in
+    10 s says nothing of what 30 s would hold: a loop not found, a job that does not step; see the
+    module doc); None otherwise."""
     if most_s <= elapsed_s or any(family(f.kind) is Family.STUCK for f in an.findings):
         return None
-    few = [r for r in an.ranks if r.step_ms is None and r.steps < FEW_BOUNDARIES]
+    few = [r for r in an.ranks if r.step_ms is None and 0 < r.steps < FEW_BOUNDARIES]
     if not few:
         return None
     fewest = min(few, key=lambda r: r.steps)
