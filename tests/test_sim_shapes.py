@@ -1035,6 +1035,17 @@ def test_a_shared_median_is_taken_over_the_intervals_split_where_the_peers_saw_b
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.01, (r.rank, r.step_ms)
 
 
+def test_the_boundaries_no_rank_saw_could_move_a_filled_median_as_each_added_one_did():
+    from traceml_attach.steps.peersplit import _moved_beyond
+
+    # 36 boundaries the peers saw moved the median 8%: 17.5 no rank saw could move it 3.9% more
+    assert _moved_beyond(226.8, 208.4, 17.5, 36)
+    # 10 moved it 2.5%: 8.3 more could move it 2.1%, within half of MAX_STEP_ERROR
+    assert not _moved_beyond(210.2, 205.0, 8.3, 10)
+    # no stretch that every rank sampled tells how many no rank saw: nothing vouches for it
+    assert _moved_beyond(100.0, 100.0, float("inf"), 5)
+
+
 def test_slow_steps_in_which_no_peer_saw_a_boundary_are_counted_as_one_step_each():
     # GIVEN 8 synchronized ranks whose input runs 1.3-2.2x as long in 4 steps of 10 (a loader in
     # Python on shared cores), at 400 Hz: each rank misses a boundary with e^-λ ~8%, so its clock

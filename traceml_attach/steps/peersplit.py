@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import operator
 import statistics
 from collections.abc import Sequence
@@ -119,8 +120,8 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
         why = missed_too_often(tl, peers, added) if added else None
         if why is None:
             continue
-        typical = _median(filled.intervals)
-        moved = _moved_beyond(_median(tl.intervals), typical, unseen_by_all(tl, peers), added)
+        before, typical = _median(tl.intervals), _median(filled.intervals)
+        moved = before is None or typical is None or _moved_beyond(before, typical, unseen_by_all(tl, peers), added)
         for other, otl in timelines.items():
             if other != rank and not (otl.clock.method == "joint" and otl.clock.typical_ns == clock.typical_ns):
                 continue
@@ -133,15 +134,17 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
     return out
 
 
-def _median(intervals: Sequence[Step]) -> float:
-    return float(statistics.median(iv.dur_ns for iv in intervals if iv.covered and not iv.swallowing))
+def _median(intervals: Sequence[Step]) -> float | None:
+    whole = [iv.dur_ns for iv in intervals if iv.covered and not iv.swallowing]
+    return float(statistics.median(whole)) if whole else None
 
 
 def _moved_beyond(before: float, after: float, unseen: float, added: int) -> bool:
     """Whether the boundaries no rank saw (``unseen``, Chao's estimate) could move the median
     beyond MAX_STEP_ERROR / 2 more, moving it as the ``added`` that the peers saw moved it from
-    ``before`` to ``after``, each as much."""
-    return abs(after / before - 1) * unseen / added > MAX_STEP_ERROR / 2
+    ``before`` to ``after``, each as much; so where no stretch that all of them sampled tells how
+    many (``unseen`` infinite)."""
+    return not math.isfinite(unseen) or abs(after / before - 1) * unseen / added > MAX_STEP_ERROR / 2
 
 
 def _merged(tl: Timeline, peers: PeerBounds) -> list[Step] | None:
