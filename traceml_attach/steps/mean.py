@@ -366,6 +366,12 @@ def missed_too_often(tl: Timeline, peers: PeerBounds, added: int) -> str | None:
             "all missed to be few")
 
 
+def seen_inside(tl: Timeline, peers: PeerBounds) -> int:
+    """How many boundaries ``tl``'s ``peers`` saw inside its intervals that ``filled_in`` would
+    split them at, counted without making the pieces."""
+    return sum(len(edges) - 2 for _, edges in _edges_inside(tl, peers))
+
+
 def _edges_inside(tl: Timeline, peers: PeerBounds) -> Iterator[tuple[Step, list[int]]]:
     """Each of ``tl``'s intervals with the edges of the pieces ``_filled`` splits it into: its own
     ends, and between them the boundaries its ``peers`` saw inside it (``PeerBounds.inside``) that

@@ -45,6 +45,7 @@ from traceml_attach.steps.mean import (
     peer_bounds,
     peers_of,
     piece,
+    seen_inside,
     unseen_by_all,
 )
 
@@ -115,11 +116,13 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
         if not peers.bounds:
             continue
-        filled = filled_in(tl, peers)
-        added = len(filled.intervals) - len(tl.intervals)
+        # (counted first: a live tick asks this of every such rank, and the pieces are made only
+        # where they are asked for)
+        added = seen_inside(tl, peers)
         why = missed_too_often(tl, peers, added) if added else None
         if why is None:
             continue
+        filled = filled_in(tl, peers)
         before, typical = _median(tl.intervals), _median(filled.intervals)
         moved = before is None or typical is None or _moved_beyond(before, typical, unseen_by_all(tl, peers), added)
         for other, otl in timelines.items():
