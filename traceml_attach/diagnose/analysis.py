@@ -40,6 +40,7 @@ from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import counted_of, noted, share_period, slow_clock
+from traceml_attach.steps.union import by_union
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 
@@ -96,8 +97,8 @@ def analyze(
                 earlier[rank] = visit_gaps(_timeline(rec, rules, pid, earlier_rate(rec, pid, lo, since), lo, since))
         sync = synchronized(rec, pids)
         note = None
-        if sync:
-            timelines, note = share_period(timelines)
+        if sync:   # (where no rank's own clock is known, each counted on the boundaries its peers saw too)
+            timelines, note = share_period(by_union(timelines, sync))
         plans = {rank: with_earlier(plan_of(tl), *earlier.get(rank, ((), 0.0))) for rank, tl in timelines.items()}
         timelines = accumulated(timelines, plans, sync)
         slow = slow_clock(timelines, counted_of(timelines)) if sync else None

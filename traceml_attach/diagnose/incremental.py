@@ -45,7 +45,8 @@ from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
-from traceml_attach.steps.sync import noted, share_tracked, slow_clock
+from traceml_attach.steps.sync import noted, share_period, share_tracked, slow_clock
+from traceml_attach.steps.union import by_union
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
@@ -149,8 +150,14 @@ class IncrementalAnalyzer:
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
         sync = synchronized(rec, pids)
         note = None
+        unioned = False
         if sync:
             timelines, self.reference, note = share_tracked(by_rank, self.reference)
+            if self.reference is None:   # no rank's own clock known: as the batch (``union.by_union``)
+                counted = by_union(timelines, sync)
+                unioned = counted is not timelines
+                if unioned:
+                    timelines, note = share_period(counted)
         else:
             for tracker in by_rank.values():
                 tracker.count_own()
@@ -173,7 +180,9 @@ class IncrementalAnalyzer:
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
             # the tracker's running sums are over micro-batches; optimizer steps are summed afresh
-            totals = by_rank[rank].totals(step_ms) if tl.micro_batches == 1 else step_totals(tl.steps, step_ms)
+            # (and where the steps were counted on the peers' boundaries, not on the tracker's own)
+            totals = (by_rank[rank].totals(step_ms) if tl.micro_batches == 1 and not unioned
+                      else step_totals(tl.steps, step_ms))
             stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
         self._last = {pids[rank]: tl for rank, tl in timelines.items()}

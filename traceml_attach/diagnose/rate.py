@@ -65,7 +65,7 @@ from traceml_attach.policy import (
     RatePolicy,
 )
 from traceml_attach.steps.batch_timeline import Timeline, step_skew
-from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, unseen_share
+from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, UNEVEN, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
@@ -218,7 +218,9 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
         return _known_faster(tl, policy)
     if not clock.suggested_rate_hz:
         return None
-    if clock.cause == IRREGULAR:   # a median the samples' lag moves (batch_timeline.judged_blurred)
+    # a median the samples' lag moves (batch_timeline.judged_blurred), or a comb of steps so uneven
+    # that its peers' boundaries refute it (steps/peersplit.py) at few samples a step
+    if clock.cause in (IRREGULAR, UNEVEN):
         rate = min(clock.suggested_rate_hz, policy.most_hz)
         why = "the samples' lag at each end of steps so uneven moves their median"
         return (rate, why) if rate > tl.rate_hz else None
@@ -228,20 +230,11 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
     samples = upper * tl.rate_hz / _NS
     if samples >= policy.raise_below_samples:
         return unseen
-    raised = _raise_for(upper, tl.rate_hz, policy)
+    raised = policy.raised(upper, tl.rate_hz)
     if raised is None:
         return None   # as fast as it goes
     return raised, (f"steps of at most {upper / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, "
                   f"under {policy.raise_below_samples:.0f}")
-
-
-def _raise_for(step_ns: float, rate_hz: int, policy: RatePolicy, samples: float | None = None) -> int | None:
-    """The rate that gives steps of ``step_ns`` ``samples`` (``raise_to_samples`` by default; a step
-    of ``step_hz`` at least, ``most_hz`` at most); None where that is no faster than ``rate_hz``."""
-    wanted = policy.raise_to_samples if samples is None else samples
-    rate = max(_round_up(wanted * _NS / step_ns, policy.step_hz), rate_hz + policy.step_hz)
-    rate = min(rate, policy.most_hz)
-    return rate if rate > rate_hz else None
 
 
 def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
@@ -257,19 +250,22 @@ def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
         return None
     samples = step * tl.rate_hz / _NS
     if samples < policy.raise_below_samples:
-        raised = _raise_for(step, tl.rate_hz, policy)
+        raised = policy.raised(step, tl.rate_hz)
         return None if raised is None else (raised, (
             f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, under "
             f"{policy.raise_below_samples:.0f}: their ends blur by a tenth of a step or more"))
     if samples >= policy.uneven_below_samples:
         return None
     skew = step_skew(tl, step)
-    if skew <= policy.uneven_skew:
+    # (either way: short steps among long ones, 2 micro-batches a step whose 3 workers deliver in
+    # bursts, put the mean 3.3% under the median, and the blur of 50 Hz moved it -5.5% there)
+    if abs(skew) <= policy.uneven_skew:
         return None
-    raised = _raise_for(step, tl.rate_hz, policy, policy.uneven_to_samples)
+    raised = policy.raised(step, tl.rate_hz, policy.uneven_to_samples)
     return None if raised is None else (raised, (
-        f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, and their mean is {skew:.1%} "
-        "over their median: slow steps, and the blur of their ends moves the median of steps so uneven"))
+        f"steps of {step / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz, and their mean is "
+        f"{abs(skew):.1%} {'over' if skew > 0 else 'under'} their median: steps of uneven lengths, and the blur "
+        "of their ends moves the median of steps so uneven"))
 
 
 def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
@@ -325,7 +321,8 @@ def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY)
     if not clock.known or not step or not tl.micro_batches or tl.rate_hz <= base_hz:
         return None   # micro_batches None: optimizer steps whose micro-batches were too short to count
     unit = step / tl.micro_batches
-    floor = policy.lower_from_samples if step_skew(tl, step) <= policy.uneven_skew else policy.uneven_lower_from_samples
+    floor = (policy.lower_from_samples if abs(step_skew(tl, step)) <= policy.uneven_skew
+             else policy.uneven_lower_from_samples)
     rate = max(base_hz, _round_up(floor * _NS / unit, policy.step_hz),
                _round_up(_optimizer_floor(tl), policy.step_hz))
     if rate >= tl.rate_hz:

@@ -35,9 +35,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_STEP_ERROR, MAX_UNSEEN
+from traceml_attach.policy import DEFAULT_RATE_POLICY, MAX_STEP_ERROR, MAX_UNSEEN
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import Step, StepClock
+from traceml_attach.steps.clock import UNEVEN, Step, StepClock
 from traceml_attach.steps.mean import (
     PeerBounds,
     filled_in,
@@ -110,8 +110,23 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
     out = dict(timelines)
     for rank, tl in timelines.items():
         clock = tl.clock
-        if (not clock.known or clock.mean or clock.method != "wraps" or clock.unseen is None
-                or clock.unseen > MAX_UNSEEN or tl.step_floor is not None):
+        if not clock.known or clock.mean or clock.unseen is None or tl.step_floor is not None:
+            continue
+        if clock.method == "comb":
+            why = _comb_refuted(rank, tl, order, timelines)
+            if why is not None:
+                # a faster rate narrows the lag where the steps get few samples (as for a known step:
+                # diagnose/rate.py), from the comb's step, the shorter of the two
+                comb = clock.typical_ns or 0.0
+                faster = (DEFAULT_RATE_POLICY.raised(comb, tl.rate_hz)
+                          if comb * tl.rate_hz / 1e9 < DEFAULT_RATE_POLICY.raise_below_samples else None)
+                for other, otl in _stepping_with(rank, tl, timelines):
+                    # (each interval holds a step at least, as for other uneven steps)
+                    out[other] = replace(otl, clock=StepClock("unknown", None, None, otl.clock.concentration, why,
+                                                              faster, unseen=otl.clock.unseen, cause=UNEVEN),
+                                         step_floor=len(otl.intervals))
+            continue
+        if clock.method != "wraps" or clock.unseen > MAX_UNSEEN:
             continue
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
         if not peers.bounds:
@@ -125,9 +140,7 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
         filled = filled_in(tl, peers)
         before, typical = _median(tl.intervals), _median(filled.intervals)
         moved = before is None or typical is None or _moved_beyond(before, typical, unseen_by_all(tl, peers), added)
-        for other, otl in timelines.items():
-            if other != rank and not (otl.clock.method == "joint" and otl.clock.typical_ns == clock.typical_ns):
-                continue
+        for other, otl in _stepping_with(rank, tl, timelines):
             if moved:
                 reason = f"rank {rank} saw every return of its loop by its e^-λ, and the ranks step together, but {why}"
                 out[other] = replace(otl, clock=StepClock("unknown", None, None, otl.clock.concentration, reason,
@@ -135,6 +148,43 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
             else:
                 out[other] = replace(filled if other == rank else otl, clock=replace(otl.clock, typical_ns=typical))
     return out
+
+
+def _stepping_with(rank: str, tl: Timeline, timelines: dict[str, Timeline]) -> list[tuple[str, Timeline]]:
+    """``rank`` and the ranks whose clock is its own, shared ("joint", the same typical step)."""
+    typical = tl.clock.typical_ns
+    return [(other, otl) for other, otl in timelines.items()
+            if other == rank or (otl.clock.method == "joint" and otl.clock.typical_ns == typical)]
+
+
+def _comb_refuted(rank: str, tl: Timeline, order: list[str], timelines: dict[str, Timeline]) -> str | None:
+    """Why the step that ``tl``'s comb gives (its intervals counted on a fitted period) is no step,
+    or None where nothing says so: its intervals split at the boundaries its peers saw inside them
+    (``mean.filled_in``) have a median more than MAX_STEP_ERROR from it, where the boundaries no rank
+    saw cannot move that median by MAX_STEP_ERROR / 2 more (``_moved_beyond``). A comb counts each
+    interval as a whole number of periods, which holds for steps about as long as each other; where
+    some are slowed 1.3-2x, those counted as two are slow steps as often as missed boundaries, and
+    the period is the median of the fast ones: 8 ranks whose input ran 1.3-2.2x as long in 4 steps of
+    10, at 400 Hz over 30 s (e^-λ 6% each, boundaries truly missed 15%: a rank whose input is the
+    slowest of a step hardly waits, and its boundary goes unseen), gave 23.5 ms on every rank for the
+    job's 25.7 (-8.8%); the boundaries the 8 saw together, 27.2 ms (+5.5%: the samples' lag at each
+    end of skewed steps moves their median towards their mean). Neither is the step: unknown."""
+    peers = peer_bounds(tl, peers_of(order, rank, timelines))
+    typical = tl.clock.typical_ns
+    if not peers.bounds or typical is None:
+        return None
+    added = seen_inside(tl, peers)
+    if not added:
+        return None
+    before, after = _median(tl.intervals), _median(filled_in(tl, peers).intervals)
+    if before is None or after is None or abs(after / typical - 1) <= MAX_STEP_ERROR:
+        return None
+    if _moved_beyond(before, after, unseen_by_all(tl, peers), added):
+        return None   # (the ranks together missed too many boundaries for theirs to say anything)
+    return (f"its intervals counted on a period give a step of {typical / 1e6:.1f} ms, but split at the "
+            f"{added} {'boundary' if added == 1 else 'boundaries'} the ranks it steps with saw inside them, their "
+            f"median is {after / 1e6:.1f} ms: the steps are too uneven for a period to count them (slow steps "
+            "taken for several), and the samples' lag at each end blurs their median")
 
 
 def _median(intervals: Sequence[Step]) -> float | None:

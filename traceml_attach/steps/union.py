@@ -1,0 +1,152 @@
+"""The steps of synchronized ranks timed on the boundaries any of them saw (``by_union``).
+
+A rank whose own returns fit no step period sees too few of its boundaries for its intervals to be
+counted: a rank that waits in the all-reduce through 99% of its 500-ms steps shows its loop in a
+5-ms visit, one step's boundary in four goes unseen, and with the steps' 20% jitter no comb holds
+(``period.fit_period``: "fit no regular step period"). The ranks it steps with see the same steps'
+boundaries, each at its own chance, so a boundary one rank missed its peers mostly saw. Where no
+rank's own clock is known (``sync.share_period`` then has none to share), each rank's intervals are
+split at the boundaries its peers saw inside them (``_pieces``: any peer's, beyond a margin from its
+ends, one for each step), and how many boundaries all of them missed is estimated from how many of
+them saw each one that some saw (Chao's estimate, ``mean.unseen_by_all``). Where that is at most
+MAX_UNSEEN of the pieces, the pieces are the rank's steps with every boundary seen, and their clock
+is any such clock (``clock.clock_of``: "wraps", where the median holds); the ranks' clocks are then
+shared as any (``sync.share_period``), and accumulation, slow steps and the mean weigh them as they
+weigh a rank's own. Not where a rank's clock is unknown for a cause the code acts on (steps too short
+to tell apart, irregular, uneven, accumulation undecided): those say what the boundaries cannot fix.
+
+Quick grid (docs/steps.md, stop 70): the ranks of 4 points of classic 200-500 ms steps that wait
+95-99% of them, a contended one, and others, 48 rank-windows, every one within 3% where known."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from traceml_attach.policy import MAX_UNSEEN
+from traceml_attach.steps.batch_timeline import Segment, Timeline
+from traceml_attach.steps.clock import Step, clock_of, edge_steps, expand_counted
+from traceml_attach.steps.mean import PeerBounds, peer_bounds, peers_of, piece, unseen_by_all
+
+# a stretch before a rank's first boundary or after its last is a step of its own between its peers'
+# boundaries only where its samples cover at least this much of it (a hole is no step of its)
+SAMPLED = 0.9
+
+
+def by_union(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
+    """``timelines`` with each rank whose own returns fit no period (``_asks``) counted on the
+    boundaries it and its peers saw, where those all of them missed are few (see the module's doc);
+    the rest as they were (``timelines`` itself where none is). Only where the ranks step together
+    and none of their clocks is known."""
+    if not synchronized or len(timelines) < 2 or any(tl.clock.known for tl in timelines.values()):
+        return timelines
+    order = list(timelines)
+    out = dict(timelines)
+    for rank, tl in timelines.items():
+        if not _asks(tl):
+            continue
+        peers = peer_bounds(tl, peers_of(order, rank, timelines))
+        if peers.bounds:
+            counted = _counted(tl, peers)
+            if counted is not None:
+                out[rank] = counted
+    return out if any(out[rank] is not tl for rank, tl in timelines.items()) else timelines
+
+
+def _asks(tl: Timeline) -> bool:
+    """Whether ``tl``'s clock is unknown only because its returns fit no period: no cause the code
+    acts on (``StepClock.cause``), one micro-batch a step as far as it knows, and intervals to split."""
+    clock = tl.clock
+    return (not clock.known and clock.cause is None and tl.loop is not None and tl.micro_batches == 1
+            and len(tl.intervals) >= 2)
+
+
+def _counted(tl: Timeline, peers: PeerBounds) -> Timeline | None:
+    """``tl`` with its intervals split at its ``peers``' boundaries and counted on them, where those
+    none of them saw are at most MAX_UNSEEN of the pieces and the pieces' clock sees every boundary
+    (``clock_of``'s first branch); else None."""
+    unseen = unseen_by_all(tl, peers)
+    if not math.isfinite(unseen):
+        return None
+    pieces = _pieces(tl, peers)
+    share = unseen / (len(pieces) + unseen)
+    if share > MAX_UNSEEN or len(pieces) == len(tl.intervals):
+        return None
+    clock, counts = clock_of([p.counted_ns for p in pieces], share, tl.rate_hz)
+    if clock.method != "wraps":
+        return None
+    steps, guessed = expand_counted(pieces, counts, clock.unseen, tl.rate_hz)
+    bounds = sorted({*tl.bounds, *(p.start_ns for p in pieces)})
+    # the median step, as ``build_timeline`` takes it on every clock
+    typical = statistics.median(s.dur_ns for s in steps)
+    edges = edge_steps(bounds, tl.start_seen_ns, tl.end_ns, clock.period_ns, tl.rate_hz, clock.unseen)
+    return replace(tl, intervals=tuple(pieces), steps=steps, bounds=tuple(bounds), guessed=guessed,
+                   clock=replace(clock, typical_ns=typical, edge_steps=edges), step_floor=None)
+
+
+def _pieces(tl: Timeline, peers: PeerBounds) -> list[Step]:
+    """``tl``'s intervals, each split at the boundaries its peers saw inside it (``PeerBounds.inside``,
+    any peer's, more than a margin from either end: near an end, it is the boundary this rank saw
+    there, seen earlier or later), into pieces at least 1.5 margins long; each piece holds the phases
+    of the rank's own samples in it (``mean.piece``)."""
+    m = peers.margin
+    out: list[Step] = []
+    for iv in tl.intervals:
+        cuts = peers.inside(iv.start_ns, iv.end_ns, ends=False) if iv.dur_ns >= 3 * m and not iv.swallowing else []
+        edges = [iv.start_ns]
+        for cut in cuts:
+            if cut - edges[-1] >= 1.5 * m and iv.end_ns - cut >= 1.5 * m:
+                edges.append(int(cut))
+        edges.append(iv.end_ns)
+        if len(edges) == 2:
+            out.append(iv)
+        else:
+            out.extend(piece(tl.segments, iv, a, b) for a, b in itertools.pairwise(edges))
+    if not out or tl.start_seen_ns is None or tl.end_ns is None:
+        return out
+    # and before its first boundary and after its last, the steps between its peers' there: a rank
+    # that missed the first two and last three of 18 boundaries its peers saw counted 13 steps
+    return [*_beyond(tl, peers, tl.start_seen_ns, out[0], True), *out,
+            *_beyond(tl, peers, out[-1], tl.end_ns, False)]
+
+
+def _beyond(tl: Timeline, peers: PeerBounds, lo_at: int | Step, hi_at: int | Step, leading: bool) -> list[Step]:
+    """The steps between the boundaries ``tl``'s peers saw before its first boundary (``leading``:
+    from the window's start ``lo_at`` to its first piece ``hi_at``) or after its last (from its last
+    piece ``lo_at`` to the window's end), from that boundary outwards while its samples cover them
+    (``_sampled``); the part beyond the last of them is the window's edge. Each holds the phases of
+    the rank's own samples in it."""
+    m = peers.margin
+    nearest = hi_at if leading else lo_at
+    assert isinstance(nearest, Step)
+    lo = lo_at if isinstance(lo_at, int) else lo_at.end_ns
+    hi = hi_at if isinstance(hi_at, int) else hi_at.start_ns
+    template = replace(nearest, covered=True, held=False)
+    cuts = [int(c) for c in peers.inside(lo, hi, ends=False)]
+    edges = [*cuts, hi] if leading else [lo, *cuts]
+    pairs = list(itertools.pairwise(edges))
+    out: list[Step] = []
+    for a, b in reversed(pairs) if leading else pairs:
+        if b - a < 1.5 * m or not _sampled(tl.segments, a, b):
+            break
+        out.append(piece(tl.segments, template, a, b))
+    return out[::-1] if leading else out
+
+
+def _sampled(segments: Sequence[Segment], start_ns: int, end_ns: int) -> bool:
+    """Whether the thread's ``segments`` cover at least SAMPLED of [start_ns, end_ns)."""
+    lo_i = max(bisect.bisect_right(segments, start_ns, key=_seg_start) - 1, 0)
+    held = 0
+    for i in range(lo_i, bisect.bisect_left(segments, end_ns, key=_seg_start)):
+        seg = segments[i]
+        held += max(0, min(seg.ts_ns + seg.dur_ns, end_ns) - max(seg.ts_ns, start_ns))
+    return held >= SAMPLED * (end_ns - start_ns)
+
+
+def _seg_start(seg: Segment) -> int:
+    return seg.ts_ns
+
