@@ -533,7 +533,8 @@ def test_a_known_step_is_advised_a_slower_rate_only_with_twice_the_samples_there
     # 200 ms steps at 300 Hz get 20 samples at 100 Hz: back to --rate (a 20 ms optimizer is still
     # seen in 86% of the steps at 100 Hz)
     long_clock = StepClock("wraps", 200e6, typical_ns=200e6)
-    every = tuple(replace(s, phases_ns={**s.phases_ns, "optimizer": 20_000_000}) for s in tl.steps)
+    every = tuple(replace(s, end_ns=s.start_ns + 200_000_000, phases_ns={**s.phases_ns, "optimizer": 20_000_000})
+                  for s in tl.steps)
     long = tl.__class__(**{**tl.__dict__, "clock": long_clock, "steps": every})
     assert slower(long, 100) == (100, "steps of 200 ms get 20 samples at 100 Hz")
     # ...but a 2 ms optimizer sampled in 1 step of 3 (0.7 ms a step) is seen in 60% of the steps

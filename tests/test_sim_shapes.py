@@ -442,17 +442,16 @@ def test_a_rank_whose_returns_vary_is_not_said_to_have_varying_steps_where_its_o
     from bench.sim_grid import Point, build
 
     pt = Point.parse("accum_bursty:50:3/3:200:4:810000")
-    rec, _ = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
-    ranks = {r.rank: r for r in analyze(rec, RULES).ranks}
-    assert ranks["0"].step_ms is not None
-    # THEN the ranks it leaves unknown say what rank 0 saw (its returns vary), not that its steps vary,
-    # which the same summary gives as known (was "rank 0 saw every boundary and its steps vary")
-    unknown = [r for r in ranks.values() if r.step_ms is None]
-    assert unknown
-    for r in unknown:
-        reason = r.clock.reason if r.clock is not None else ""
-        assert reason and reason.startswith("rank 0 saw every return of its loop and the intervals between them vary")
-        assert "its steps vary" not in reason
+    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    # THEN no rank says its steps vary, which the same summary gives as known (was "rank 0 saw every
+    # boundary and its steps vary"); since stop 70 the others' visits, which end every one of their
+    # intervals, sit on rank 0's step, and every rank has it (they said what rank 0 saw, unknown)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert "its steps vary" not in (r.clock.reason or "") if r.clock is not None else True
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.01, (r.rank, r.clock)
+        assert r.steps == truth.steps_in(lo, hi)
 
 
 def test_intervals_split_in_pairs_that_make_one_step_are_not_every_boundary_seen():
@@ -630,21 +629,20 @@ def test_synchronized_ranks_means_are_compared_over_the_steps_they_share():
         assert abs(r.steps - truth.steps_in(lo, hi)) <= 1, (r.steps, truth.steps_in(lo, hi))
 
 
-def test_ranks_that_saw_every_boundary_have_their_mean_beside_ranks_that_did_not():
+def test_ranks_that_saw_every_boundary_and_ranks_that_did_not_all_get_the_jobs_step():
     # GIVEN 8 synchronized ranks accumulating 4 micro-batches of 50-ms optimizer steps (2 workers
     # delivering in bursts), at 500 Hz: most ranks saw every boundary of steps too uneven for a
     # median, but some left a few unseen (e^-λ over 1%)
     an, truths, lo, hi = grid_window("accum_bursty:50:4/2:500:8:859000", 500)
-    # THEN those that saw every one are given their mean, counted on their own and their peers'
-    # boundaries, said so (was: none, "a rank that left boundaries unseen"), and every rank's step
-    # time is within 0.5% of the job's, every step counted
-    means = [r for r in an.ranks if r.clock is not None and r.clock.mean]
-    assert len(means) >= 6, [(r.rank, r.step_ms, r.clock.reason if r.clock else None) for r in an.ranks]
+    # THEN every rank's step time is within 0.5% of the job's (its mean where it says so), every step
+    # counted but at an edge: those that saw every one were given their mean, counted on their own
+    # and their peers' boundaries (stop 64; was none, "a rank that left boundaries unseen"); since
+    # stop 70 their optimizer's visits sit on the step that rank 0's time, and every rank has that
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and r.clock is not None, (r.rank, r.clock)
         expected = truth.mean_step_ms(lo, hi) if r.clock.mean else truth.median_step_ms(lo, hi)
         assert abs(r.step_ms / expected - 1) <= 0.005, (r.rank, r.step_ms, expected)
-        assert r.steps == truth.steps_in(lo, hi), (r.rank, r.steps, truth.steps_in(lo, hi))
+        assert abs(r.steps - truth.steps_in(lo, hi)) <= 1, (r.rank, r.steps, truth.steps_in(lo, hi))
 
 
 def test_long_intervals_every_rank_shows_alike_are_slow_steps_not_hidden_ones():
