@@ -336,12 +336,13 @@ def _filled(tl: Timeline, peers: PeerBounds) -> Timeline | str:
     return filled if why is None else why
 
 
-def filled_in(tl: Timeline, peers: PeerBounds) -> Timeline:
+def filled_in(tl: Timeline, peers: PeerBounds, ends: bool = True) -> Timeline:
     """``tl`` with its intervals split at the boundaries its ``peers`` saw inside them (``_filled``,
-    which says where that is not enough); ``tl`` itself where none is."""
+    which says where that is not enough; ``ends`` as ``PeerBounds.inside`` has it); ``tl`` itself
+    where none is."""
     pieces: list[Step] = []
     split = False
-    for iv, edges in _edges_inside(tl, peers):
+    for iv, edges in _edges_inside(tl, peers, ends):
         if len(edges) == 2:
             pieces.append(iv)
             continue
@@ -372,13 +373,13 @@ def seen_inside(tl: Timeline, peers: PeerBounds) -> int:
     return sum(len(edges) - 2 for _, edges in _edges_inside(tl, peers))
 
 
-def _edges_inside(tl: Timeline, peers: PeerBounds) -> Iterator[tuple[Step, list[int]]]:
+def _edges_inside(tl: Timeline, peers: PeerBounds, ends: bool = True) -> Iterator[tuple[Step, list[int]]]:
     """Each of ``tl``'s intervals with the edges of the pieces ``_filled`` splits it into: its own
-    ends, and between them the boundaries its ``peers`` saw inside it (``PeerBounds.inside``) that
-    leave pieces at least 1.5 margins long (a boundary seen late leaves a short piece)."""
+    ends, and between them the boundaries its ``peers`` saw inside it (``PeerBounds.inside``, with
+    ``ends``) that leave pieces at least 1.5 margins long (a boundary seen late leaves a short piece)."""
     shortest = 3 * peers.margin   # (two pieces of 1.5 margins: below)
     for iv in tl.intervals:
-        cuts = peers.inside(iv.start_ns, iv.end_ns) if iv.dur_ns >= shortest and not iv.swallowing else []
+        cuts = peers.inside(iv.start_ns, iv.end_ns, ends) if iv.dur_ns >= shortest and not iv.swallowing else []
         edges = [iv.start_ns]
         for cut in cuts:   # pieces as long as a short step, at most its lag shorter
             if cut - edges[-1] >= 1.5 * peers.margin and iv.end_ns - cut >= 1.5 * peers.margin:

@@ -22,17 +22,15 @@ skewed steps; boundaries every rank missed that Chao's estimate did not see): th
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import replace
 
 from traceml_attach.policy import MAX_UNSEEN
-from traceml_attach.steps.batch_timeline import Segment, Timeline
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import Step, clock_of, edge_steps, expand_counted
-from traceml_attach.steps.mean import PeerBounds, peer_bounds, peers_of, piece, unseen_by_all
+from traceml_attach.steps.mean import PeerBounds, filled_in, peer_bounds, peers_of, piece, unseen_by_all
 
 # a stretch before a rank's first boundary or after its last is a step of its own between its peers'
 # boundaries only where its samples cover at least this much of it (a hole is no step of its)
@@ -91,64 +89,32 @@ def _counted(tl: Timeline, peers: PeerBounds) -> Timeline | None:
 
 
 def _pieces(tl: Timeline, peers: PeerBounds) -> list[Step]:
-    """``tl``'s intervals, each split at the boundaries its peers saw inside it (``PeerBounds.inside``,
-    any peer's, more than a margin from either end: near an end, it is the boundary this rank saw
-    there, seen earlier or later), into pieces at least 1.5 margins long; each piece holds the phases
-    of the rank's own samples in it (``mean.piece``)."""
-    m = peers.margin
-    out: list[Step] = []
-    for iv in tl.intervals:
-        cuts = peers.inside(iv.start_ns, iv.end_ns, ends=False) if iv.dur_ns >= 3 * m and not iv.swallowing else []
-        edges = [iv.start_ns]
-        for cut in cuts:
-            if cut - edges[-1] >= 1.5 * m and iv.end_ns - cut >= 1.5 * m:
-                edges.append(int(cut))
-        edges.append(iv.end_ns)
-        if len(edges) == 2:
-            out.append(iv)
-        else:
-            out.extend(piece(tl.segments, iv, a, b) for a, b in itertools.pairwise(edges))
+    """``tl``'s intervals, each split at the boundaries its peers saw inside it (``mean.filled_in``
+    with any peer's, more than a margin from either end: near an end, it is the boundary this rank
+    saw there, seen earlier or later), and before its first boundary and after its last the steps
+    between its peers' there (``_beyond``): a rank that missed the first two and last three of 18
+    boundaries its peers saw counted 13 steps."""
+    out = list(filled_in(tl, peers, ends=False).intervals)
     if not out or tl.start_seen_ns is None or tl.end_ns is None:
         return out
-    # and before its first boundary and after its last, the steps between its peers' there: a rank
-    # that missed the first two and last three of 18 boundaries its peers saw counted 13 steps
-    return [*_beyond(tl, peers, tl.start_seen_ns, out[0], True), *out,
-            *_beyond(tl, peers, out[-1], tl.end_ns, False)]
+    return [*_beyond(tl, peers, tl.start_seen_ns, out[0].start_ns, out[0], True), *out,
+            *_beyond(tl, peers, out[-1].end_ns, tl.end_ns, out[-1], False)]
 
 
-def _beyond(tl: Timeline, peers: PeerBounds, lo_at: int | Step, hi_at: int | Step, leading: bool) -> list[Step]:
-    """The steps between the boundaries ``tl``'s peers saw before its first boundary (``leading``:
-    from the window's start ``lo_at`` to its first piece ``hi_at``) or after its last (from its last
-    piece ``lo_at`` to the window's end), from that boundary outwards while its samples cover them
-    (``_sampled``); the part beyond the last of them is the window's edge. Each holds the phases of
-    the rank's own samples in it."""
-    m = peers.margin
-    nearest = hi_at if leading else lo_at
-    assert isinstance(nearest, Step)
-    lo = lo_at if isinstance(lo_at, int) else lo_at.end_ns
-    hi = hi_at if isinstance(hi_at, int) else hi_at.start_ns
+def _beyond(tl: Timeline, peers: PeerBounds, lo: int, hi: int, nearest: Step, leading: bool) -> list[Step]:
+    """The steps between the boundaries ``tl``'s peers saw in (lo, hi): before its first piece
+    (``leading``: ``hi`` is that piece's start, ``nearest`` the piece) or after its last (``lo`` its
+    end), from that boundary outwards while its samples cover at least SAMPLED of each (a hole is no
+    step of its); the part beyond the last of them is the window's edge. Each holds the phases of the
+    rank's own samples in it (``mean.piece``)."""
     template = replace(nearest, covered=True, held=False)
     cuts = [int(c) for c in peers.inside(lo, hi, ends=False)]
     edges = [*cuts, hi] if leading else [lo, *cuts]
     pairs = list(itertools.pairwise(edges))
     out: list[Step] = []
     for a, b in reversed(pairs) if leading else pairs:
-        if b - a < 1.5 * m or not _sampled(tl.segments, a, b):
+        step = piece(tl.segments, template, a, b)
+        if b - a < 1.5 * peers.margin or sum(step.phases_ns.values()) < SAMPLED * (b - a):
             break
-        out.append(piece(tl.segments, template, a, b))
+        out.append(step)
     return out[::-1] if leading else out
-
-
-def _sampled(segments: Sequence[Segment], start_ns: int, end_ns: int) -> bool:
-    """Whether the thread's ``segments`` cover at least SAMPLED of [start_ns, end_ns)."""
-    lo_i = max(bisect.bisect_right(segments, start_ns, key=_seg_start) - 1, 0)
-    held = 0
-    for i in range(lo_i, bisect.bisect_left(segments, end_ns, key=_seg_start)):
-        seg = segments[i]
-        held += max(0, min(seg.ts_ns + seg.dur_ns, end_ns) - max(seg.ts_ns, start_ns))
-    return held >= SAMPLED * (end_ns - start_ns)
-
-
-def _seg_start(seg: Segment) -> int:
-    return seg.ts_ns
-
