@@ -1168,3 +1168,46 @@ def test_a_rank_whose_returns_are_its_optimizer_steps_takes_its_peers_step_where
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.02, (r.rank, r.clock)
         assert r.steps == truth.steps_in(lo, hi)
 
+
+
+def test_returns_inside_an_optimizer_step_that_the_optimizer_never_visits_are_no_steps():
+    # GIVEN 8 ranks of 13-ms optimizer steps of two micro-batches, one waiting for a bursty
+    # DataLoader's batch and one of about 1 ms with its batch already there, at 400 Hz: the optimizer
+    # is seen too seldom to count the micro-batches, so every return was a step, and where the 1-ms
+    # one's return was seen too, the step was counted twice: 793-952 steps for the job's 768 (+3-24%)
+    an, truths, lo, hi = grid_window("accum_bursty:13:2/2:200:8:11000", 400)
+    steps = truths[0].steps_in(lo, hi)
+    # THEN the short intervals the optimizer never visits join their neighbours: every rank counts
+    # the job's steps within 3%, and its step time holds
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+        assert abs(r.steps / steps - 1) <= 0.03, (r.rank, r.steps, steps)
+
+
+def test_short_steps_that_the_optimizer_visits_as_often_as_the_long_ones_are_steps():
+    from traceml_attach.steps.batch_timeline import Timeline
+    from traceml_attach.steps.clock import Step, StepClock
+    from traceml_attach.steps.extra_returns import without_extra_returns
+
+    typical = 100 * MS
+    rng = random.Random(7)
+
+    def timeline(short_visited: float) -> Timeline:
+        steps, t = [], 0
+        for i in range(60):
+            dur = 10 * MS if i % 3 == 2 else typical   # one step in three short (a burst's ready batch)
+            visited = rng.random() < (short_visited if dur < typical else 0.5)
+            steps.append(Step(t, t + dur, {"forward": dur - MS, "optimizer": MS if visited else 0}))
+            t += dur
+        return Timeline(1, None, None, None, (), tuple(steps), StepClock("wraps", typical, typical_ns=typical), {})
+
+    # GIVEN short steps in which the optimizer is seen as often as in the long ones (each a step, a
+    # burst's ready batches): THEN they are steps
+    kept = timeline(0.5)
+    assert without_extra_returns(kept) is kept
+    # GIVEN short ones it never visits, where the long ones show it half the time: THEN each joins a
+    # neighbour, and the steps left are about one typical step each
+    joined = without_extra_returns(timeline(0.0))
+    assert len(joined.steps) == 40
+    assert all(s.dur_ns in (typical, typical + 10 * MS) for s in joined.steps)
+    assert sum(s.dur_ns for s in joined.steps) == 40 * typical + 20 * 10 * MS

@@ -431,6 +431,11 @@ OVERDISPERSED = 3.0
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
 MAX_UNSEEN = 0.01
+# Intervals shorter than this share of the typical step that show the optimizer far less often than
+# the longer ones do (Fisher's exact test: at most EXTRA_RETURN_CHANCE likely by chance) are no
+# steps: returns inside an optimizer step whose micro-batches differ in length (steps/extra_returns.py)
+SHORT_RETURN = 0.5
+EXTRA_RETURN_CHANCE = 0.01
 # optimizer steps fitted to the optimizer's visits that leave more than this share of them (and
 # three times the chance its work goes unseen) without a visit are a divisor of the visits' gaps
 # (accumulation._visits_too_few)

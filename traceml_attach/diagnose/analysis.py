@@ -35,6 +35,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepT
 from traceml_attach.steps.accumulation import accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline, build_timeline, without_period
 from traceml_attach.steps.classify import Rules
+from traceml_attach.steps.extra_returns import without_extra_returns
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
@@ -105,6 +106,7 @@ def analyze(
         if slow is not None:
             timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
         timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)
+        timelines = {rank: without_extra_returns(tl) for rank, tl in timelines.items()}
     stats = [rank_stats(rank, tl) for rank, tl in timelines.items()]
     hot = {rank: hot_frames(tl) for rank, tl in timelines.items()}
     return conclude(rec, policy, start, end, pids, timelines, stats, hot, memory_from_ns, history)

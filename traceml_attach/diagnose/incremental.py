@@ -40,6 +40,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepT
 from traceml_attach.steps.accumulation import Plan, accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import Rules
+from traceml_attach.steps.extra_returns import without_extra_returns
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.mean import with_mean
@@ -175,13 +176,15 @@ class IncrementalAnalyzer:
             for tracker in by_rank.values():
                 tracker.count_ones()
             timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
-        timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)
+        counted = split_by_peers(noted(with_mean(timelines, sync), note), sync)
+        timelines = {rank: without_extra_returns(tl) for rank, tl in counted.items()}
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
             # the tracker's running sums are over micro-batches; optimizer steps are summed afresh
-            # (and where the steps were counted on the peers' boundaries, not on the tracker's own)
-            totals = (by_rank[rank].totals(step_ms) if tl.micro_batches == 1 and not unioned
+            # (and where the steps were counted on the peers' boundaries, not on the tracker's own, or
+            # some of its returns were no steps)
+            totals = (by_rank[rank].totals(step_ms) if tl.micro_batches == 1 and not unioned and tl is counted[rank]
                       else step_totals(tl.steps, step_ms))
             stats.append(stats_of(rank, tl, totals))
         hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}

@@ -202,7 +202,7 @@ def group(steps: Sequence[Step], k: int) -> tuple[Step, ...]:
     for i in range(offset, len(steps) - k + 1, k):
         run = steps[i:i + k]
         if all(a.end_ns == b.start_ns for a, b in itertools.pairwise(run)):   # no hole inside
-            out.append(_merged(run))
+            out.append(merged_steps(run))
     return tuple(out)
 
 
@@ -223,7 +223,7 @@ def _visits_end_groups(steps: Sequence[Step], k: int) -> bool:
     return len(visits) >= MIN_GAPS and sum(1 for i in visits if i in ends) >= ENDS_SHARE * len(visits)
 
 
-def _merged(run: Sequence[Step]) -> Step:
+def merged_steps(run: Sequence[Step]) -> Step:
     """Consecutive steps as one."""
     blocked: dict[str, int] | None = None
     if all(s.blocked_sync_ns is not None for s in run):
@@ -232,7 +232,7 @@ def _merged(run: Sequence[Step]) -> Step:
             for phase, ns in (s.blocked_sync_ns or {}).items():
                 blocked[phase] = blocked.get(phase, 0) + ns
     works = [s.work_ns for s in run]
-    return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns[p] for s in run) for p in PHASES},
+    return Step(run[0].start_ns, run[-1].end_ns, {p: sum(s.phases_ns.get(p, 0) for s in run) for p in PHASES},
                 blocked, covered=all(s.covered for s in run), swallowing=any(s.swallowing for s in run),
                 held=any(s.held for s in run),
                 aside_ns=sum(s.aside_ns for s in run),
@@ -464,11 +464,11 @@ def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
                 # one visit across a return (``step()`` at the end of a step, ``zero_grad()`` at the
                 # start of the next): the later interval ends its step
                 if groups:
-                    groups[-1] = _merged([groups[-1], iv])
+                    groups[-1] = merged_steps([groups[-1], iv])
                 run = []
                 continue
             if mark is not None:
-                group = _merged(run)
+                group = merged_steps(run)
                 groups.append(group)
                 lengths.append(max(at - mark - group.aside_ns, 1))
             run, mark = [], at
@@ -1163,7 +1163,7 @@ def _run_steps(intervals: Sequence[Step], k: int) -> list[Step]:
         spans += itertools.pairwise(cuts)
         anchor = visit
     spans += [(anchor + 1 + n * k, anchor + 1 + (n + 1) * k) for n in range((len(intervals) - 1 - anchor) // k)]
-    return [_merged(intervals[a:b]) for a, b in spans]
+    return [merged_steps(intervals[a:b]) for a, b in spans]
 
 
 def _seen_step(timelines: Iterable[Timeline]) -> float | None:

@@ -1,0 +1,91 @@
+"""Returns that begin no step: short intervals whose lack of optimizer visits says they are none.
+
+A rank counted one micro-batch a step takes every return of its loop for a step boundary. Where an
+optimizer step holds micro-batches of very different lengths, its returns are not all boundaries,
+yet the optimizer is seen too seldom to count the micro-batches (``accumulation.plan_of``): two
+micro-batches a step, one waiting 13 ms for a bursty DataLoader's batch and one taking 1 ms with
+the batch already delivered, show the second return in one step of six at 400 Hz. Those steps
+were counted twice, the 1-ms piece as a step of its own: 516-592 steps for the job's 499 (+3-19%),
+while the median (19.8 ms for 20.0) held.
+
+The optimizer runs once a step, however long the step is: sampling at a steady rate sees it in a
+share p of the steps, short or long. Where the intervals shorter than SHORT_RETURN of the typical
+step show it far less often than the longer ones (by chance at most EXTRA_RETURN_CHANCE likely:
+Fisher's exact test), they are no steps: each of them without a visit joins the neighbour that
+makes the nearer to one typical step. Short steps of their own (a burst of delivered batches, each
+one step: the grid's bursty jobs, down to 0.07 of the median) show the optimizer as often as the
+long ones, and are kept.
+Quick grid (docs/steps.md, stop 71): see there for the rank-windows it changed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from traceml_attach.policy import EXTRA_RETURN_CHANCE, SHORT_RETURN
+from traceml_attach.steps.accumulation import merged_steps
+from traceml_attach.steps.batch_timeline import Timeline
+from traceml_attach.steps.clock import Step
+
+MIN_STEPS = 10   # fewer steps say too little of how often the optimizer is seen
+
+
+def without_extra_returns(tl: Timeline) -> Timeline:
+    """``tl`` with its short steps that are no steps (see the module's doc) joined to a neighbour;
+    ``tl`` itself where there are none."""
+    typical = tl.clock.typical_ns
+    steps = tl.steps
+    if (typical is None or tl.micro_batches != 1 or tl.step_floor is not None or len(steps) < MIN_STEPS
+            or min(s.end_ns - s.start_ns for s in steps) >= SHORT_RETURN * typical):
+        return tl
+    short = [i for i, s in enumerate(steps) if s.covered and s.dur_ns < SHORT_RETURN * typical]
+    long = [s for s in steps if s.covered and s.dur_ns >= SHORT_RETURN * typical]
+    if not short or not long:
+        return tl
+    visited = sum(1 for i in short if _visited(steps[i]))
+    if fewer_by_chance(visited, len(short), sum(1 for s in long if _visited(s)), len(long)) > EXTRA_RETURN_CHANCE:
+        return tl
+    extra = {i for i in short if not _visited(steps[i])}
+    return replace(tl, steps=tuple(_joined(steps, extra, typical)))
+
+
+def _visited(step: Step) -> bool:
+    return step.phases_ns.get("optimizer", 0) > 0
+
+
+def fewer_by_chance(visited: int, of: int, others_visited: int, others: int) -> float:
+    """How likely ``visited`` or fewer of ``of`` steps show the optimizer where ``others_visited`` of
+    ``others`` do, were both alike (Fisher's exact test, one-sided: the hypergeometric tail)."""
+    total = visited + others_visited
+    ways = math.comb(of + others, total)
+    return sum(math.comb(of, j) * math.comb(others, total - j) for j in range(visited + 1)) / ways
+
+
+def _joined(steps: Sequence[Step], extra: set[int], typical: float) -> list[Step]:
+    """``steps`` with each of ``extra`` joined to the adjoining step (not one of ``extra``) that makes
+    the nearer to ``typical``; one without such a neighbour stays."""
+    out: list[Step] = []
+    i = 0
+    while i < len(steps):
+        step = steps[i]
+        if i not in extra:
+            out.append(step)
+            i += 1
+            continue
+        before = out[-1] if out and out[-1].end_ns == step.start_ns else None
+        after = (steps[i + 1] if i + 1 < len(steps) and i + 1 not in extra
+                 and steps[i + 1].start_ns == step.end_ns else None)
+        miss_before = math.inf if before is None else abs(before.dur_ns + step.dur_ns - typical)
+        miss_after = math.inf if after is None else abs(after.dur_ns + step.dur_ns - typical)
+        if before is not None and miss_before <= miss_after:
+            out[-1] = merged_steps((before, step))
+            i += 1
+        elif after is not None:
+            out.append(merged_steps((step, after)))
+            i += 2
+        else:
+            out.append(step)
+            i += 1
+    return out
+
