@@ -17,7 +17,8 @@ of their own (a burst of delivered batches, each one step: the grid's bursty job
 the median) show the optimizer as often as the long ones, and are kept: nearly as often where
 their ends blur (4 synchronized ranks of 30-ms steps, 4 workers, at 400 Hz: 76% of 91 short steps
 against 87% of 277, by chance 1.1%), and the share keeps a difference that small from deciding.
-Quick grid (docs/steps.md, stop 71): see there for the rank-windows it changed."""
+Quick grid (docs/steps.md, "Returns that begin no step"): counts beyond 3% 148 -> 120, the live
+view's 30-s windows 102 -> 75; 28 rank-windows mended, none broken, no step time changed."""
 
 from __future__ import annotations
 
