@@ -449,7 +449,7 @@ def test_a_rank_whose_returns_vary_is_not_said_to_have_varying_steps_where_its_o
     # boundary and its steps vary"); since stop 70 the others' visits, which end every one of their
     # intervals, sit on rank 0's step, and every rank has it (they said what rank 0 saw, unknown)
     for r, truth in zip(an.ranks, truths, strict=True):
-        assert "its steps vary" not in (r.clock.reason or "") if r.clock is not None else True
+        assert "its steps vary" not in (r.clock.reason or "" if r.clock is not None else "")
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.01, (r.rank, r.clock)
         assert r.steps == truth.steps_in(lo, hi)
 
@@ -1169,19 +1169,14 @@ def test_a_rank_whose_returns_are_its_optimizer_steps_takes_its_peers_step_where
         assert r.steps == truth.steps_in(lo, hi)
 
 
-
 def test_returns_inside_an_optimizer_step_that_the_optimizer_never_visits_are_no_steps():
     # GIVEN 8 ranks of 13-ms optimizer steps of two micro-batches, one waiting for a bursty
     # DataLoader's batch and one of about 1 ms with its batch already there, at 400 Hz: the optimizer
     # is seen too seldom to count the micro-batches, so every return was a step, and where the 1-ms
     # one's return was seen too, the step was counted twice: 793-952 steps for the job's 768 (+3-24%)
-    an, truths, lo, hi = grid_window("accum_bursty:13:2/2:200:8:11000", 400)
-    steps = truths[0].steps_in(lo, hi)
     # THEN the short intervals the optimizer never visits join their neighbours: every rank counts
-    # the job's steps within 3%, and its step time holds
-    for r, truth in zip(an.ranks, truths, strict=True):
-        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
-        assert abs(r.steps / steps - 1) <= 0.03, (r.rank, r.steps, steps)
+    # the job's steps within 3%, and its step time holds (within 5%)
+    counted_within("accum_bursty:13:2/2:200:8:11000", 400, 0.03)
 
 
 def test_short_steps_that_the_optimizer_visits_as_often_as_the_long_ones_are_steps():

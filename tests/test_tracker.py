@@ -181,6 +181,14 @@ def live_at_once(spec: str, rate_hz: int) -> Analysis:
     return got
 
 
+
+def counted_live(spec: str, rate_hz: int, steps: int, known: bool = False) -> None:
+    """``live_at_once`` of a grid point: every rank counts the job's ``steps`` within 3%, and gives a
+    step time where ``known``."""
+    got = live_at_once(spec, rate_hz)
+    assert all(abs(r.steps - steps) <= 0.03 * steps and (r.step_ms is not None or not known)
+               for r in got.ranks), [(r.steps, r.step_ms) for r in got.ranks]
+
 def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
     # GIVEN 8 synchronized ranks, 40% of their steps fetching the batch 1.3-2.2x as long, at 400 Hz:
     # one rank's comb takes its slow steps for two (test_sim_shapes, sync.slow_not_unseen)
@@ -311,17 +319,14 @@ def test_long_steps_split_at_the_peers_boundaries_live_as_in_the_batch():
     # 4 ranks of bursty 33-ms steps at 500 Hz whose long intervals hide boundaries their peers saw
     # (tests/test_sim_shapes.py): the live view splits them too, and counts within 3% of the job's
     # 299 steps in the window (295-298; 223-227 before the split)
-    got = live_at_once("bursty:13:3:500:4:238000", 500)
-    assert all(abs(r.steps - 299) <= 0.03 * 299 for r in got.ranks), [r.steps for r in got.ranks]
+    counted_live("bursty:13:3:500:4:238000", 500, 299)
 
 
 def test_ranks_counted_on_the_boundaries_any_of_them_saw_live_as_in_the_batch():
     # 8 ranks waiting through 95% of their 200-ms steps at 400 Hz, no rank's own returns fitting a
     # period (tests/test_sim_shapes.py, steps/union.py): the live view too counts each on the
     # boundaries it and its peers saw, every rank within 3% of the job's 50 steps
-    got = live_at_once("classic:200:0.95:50:8:863000", 400)
-    assert all(r.step_ms is not None and abs(r.steps - 50) <= 0.03 * 50 for r in got.ranks), [
-        r.steps for r in got.ranks]
+    counted_live("classic:200:0.95:50:8:863000", 400, 50, known=True)
 
 
 def test_slow_steps_in_which_no_peer_saw_a_boundary_are_one_step_live_as_in_the_batch():
@@ -329,8 +334,7 @@ def test_slow_steps_in_which_no_peer_saw_a_boundary_are_one_step_live_as_in_the_
     # (tests/test_sim_shapes.py): the live view too counts an interval as long as two steps, in which
     # the ranks that cover it saw no boundary, as one slow step, and every rank within 3% of the
     # job's 315 steps (314-319; 335-339 before)
-    got = live_at_once("contended:30:library:50:8:283000", 400)
-    assert all(abs(r.steps - 315) <= 0.03 * 315 for r in got.ranks), [r.steps for r in got.ranks]
+    counted_live("contended:30:library:50:8:283000", 400, 315)
 
 
 def test_returns_the_optimizer_never_visits_are_no_steps_live_as_in_the_batch():
@@ -338,9 +342,7 @@ def test_returns_the_optimizer_never_visits_are_no_steps_live_as_in_the_batch():
     # (tests/test_sim_shapes.py, steps/extra_returns.py): the live view too joins the short
     # intervals the optimizer never visits to their neighbours, every rank within 3% of the job's
     # 768 steps (750-785; 793-952 before)
-    got = live_at_once("accum_bursty:13:2/2:200:8:11000", 400)
-    assert all(r.step_ms is not None and abs(r.steps - 768) <= 0.03 * 768 for r in got.ranks), [
-        r.steps for r in got.ranks]
+    counted_live("accum_bursty:13:2/2:200:8:11000", 400, 768, known=True)
 
 
 def test_a_comb_its_peers_boundaries_refute_gives_no_step_live_as_in_the_batch():

@@ -235,10 +235,15 @@ class RatePolicy:
         multiple of ``step_hz``, at least one such step over ``rate_hz`` and at most ``most_hz``; None
         where that is no faster than ``rate_hz``."""
         wanted = self.raise_to_samples if samples is None else samples
-        rate = max(int(math.ceil(wanted * 1e9 / step_ns / self.step_hz - 1e-9) * self.step_hz), rate_hz + self.step_hz)
+        rate = max(round_up(wanted * 1e9 / step_ns, self.step_hz), rate_hz + self.step_hz)
         rate = min(rate, self.most_hz)
         return rate if rate > rate_hz else None
 
+
+
+def round_up(rate: float, step: int) -> int:
+    """``rate`` rounded up to a multiple of ``step`` (a rate a hair over one is that one)."""
+    return int(math.ceil(rate / step - 1e-9) * step)
 
 # The rates a lagging process is read at (RatePolicy.lagging_share): about 25% apart.
 LAGGING_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 150, 200, 250, 300,

@@ -63,6 +63,7 @@ from traceml_attach.policy import (
     UNDECIDED_SEEN,
     UNSEEN_TARGET,
     RatePolicy,
+    round_up,
 )
 from traceml_attach.steps.batch_timeline import Timeline, step_skew
 from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, UNEVEN, unseen_share
@@ -279,7 +280,7 @@ def _unseen_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
         return None
     lam = -math.log(unseen) if unseen < 1.0 else 0.0
     wanted = -math.log(UNSEEN_TARGET)
-    rate = policy.most_hz if lam <= 0.0 else _round_up(tl.rate_hz * wanted / lam, policy.step_hz)
+    rate = policy.most_hz if lam <= 0.0 else round_up(tl.rate_hz * wanted / lam, policy.step_hz)
     rate = min(max(rate, tl.rate_hz + policy.step_hz), policy.most_hz)
     if rate <= tl.rate_hz:
         return None
@@ -323,8 +324,8 @@ def slower(tl: Timeline, base_hz: int, policy: RatePolicy = DEFAULT_RATE_POLICY)
     unit = step / tl.micro_batches
     floor = (policy.lower_from_samples if abs(step_skew(tl, step)) <= policy.uneven_skew
              else policy.uneven_lower_from_samples)
-    rate = max(base_hz, _round_up(floor * _NS / unit, policy.step_hz),
-               _round_up(_optimizer_floor(tl), policy.step_hz))
+    rate = max(base_hz, round_up(floor * _NS / unit, policy.step_hz),
+               round_up(_optimizer_floor(tl), policy.step_hz))
     if rate >= tl.rate_hz:
         return None
     what = "steps" if tl.micro_batches == 1 else "micro-batches"
@@ -341,6 +342,3 @@ def _optimizer_floor(tl: Timeline) -> float:
     d_ns = sum(s.phases_ns.get("optimizer", 0) for s in covered) / len(covered) if covered else 0.0
     return -math.log1p(-UNDECIDED_SEEN) * _NS / d_ns if d_ns > 0 else 0.0
 
-
-def _round_up(rate: float, step: int) -> int:
-    return int(math.ceil(rate / step - 1e-9) * step)
