@@ -26,6 +26,7 @@ from launch import PHASES, rank_truth, read_truth, start_example, start_torchrun
 JOBS = {
     "hf_trainer": ("hf_trainer", (), 1),
     "hf_trainer --grad-accum 4": ("hf_trainer", ("--grad-accum", "4"), 1),
+    "hf_trainer --grad-accum 4, input 20%": ("hf_trainer", ("--grad-accum", "4", "--input-share", "0.2"), 1),
     "lightning (input-bound)": ("lightning_job", (), 1),
     "lightning --accumulate 4": ("lightning_job", ("--accumulate", "4"), 1),
     "accelerate": ("accelerate_job", (), 1),

@@ -51,6 +51,11 @@ TRUTHED = {
     # HF's micro-batch loop, 4 a step, the optimizer ~3% (2 ms): its visits' gaps are multiples of 4
     # but for a miscounted one now and then (the recorded one took the micro-batch for the step)
     "truth_hf_trainer_accum4": ("hf_trainer", ("--grad-accum", "4"), 1),
+    # ...with a slow tokenizer (20% of the step): HF's get_batch_samples fetches the 4 micro-batches
+    # before the first, so one interval in four holds the input and is twice the others; counted on
+    # the micro-batches' period, those read as slow steps (doubts.lumped), and the step was unknown
+    # until the optimizer's visits, in about half the steps, were let mark them (stop 72)
+    "truth_hf_trainer_accum4_input": ("hf_trainer", ("--grad-accum", "4", "--input-share", "0.2"), 1),
     # nanoGPT's shape: micro-batches too short for 100 Hz, so the attacher raises its rate
     "truth_module_accum4": ("module_loop", ("--accum", "4"), 1),
     # issue "Phases on code nobody here wrote": a hand-written get_batch over np.memmap, zero_grad

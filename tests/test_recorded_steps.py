@@ -74,7 +74,8 @@ DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": 
              "truth_hand_written_log": "COMPUTE_BOUND", "truth_hf_trainer_accum4": "COMPUTE_BOUND",
              "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND",
              "truth_ddp_starved": "COMPUTE_STRAGGLER", "truth_ddp_raised": "COMPUTE_STRAGGLER",
-             "truth_lightning_ddp_accum2": "INPUT_STRAGGLER", "truth_hf_trainer_accum4_micro": "COMPUTE_BOUND"}
+             "truth_lightning_ddp_accum2": "INPUT_STRAGGLER", "truth_hf_trainer_accum4_micro": "COMPUTE_BOUND",
+             "truth_hf_trainer_accum4_input": "INPUT_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

@@ -97,10 +97,12 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
 # truth_hand_written_text: Python's garbage collections hold one stack for 2-3 steps' time while
 # py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live);
 # truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging);
-# truth_ddp_raised: a rate raised mid-window, whose optimizer's visits before the raise are weighed too
+# truth_ddp_raised: a rate raised mid-window, whose optimizer's visits before the raise are weighed too;
+# truth_hf_trainer_accum4_input: HF's 4 micro-batches fetched before the first, its steps begun by the
+# fetches (accumulation.by_fetch)
 @pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler",
                                   "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_text",
-                                  "truth_hand_written_log", "truth_ddp_raised"])
+                                  "truth_hand_written_log", "truth_ddp_raised", "truth_hf_trainer_accum4_input"])
 def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
     # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
     rec, live = Recording(), IncrementalAnalyzer(RULES)
@@ -153,6 +155,9 @@ JOBS = {
     # 3 micro-batches of an 800-ms step on 4 ranks behind a 30% straggler, every return seen and too
     # uneven for a typical one: k counted in returns between the optimizer's visits, live as in the batch
     "counted_returns": (build(Point.parse("accum:800:3/short:200:4:2570000"))[0], 200, {}),
+    # HF Trainer's 4 micro-batches fetched before the first (20% of the step): the fetch's micro-batch
+    # twice the others, read as a slow step on their period; the optimizer's visits time the steps
+    "fetched_once": (build(Point.parse("accum:100:4/short:400:1:62000"))[0], 400, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
 }

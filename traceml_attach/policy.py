@@ -577,6 +577,10 @@ OPTIMIZER_UNSEEN = 0.01
 # MAX_CHANCE (``marks_steps``). At 5% a rank of 8 with 8 micro-batches (e^-λ 4.8%) had its visits
 # taken for steps and made its peers' right step times unknown
 MARKS_UNSEEN = 0.025
+# Fetches mark the optimizer steps (``accumulation.by_fetch``) where at least this share of the gaps
+# between them are 2 returns or more, and this share of the optimizer's visits fall right before one
+# (and, of the gaps, this share of one length says the micro-batches per step)
+FETCH_PLACE = 0.9
 # Steps aligned on the optimizer's visits (``by_counted_returns``) stand with at most this share of them
 # as long as several (the step count allows 3%)
 ALIGNED_LONG = 0.02

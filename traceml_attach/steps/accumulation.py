@@ -47,6 +47,7 @@ from traceml_attach.policy import (
     ALIGNED_LONG,
     COUNTED_ODDS,
     ENDS_SHARE,
+    FETCH_PLACE,
     MARKS_UNSEEN,
     MAX_ADJACENT,
     MAX_CHANCE,
@@ -105,6 +106,7 @@ from traceml_attach.steps.doubts import (
     lumped,
     lumped_in,
     optimizer_unseen,
+    phase_unseen,
     suggested_words,
     undecided,
     undecided_words,
@@ -1136,6 +1138,95 @@ def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
     return replace(tl, steps=steps, clock=clock, micro_batches=k, step_floor=None)
 
 
+def by_fetch(tl: Timeline) -> Timeline | None:
+    """``tl`` in optimizer steps that each begin at an interval holding input time, where the loop
+    fetches an optimizer step's micro-batches before the first of them (HF Trainer's
+    ``get_batch_samples``): the input is then seen once an optimizer step, a return or more apart
+    (at least FETCH_PLACE of the gaps between fetches 2 intervals or more), and the optimizer,
+    wherever it is seen, ends the step before a fetch: at least FETCH_PLACE of its visits (MIN_GAPS
+    or more) in the interval right before one. A DataLoader whose workers deliver in bursts shows
+    its waits in some micro-batches too, but the optimizer then falls elsewhere among them, or in
+    the fetch's own interval (3 workers, 3 micro-batches a step: the last micro-batch of each step
+    waited for its input, then stepped the optimizer, and a third of the gaps were one). The steps are
+    counted on the fetches' clock (``clock_of``, every fetch seen but for MAX_UNSEEN), each measured
+    whole, as ``by_counted_returns``. HF Trainer with 4 micro-batches and a tokenizer taking 20% of
+    the step (one interval in four holding the fetch, twice the others): the micro-batches' period
+    read the long ones as slow steps (``lumped``), and its optimizer, in half the steps, fitted no
+    period of its own (``by_optimizer``). None where the fetches mark no steps."""
+    runs = [(run, [i for i, iv in enumerate(run) if iv.phases_ns.get("input", 0) > 0])
+            for run in _covered_runs(tl.intervals)]
+    gaps = [b - a for _, fetches in runs for a, b in itertools.pairwise(fetches)]
+    if len(gaps) < MIN_INTERVALS or sum(1 for g in gaps if g >= 2) < FETCH_PLACE * len(gaps):
+        return None
+    k = Counter(gaps).most_common(1)[0][0]
+    runs = [(run, _step_fetches(fetches, k)) for run, fetches in runs]
+    gaps = [b - a for _, fetches in runs for a, b in itertools.pairwise(fetches)]
+    before = elsewhere = 0
+    for run, fetches in runs:
+        marks = set(fetches)
+        for i in _visits_in(run):
+            if fetches and fetches[0] <= i < fetches[-1]:   # inside a step begun and ended by fetches
+                before, elsewhere = (before + 1, elsewhere) if i + 1 in marks else (before, elsewhere + 1)
+    if len(gaps) < MIN_INTERVALS or before + elsewhere < MIN_GAPS or before < FETCH_PLACE * (before + elsewhere):
+        return None
+    # each run between two fetches ends with the optimizer, seen in some of them; where the fetches
+    # come twice or more an optimizer step (a loader whose 2 workers deliver in bursts makes every
+    # other micro-batch wait), only every k-th run can, and the runs that did are k apart: two runs
+    # in a row that did must be seen (4 micro-batches of a 1.3-s step, fetched at the first and the
+    # third: 7 visits, each two runs apart, too few to count k = 2, made 14 steps of the job's 7)
+    ended = [[j for j, (a, b) in enumerate(itertools.pairwise(fetches)) if _visits_in(run[b - 1:b])]
+             for run, fetches in runs]
+    apart = [b - a for marks in ended for a, b in itertools.pairwise(marks)]
+    if 1 not in apart or _counted(*_multiples_in(apart, min(sum(map(len, ended)) / len(gaps), 0.999))) > 1:
+        return None
+    steps = [merged_steps(run[a:b]) for run, fetches in runs for a, b in itertools.pairwise(fetches)]
+    clock, counts = clock_of([s.counted_ns for s in steps], phase_unseen(tl.intervals, tl.rate_hz, "input"),
+                             tl.rate_hz)
+    if clock.method != "wraps" or sum(1 for n in counts if n != 1) > ALIGNED_LONG * len(counts):
+        return None
+    durations = sorted(float(s.dur_ns) for s in steps)
+    typical = statistics.median(durations)
+    mean = not steady_median(durations, len(steps))
+    if mean:
+        if mean_at_risk(len(steps), clock.unseen):
+            return None
+        typical = sum(durations) / len(durations)
+    # k where the returns between the fetches were all seen, and nearly every gap is k of them
+    k, most = Counter(gaps).most_common(1)[0]
+    seen_all = tl.clock.unseen is not None and tl.clock.unseen <= MAX_UNSEEN
+    said = k if seen_all and most >= FETCH_PLACE * len(gaps) else None
+    clock = replace(clock, typical_ns=typical, edge_steps=_fetch_edges(tl, runs, clock.period_ns or typical), mean=mean)
+    return replace(tl, steps=tuple(steps), clock=clock, micro_batches=said, step_floor=None)
+
+
+def _step_fetches(fetches: Sequence[int], k: int) -> list[int]:
+    """The ``fetches`` (places among the intervals) that begin a step, where most are ``k`` apart:
+    not one whose gaps either side are each under k and add up to k, a micro-batch of the step that
+    waited for its input too (2 workers delivering in bursts: 19 steps of 2 micro-batches made 20)."""
+    kept: list[int] = []
+    for j, at in enumerate(fetches):
+        if kept and j + 1 < len(fetches) and at - kept[-1] < k and fetches[j + 1] - at < k \
+                and fetches[j + 1] - kept[-1] == k:
+            continue
+        kept.append(at)
+    return kept
+
+
+def _fetch_edges(tl: Timeline, runs: Sequence[tuple[Sequence[Step], Sequence[int]]], period_ns: float) -> int:
+    """The whole steps before the first fetch of ``runs`` and after the last (``by_fetch``): a step
+    at most on either side, where a period fits between the fetch and the window's edge (a wrap
+    seen a sampling interval after its boundary, as ``clock.edge_steps``). Not more: a fetch further
+    in would have been seen, but the intervals at either edge are open, and the return that ends
+    the last step can be too (a fetch by the caller's loop is a return only once the loop frame is
+    back: ``batch_timeline.outer_back``)."""
+    starts = [run[i].start_ns for run, fetches in runs for i in fetches]
+    first, last = tl.start_seen_ns, tl.end_ns
+    if not starts or first is None or last is None or period_ns <= 0:
+        return 0
+    lag = 1e9 / max(tl.rate_hz, 1)
+    return sum(min(1, int(max(gap, 0.0) // period_ns)) for gap in (min(starts) - lag - first, last - max(starts) + lag))
+
+
 def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
     """Optimizer steps of about ``k`` intervals each, every one ending at an interval that holds
     optimizer time (a visit) or k intervals before one: the intervals between two visits are
@@ -1179,7 +1270,14 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
                       micro_batched: bool = False) -> Timeline:
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks;
-    ``micro_batched``: a rank of its job shows its returns as micro-batches, ``_micro_returns``)."""
+    ``micro_batched``: a rank of its job shows its returns as micro-batches, ``_micro_returns``);
+    first, where its fetches begin its optimizer steps (``by_fetch``), in those."""
+    fetched = by_fetch(tl) if tl.loop is not None else None
+    return fetched or _with_accumulation(tl, plan, seen_step_ns, micro_batched)
+
+
+def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | None,
+                       micro_batched: bool) -> Timeline:
     plan = plan or decided(plan_of(tl))
     if plan.marks is not None or (plan.doubt is not None and not plan.no_visit_step):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns

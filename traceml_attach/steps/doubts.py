@@ -43,7 +43,12 @@ def optimizer_unseen(intervals: Sequence[Step], rate_hz: int, *, trim: bool = Fa
     which the thread was off its core (a loaded machine) raises the mean of a few. DDP's rank 1 on a
     loaded machine, its 1.7-ms optimizer seen in 2 of 50 intervals at 100 Hz, one visit 74 ms long,
     was given e^-λ 1.5% untrimmed and its steps taken for micro-batches of unknown optimizer steps."""
-    seen = sorted(ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get("optimizer", 0)) > 0)
+    return phase_unseen(intervals, rate_hz, "optimizer", trim=trim)
+
+
+def phase_unseen(intervals: Sequence[Step], rate_hz: int, phase: str, *, trim: bool = False) -> float | None:
+    """``optimizer_unseen`` of another phase visited about once in the intervals that hold it."""
+    seen = sorted(ns for iv in intervals if iv.covered and (ns := iv.phases_ns.get(phase, 0)) > 0)
     if len(seen) < (3 if trim else 2):
         return None
     return math.exp(-visit_samples(statistics.fmean(seen[:-1] if trim else seen) * rate_hz / 1e9))
