@@ -1116,26 +1116,34 @@ def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
     steps = _visit_runs(tl.intervals, k)
     if len(steps) < 2:
         return None
-    clock, counts = clock_of([s.dur_ns for s in steps], tl.clock.unseen, tl.rate_hz)
-    # a step or two that the clock would count as several (a visit missed where a return was too:
-    # HF Trainer with 4 micro-batches, 1 of 98 steps aligned on the visits) move the median by
-    # nothing and the count by what the steps' count allows
-    if clock.method != "wraps" or sum(1 for n in counts if n != 1) > ALIGNED_LONG * len(counts):
+    timed = _whole_steps_clock(steps, [s.dur_ns for s in steps], tl.clock.unseen, tl.rate_hz)
+    if timed is None:
         return None
     # no edge steps: every whole run of k intervals is a step already, and what is left at either
     # end (fewer than k intervals, and the part of a return before the first one seen) holds none
-    durations = sorted(float(s.dur_ns) for s in steps)
-    typical = statistics.median(durations)
-    mean = not steady_median(durations, len(steps))
-    if mean:
-        # steps too uneven for their median (8 ranks, 2 micro-batches whose input 3 workers deliver
-        # in bursts: 174 ms for a median of 203, the 48 steps counted right): their mean, where a
-        # missed boundary is unlikely to move it (steps/mean.py)
-        if mean_at_risk(len(steps), tl.clock.unseen):
-            return None
-        typical = sum(durations) / len(durations)
+    clock, typical, mean = timed
     clock = replace(clock, typical_ns=typical, edge_steps=0, mean=mean)
     return replace(tl, steps=steps, clock=clock, micro_batches=k, step_floor=None)
+
+
+def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: float | None, rate_hz: int
+                       ) -> tuple[StepClock, float, bool] | None:
+    """The clock of ``steps`` each measured whole (``by_counted_returns``, ``by_fetch``; ``lengths``
+    as counted), its typical step, and whether that is their mean: every boundary seen (method
+    ``wraps``), at most ALIGNED_LONG of them as long as several (a step or two that the clock would
+    count as several, a visit missed where a return was too: HF Trainer with 4 micro-batches, 1 of
+    98 steps aligned on the visits, move the median by nothing and the count by what the steps'
+    count allows); the median step, or, where it does not hold, the mean, where a missed boundary is
+    unlikely to move it (steps/mean.py: 8 ranks, 2 micro-batches whose input 3 workers deliver in
+    bursts, 174 ms for a median of 203, the 48 steps counted right). None where neither stands."""
+    clock, counts = clock_of(lengths, unseen, rate_hz)
+    if clock.method != "wraps" or sum(1 for n in counts if n != 1) > ALIGNED_LONG * len(counts):
+        return None
+    durations = sorted(float(s.dur_ns) for s in steps)
+    mean = not steady_median(durations, len(steps))
+    if mean and mean_at_risk(len(steps), unseen):
+        return None
+    return clock, sum(durations) / len(durations) if mean else statistics.median(durations), mean
 
 
 def by_fetch(tl: Timeline) -> Timeline | None:
@@ -1180,17 +1188,11 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     if 1 not in apart or _counted(*_multiples_in(apart, min(sum(map(len, ended)) / len(gaps), 0.999))) > 1:
         return None
     steps = [merged_steps(run[a:b]) for run, fetches in runs for a, b in itertools.pairwise(fetches)]
-    clock, counts = clock_of([s.counted_ns for s in steps], phase_unseen(tl.intervals, tl.rate_hz, "input"),
-                             tl.rate_hz)
-    if clock.method != "wraps" or sum(1 for n in counts if n != 1) > ALIGNED_LONG * len(counts):
+    timed = _whole_steps_clock(steps, [s.counted_ns for s in steps], phase_unseen(tl.intervals, tl.rate_hz, "input"),
+                               tl.rate_hz)
+    if timed is None:
         return None
-    durations = sorted(float(s.dur_ns) for s in steps)
-    typical = statistics.median(durations)
-    mean = not steady_median(durations, len(steps))
-    if mean:
-        if mean_at_risk(len(steps), clock.unseen):
-            return None
-        typical = sum(durations) / len(durations)
+    clock, typical, mean = timed
     # k where the returns between the fetches were all seen, and nearly every gap is k of them
     k, most = Counter(gaps).most_common(1)[0]
     seen_all = tl.clock.unseen is not None and tl.clock.unseen <= MAX_UNSEEN
