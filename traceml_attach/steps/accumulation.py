@@ -1207,8 +1207,8 @@ def _step_fetches(fetches: Sequence[int], k: int) -> list[int]:
     waited for its input too (2 workers delivering in bursts: 19 steps of 2 micro-batches made 20)."""
     kept: list[int] = []
     for j, at in enumerate(fetches):
-        if kept and j + 1 < len(fetches) and at - kept[-1] < k and fetches[j + 1] - at < k \
-                and fetches[j + 1] - kept[-1] == k:
+        after = fetches[j + 1] if j + 1 < len(fetches) else None
+        if kept and after is not None and at - kept[-1] < k and after - at < k and after - kept[-1] == k:
             continue
         kept.append(at)
     return kept
