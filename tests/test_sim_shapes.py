@@ -1220,9 +1220,9 @@ def test_an_optimizer_step_whose_micro_batches_are_fetched_before_the_first_is_t
 
 def fetching(pattern: str, steps: int, seed: int = 5):
     """A timeline of ``steps`` optimizer steps whose intervals follow ``pattern`` ("F": a 40-ms
-    interval holding a fetch, "f": a 20-ms one holding a fetch, ".": a 20-ms micro-batch, "O": one
-    that may hold the optimizer, seen in half of them, "X": one that always does), at 400 Hz, every
-    return seen."""
+    interval holding a fetch, "G": one that also steps the optimizer, ".": a 20-ms micro-batch, "O":
+    one that may hold the optimizer, seen in half of them, "X": one that always does), at 400 Hz,
+    every return and every fetch seen."""
     from traceml_attach.steps.batch_timeline import Timeline
     from traceml_attach.steps.clock import Step, StepClock
 
@@ -1230,11 +1230,11 @@ def fetching(pattern: str, steps: int, seed: int = 5):
     intervals, t = [], 0
     for _ in range(steps):
         for c in pattern:
-            dur = 40 * MS if c == "F" else 20 * MS
+            dur = 40 * MS if c in "FG" else 20 * MS
             phases = {"forward": dur // 2, "backward": dur // 2}
-            if c in "Ff":
-                phases["input"] = 20 * MS if c == "F" else 5 * MS
-            if c == "X" or (c == "O" and rng.random() < 0.5):
+            if c in "FG":
+                phases["input"] = 20 * MS
+            if c in "XG" or (c == "O" and rng.random() < 0.5):
                 phases["optimizer"] = MS
             intervals.append(Step(t, t + dur, phases))
             t += dur
@@ -1269,13 +1269,26 @@ def test_a_micro_batch_that_fetches_too_now_and_then_begins_no_step():
 
 
 @pytest.mark.parametrize("pattern", [
-    "fX",     # one micro-batch a step, the loader waited in every other step (2 workers in bursts)
-    "..fX",   # the last micro-batch of each step waits for its input, then steps the optimizer
-    "f.X.",   # the optimizer in the middle of the fetches' runs: they begin no optimizer step
+    "GX",     # one micro-batch a step, the loader waited in every other step (2 workers in bursts)
+    "..G",    # the last micro-batch of each step waits for its input, then steps the optimizer
+    "F.X.",   # the optimizer in the middle of the fetches' runs: they begin no optimizer step
 ])
 def test_fetches_that_the_optimizer_does_not_end_a_run_before_begin_no_steps(pattern: str):
     from traceml_attach.steps.accumulation import by_fetch
 
-    # GIVEN fetches once in a while, but the optimizer elsewhere than right before each
+    # GIVEN fetches once in a while, every one seen, but the optimizer elsewhere than right before
+    # each (half its visits in "GX"; all of them in the others, whose runs between fetches never end
+    # with it either)
     # THEN they mark no steps
+    assert by_fetch(fetching(pattern, 40)) is None
+
+
+@pytest.mark.parametrize("pattern", ["F.FX", "F.FO"])
+def test_fetches_twice_an_optimizer_step_begin_no_steps(pattern: str):
+    from traceml_attach.steps.accumulation import by_fetch
+
+    # GIVEN 4 micro-batches a step whose 2 workers deliver in bursts: the first and the third wait
+    # for their input, and the optimizer, always or in half the steps, sits right before a fetch
+    # THEN the runs that end with it are 2 apart, never 1: the fetches begin no steps (each run
+    # between them would be half a step)
     assert by_fetch(fetching(pattern, 40)) is None

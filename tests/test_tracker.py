@@ -156,7 +156,8 @@ JOBS = {
     # uneven for a typical one: k counted in returns between the optimizer's visits, live as in the batch
     "counted_returns": (build(Point.parse("accum:800:3/short:200:4:2570000"))[0], 200, {}),
     # HF Trainer's 4 micro-batches fetched before the first (20% of the step): the fetch's micro-batch
-    # twice the others, read as a slow step on their period; the optimizer's visits time the steps
+    # twice the others, read as a slow step on their period; the fetches begin the steps
+    # (accumulation.by_fetch), live as in the batch
     "fetched_once": (build(Point.parse("accum:100:4/short:400:1:62000"))[0], 400, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
@@ -186,13 +187,13 @@ def live_at_once(spec: str, rate_hz: int) -> Analysis:
     return got
 
 
-
 def counted_live(spec: str, rate_hz: int, steps: int, known: bool = False) -> None:
     """``live_at_once`` of a grid point: every rank counts the job's ``steps`` within 3%, and gives a
     step time where ``known``."""
     got = live_at_once(spec, rate_hz)
     assert all(abs(r.steps - steps) <= 0.03 * steps and (r.step_ms is not None or not known)
                for r in got.ranks), [(r.steps, r.step_ms) for r in got.ranks]
+
 
 def test_slow_steps_on_synchronized_ranks_are_unknown_live_as_in_the_batch():
     # GIVEN 8 synchronized ranks, 40% of their steps fetching the batch 1.3-2.2x as long, at 400 Hz:

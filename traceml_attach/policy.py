@@ -240,10 +240,10 @@ class RatePolicy:
         return rate if rate > rate_hz else None
 
 
-
 def round_up(rate: float, step: int) -> int:
     """``rate`` rounded up to a multiple of ``step`` (a rate a hair over one is that one)."""
     return int(math.ceil(rate / step - 1e-9) * step)
+
 
 # The rates a lagging process is read at (RatePolicy.lagging_share): about 25% apart.
 LAGGING_GRID = (1, 2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 150, 200, 250, 300,

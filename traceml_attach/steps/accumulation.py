@@ -1155,7 +1155,7 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     or more) in the interval right before one. A DataLoader whose workers deliver in bursts shows
     its waits in some micro-batches too, but the optimizer then falls elsewhere among them, or in
     the fetch's own interval (3 workers, 3 micro-batches a step: the last micro-batch of each step
-    waited for its input, then stepped the optimizer, and a third of the gaps were one). The steps are
+    waited for its input, then stepped the optimizer, and two gaps in five were one). The steps are
     counted on the fetches' clock (``clock_of``, every fetch seen but for MAX_UNSEEN), each measured
     whole, as ``by_counted_returns``. HF Trainer with 4 micro-batches and a tokenizer taking 20% of
     the step (one interval in four holding the fetch, twice the others): the micro-batches' period
