@@ -1292,3 +1292,38 @@ def test_fetches_twice_an_optimizer_step_begin_no_steps(pattern: str):
     # THEN the runs that end with it are 2 apart, never 1: the fetches begin no steps (each run
     # between them would be half a step)
     assert by_fetch(fetching(pattern, 40)) is None
+
+
+def test_a_whole_optimizer_step_before_the_first_one_found_is_counted_in_returns_not_on_the_period():
+    # GIVEN 8 ranks under Lightning's loop accumulating 3 micro-batches of ~320-ms optimizer steps,
+    # at 200 Hz over 10 s: every return seen, 3 in every step found. The window's first whole step
+    # (14-314 ms) is 300 ms, shorter than the period by more than the samples' lag: measured on the
+    # period, the stretch before the first step found held no whole step
+    an, truths, lo, hi = grid_window("accum:320:3/long:200:8:2031000", 200)
+    # THEN its 3 returns, as many as each step found holds, are that step: every rank counts the
+    # window's 31 (each counted 30, -3.2%)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+        assert r.steps == truth.steps_in(lo, hi) == 31, (r.rank, r.steps)
+
+
+def test_returns_before_the_first_optimizer_step_found_that_k_does_not_go_into_are_measured_on_the_period():
+    # GIVEN 8 ranks accumulating 4 micro-batches of ~1.3-s optimizer steps whose 2 workers deliver in
+    # bursts, at 400 Hz: every return seen by e^-λ, 4 in every step found; one rank saw only 3 before
+    # its first step found (a return missed after all)
+    an, truths, lo, hi = grid_window("accum_bursty:1300:4/2:100:8:2527000", 400)
+    # THEN that stretch is measured on the period, one step long, and every rank counts the
+    # window's 7 (counted in returns, 3 of 4, it would count 6)
+    assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [7] * 8
+
+
+def test_returns_after_the_last_optimizer_step_found_are_no_whole_step_without_the_optimizer():
+    # GIVEN 4 ranks accumulating ~640-ms optimizer steps whose 3 workers deliver in bursts, at 100 Hz
+    # over 30 s: rank 0 saw 2 returns in every step found, and 2 after its last one, in a step the
+    # window ends before its optimizer runs
+    an, truths, lo, hi = grid_window("accum_bursty:500:4/3:100:4:2066000", 100, 30.0)
+    # THEN those returns are no whole step: every rank is known and counts the window's 46 (counted
+    # as one, rank 0 read 47, and its irregular returns left the others unknown)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.rank
+        assert r.steps == truth.steps_in(lo, hi) == 46, (r.rank, r.steps)

@@ -178,12 +178,18 @@ def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None,
     average one sampling interval after its boundary, which moves that boundary back. An edge
     that would hide more boundaries than chance can (``hidden_by_chance``) holds none: it is the
     rest of one slow step (a DataLoader's workers starting, a stall the window began in)."""
+    return sum(edge_sides(bounds, first_ns, last_ns, period_ns, rate_hz, unseen))
+
+
+def edge_sides(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
+               rate_hz: int, unseen: float | None = None) -> tuple[int, int]:
+    """``edge_steps`` before the first wrap seen and after the last, each."""
     if not bounds or first_ns is None or last_ns is None or not period_ns:
-        return 0
+        return 0, 0
     lag = 1e9 / max(rate_hz, 1)
     before = int(max(bounds[0] - lag - first_ns, 0) // period_ns)
     after = int(max(last_ns - bounds[-1] + lag, 0) // period_ns)
-    return sum(k for k in (before, after) if hidden_by_chance(k, unseen))
+    return before if hidden_by_chance(before, unseen) else 0, after if hidden_by_chance(after, unseen) else 0
 
 
 def chance_depth(unseen: float | None) -> int | None:
