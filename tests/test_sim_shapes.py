@@ -1327,3 +1327,24 @@ def test_returns_after_the_last_optimizer_step_found_are_no_whole_step_without_t
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.rank
         assert r.steps == truth.steps_in(lo, hi) == 46, (r.rank, r.steps)
+
+
+def test_fewer_returns_than_a_step_holds_after_the_last_optimizer_step_found_are_no_whole_step():
+    # GIVEN 8 ranks accumulating 4 micro-batches of ~800-ms optimizer steps (a long optimizer), at
+    # 100 Hz: every return seen, 4 in every step found; after the last one, 3 returns and the window
+    # ends in the optimizer's visit, 46 ms before the step does. Measured on the period (803 ms), the
+    # 816 ms after the last step found held a whole step
+    an, truths, lo, hi = grid_window("accum:800:4/long:100:8:2627000", 100)
+    # THEN every rank counts the window's 11 (each counted 12, +9.1%)
+    assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [11] * 8
+
+
+def test_a_step_whose_return_shows_late_after_the_last_optimizer_step_found_is_still_counted():
+    # GIVEN 2 ranks accumulating 4 micro-batches of ~1.3-s optimizer steps whose 4 workers deliver in
+    # bursts, at 300 Hz: rank 1 saw 3 returns after its last step found, and the step they begin
+    # ended 112 ms before the window's edge, its return not yet shown (the next step waits for its
+    # input off the loop's lines): 878 ms open, longer than a step's last micro-batch and optimizer
+    an, truths, lo, hi = grid_window("accum_bursty:1300:4/4:300:2:2573000", 300)
+    # THEN that stretch is measured on the period, and both ranks count the window's 7 (counted in
+    # returns, 3 of 4, rank 1 would count 6)
+    assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [7, 7]

@@ -543,45 +543,92 @@ def _below(stepped: Timeline, seen_step_ns: float) -> bool:
 def _edges(tl: Timeline, steps: Sequence[Step], period_ns: float | None) -> int:
     """Whole optimizer steps between the window's edges and the first and last optimizer step
     found (``timeline.edge_steps``): the micro-batches before the first return that ends one, and
-    those that ``group`` leaves out at either end, still hold whole steps when long enough; before
-    the first, counted in returns where they tell (``_leading_runs``)."""
+    those that ``group`` leaves out at either end, still hold whole steps when long enough; counted
+    in returns where they tell (``_edge_runs``)."""
     if not steps:
         return 0
-    before, after = edge_sides((steps[0].start_ns, steps[-1].end_ns), tl.start_seen_ns, tl.end_ns, period_ns,
-                               tl.rate_hz)
-    runs = _leading_runs(tl, steps)
-    return (before if runs is None else runs) + after
+    sides = edge_sides((steps[0].start_ns, steps[-1].end_ns), tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
+    runs = _edge_runs(tl, steps)
+    return sum(side if run is None else run for side, run in zip(sides, runs, strict=True))
 
 
-def _leading_runs(tl: Timeline, steps: Sequence[Step]) -> int | None:
-    """The whole optimizer steps before the first one found, counted in returns, or None where they
-    do not tell: every return seen (the returns' e^-λ at most MAX_UNSEEN), FETCH_PLACE of the steps
-    holding the same number k of them, and the returns before the first step a whole number of k
-    (a return missed after all leaves a remainder: then the stretch is measured on the period, as
-    ``edge_steps`` does). Those returns end at the visit that ends the first step found, and the
-    stretch before the first of them is shorter than a micro-batch, so k of them are a step. The
-    period tips on a step a little shorter than it: accumulating 3 micro-batches of 320-ms steps on
-    8 ranks, each counted 30 of the window's 31. Not after the last step found: returns there
-    end no step until a visit does, and the window may end before it."""
+def _edge_runs(tl: Timeline, steps: Sequence[Step]) -> tuple[int | None, int | None]:
+    """The whole optimizer steps before the first one found and after the last, counted in
+    returns; None for a side where they do not tell (it is measured on the period, as
+    ``edge_steps`` does). Only where every return was seen (the returns' e^-λ at most MAX_UNSEEN)
+    and FETCH_PLACE of the steps hold the same number k of them: the stretch before the first return
+    and after the last is then shorter than a micro-batch. Before the first step found, the returns
+    end at the visit that ends it, so k of them are a step, where k goes into them (a return missed
+    after all leaves a remainder). After the last, fewer than k returns are no whole step where the
+    window ends before the return that would end one could show (``_runs_after``); k or more may be
+    one whose visit went unseen. The period tips on a step a little shorter or longer than it:
+    accumulating 3 micro-batches of 320-ms steps on 8 ranks, each counted 30 of the window's 31; 4
+    of 800 ms, 12 of 11."""
     unseen = tl.clock.unseen
     if unseen is None or unseen > MAX_UNSEEN:
-        return None
+        return None, None
     starts = [iv.start_ns for iv in tl.intervals]
     # (each step's first interval; each holds those up to the next's: one before a hole holds the
     # hole's too, which a mode of FETCH_PLACE of the steps outweighs)
     at = [bisect.bisect_left(starts, s.start_ns) for s in steps]
-    before = tl.intervals[:at[0]]
-    if not before:
+    last = bisect.bisect_left(starts, steps[-1].end_ns)
+    before, after = tl.intervals[:at[0]], tl.intervals[last:]
+    if not before and not after:
+        return None, None
+    k, n = Counter(b - a for a, b in itertools.pairwise((*at, last))).most_common(1)[0]
+    if k < 1 or n < FETCH_PLACE * len(steps):
+        return None, None
+    return _runs_before(before, steps[0], k), _runs_after(tl, after, at, last, k)
+
+
+def _runs_before(before: Sequence[Step], first: Step, k: int) -> int | None:
+    """``_edge_runs`` before the first step found (``first``): the whole steps that the returns
+    ``before`` it hold, k a step, or None."""
+    if not before or len(before) % k or not all(iv.covered and not iv.swallowing for iv in before):
         return None
-    k, n = Counter(b - a for a, b in itertools.pairwise((*at, bisect.bisect_left(starts, steps[-1].end_ns)))
-                   ).most_common(1)[0]
-    if k < 1 or n < FETCH_PLACE * len(steps) or len(before) % k:
-        return None
-    if not all(iv.covered and not iv.swallowing for iv in before):
-        return None
-    if any(a.end_ns != b.start_ns for a, b in itertools.pairwise((*before, steps[0]))):
+    if any(a.end_ns != b.start_ns for a, b in itertools.pairwise((*before, first))):
         return None
     return len(before) // k
+
+
+def _runs_after(tl: Timeline, after: Sequence[Step], at: Sequence[int], last: int, k: int) -> int | None:
+    """``_edge_runs`` after the last step found: no whole step where the returns ``after`` it are
+    fewer than k and the stretch from the last return to the window's edge is shorter than the
+    median of the steps' last intervals that would end one (the return that ends a step is seen
+    once the loop frame is back, and a step whose next one waits for its input shows it late: 4
+    micro-batches whose 4 workers deliver in bursts, the last step's return 878 ms open at the
+    window's edge), or where the window ends in the optimizer's visit; None where it may hold one.
+    ``at``: each step's first interval; ``last``: the first after them."""
+    if len(after) >= k or tl.end_ns is None or not all(iv.covered and not iv.swallowing for iv in after):
+        return None
+    short = k - len(after)
+    # (the last 64 steps': a live tick asks this of every rank)
+    ends = [sum(iv.dur_ns for iv in tl.intervals[b - short:b])
+            for a, b in itertools.pairwise((*at[-64:], last)) if b - a == k]
+    open_ns = tl.end_ns - (after[-1].end_ns if after else tl.intervals[last - 1].end_ns) + 1e9 / max(tl.rate_hz, 1)
+    if ends and open_ns < statistics.median(ends):
+        return 0
+    # ...or where the window ends in the optimizer's visit, so far shorter than the steps' visits
+    # (their last intervals' optimizer time): the step it ends goes on past the edge
+    so_far = _in_visit(tl.segments, tl.rate_hz)
+    if so_far is None:
+        return None
+    visits = [tl.intervals[b - 1].phases_ns.get("optimizer", 0) for b in [*at[-63:], last]]
+    return 0 if so_far < statistics.median(visits) else None
+
+
+def _in_visit(segments: Sequence[Segment], rate_hz: int) -> float | None:
+    """How long the optimizer's visit that the segments end in had run at their end, a sample's lag
+    added; None where they end in none."""
+    if not segments or segments[-1].phase != "optimizer":
+        return None
+    end = start = segments[-1].ts_ns + segments[-1].dur_ns
+    for i in range(len(segments) - 1, -1, -1):
+        seg = segments[i]
+        if seg.phase != "optimizer" or seg.ts_ns + seg.dur_ns < start:
+            break
+        start = seg.ts_ns
+    return end - start + 1e9 / max(rate_hz, 1)
 
 
 @dataclass(frozen=True)
