@@ -1317,13 +1317,14 @@ def test_returns_before_the_first_optimizer_step_found_that_k_does_not_go_into_a
     assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [7] * 8
 
 
-def test_returns_after_the_last_optimizer_step_found_are_no_whole_step_without_the_optimizer():
+def test_as_many_returns_as_a_step_holds_after_the_last_optimizer_step_found_are_left_to_the_period():
     # GIVEN 4 ranks accumulating ~640-ms optimizer steps whose 3 workers deliver in bursts, at 100 Hz
-    # over 30 s: rank 0 saw 2 returns in every step found, and 2 after its last one, in a step the
-    # window ends before its optimizer runs
+    # over 30 s: rank 0 saw 2 returns in every step found (of 4 micro-batches), and 2 after its last
+    # one, of a step the window ends in the optimizer of, 45 ms before the step's end
     an, truths, lo, hi = grid_window("accum_bursty:500:4/3:100:4:2066000", 100, 30.0)
-    # THEN those returns are no whole step: every rank is known and counts the window's 46 (counted
-    # as one, rank 0 read 47, and its irregular returns left the others unknown)
+    # THEN those returns are measured on the period, no whole step: every rank is known and counts
+    # the window's 46 (counted in returns as one, rank 0 read 47, and its irregular returns left the
+    # others unknown)
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.rank
         assert r.steps == truth.steps_in(lo, hi) == 46, (r.rank, r.steps)
