@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 import statistics
 from collections import Counter
 from collections.abc import Container, Iterable, Sequence
@@ -540,6 +541,12 @@ def _below(stepped: Timeline, seen_step_ns: float) -> bool:
     return typical is not None and typical < (1 - MAX_STEP_ERROR) * seen_step_ns
 
 
+# the steps nearest each edge whose returns say how many a step holds (``_edge_runs``: a live tick
+# asks this of every rank, and what k is at an edge its nearest steps tell)
+EDGE_STEPS = 64
+_START = operator.attrgetter("start_ns")
+
+
 def _edges(tl: Timeline, steps: Sequence[Step], period_ns: float | None) -> int:
     """Whole optimizer steps between the window's edges and the first and last optimizer step
     found (``timeline.edge_steps``): the micro-batches before the first return that ends one, and
@@ -556,55 +563,59 @@ def _edge_runs(tl: Timeline, steps: Sequence[Step]) -> tuple[int | None, int | N
     """The whole optimizer steps before the first one found and after the last, counted in
     returns; None for a side where they do not tell (it is measured on the period, as
     ``edge_steps`` does). Only where every return was seen (the returns' e^-λ at most MAX_UNSEEN)
-    and FETCH_PLACE of the steps hold the same number k of them: the stretch before the first return
-    and after the last is then shorter than a micro-batch. Before the first step found, the returns
-    end at the visit that ends it, so k of them are a step, where k goes into them (a return missed
-    after all leaves a remainder). After the last, fewer than k returns are no whole step where the
-    window ends before the return that would end one could show (``_runs_after``); k or more may be
-    one whose visit went unseen. The period tips on a step a little shorter or longer than it:
-    accumulating 3 micro-batches of 320-ms steps on 8 ranks, each counted 30 of the window's 31; 4
-    of 800 ms, 12 of 11."""
+    and FETCH_PLACE of the EDGE_STEPS steps nearest that edge hold the same number k of them
+    (``_returns_a_step``): the stretch before the first return and after the last is then shorter
+    than a micro-batch. Before the first step found, the returns end at the visit that ends it, so k
+    of them are a step, where k goes into them (a return missed after all leaves a remainder). After
+    the last, fewer than k returns are no whole step where the window ends before the return that
+    would end one could show (``_runs_after``); k or more may be one whose visit went unseen. The
+    period tips on a step a little shorter or longer than it: accumulating 3 micro-batches of
+    320-ms steps on 8 ranks, each counted 30 of the window's 31; 4 of 800 ms, 12 of 11."""
     unseen = tl.clock.unseen
     if unseen is None or unseen > MAX_UNSEEN:
         return None, None
-    starts = [iv.start_ns for iv in tl.intervals]
-    # (each step's first interval; each holds those up to the next's: one before a hole holds the
-    # hole's too, which a mode of FETCH_PLACE of the steps outweighs)
-    at = [bisect.bisect_left(starts, s.start_ns) for s in steps]
-    last = bisect.bisect_left(starts, steps[-1].end_ns)
-    before, after = tl.intervals[:at[0]], tl.intervals[last:]
-    if not before and not after:
-        return None, None
+    return _runs_before(tl, steps[:EDGE_STEPS]), _runs_after(tl, steps[-EDGE_STEPS:])
+
+
+def _returns_a_step(tl: Timeline, steps: Sequence[Step]) -> tuple[list[int], int, int | None]:
+    """Each of ``steps``' first interval (its place in ``tl.intervals``), the place of the first
+    interval after the last of them, and k, the returns that FETCH_PLACE of them hold (None where
+    fewer do). Each step holds the intervals up to the next one's: one before a hole holds the
+    hole's too, which the mode outweighs."""
+    at = [bisect.bisect_left(tl.intervals, s.start_ns, key=_START) for s in steps]
+    last = bisect.bisect_left(tl.intervals, steps[-1].end_ns, key=_START)
     k, n = Counter(b - a for a, b in itertools.pairwise((*at, last))).most_common(1)[0]
-    if k < 1 or n < FETCH_PLACE * len(steps):
-        return None, None
-    return _runs_before(before, steps[0], k), _runs_after(tl, after, at, last, k)
+    return at, last, k if k >= 1 and n >= FETCH_PLACE * len(steps) else None
 
 
-def _runs_before(before: Sequence[Step], first: Step, k: int) -> int | None:
-    """``_edge_runs`` before the first step found (``first``): the whole steps that the returns
-    ``before`` it hold, k a step, or None."""
-    if not before or len(before) % k or not all(iv.covered and not iv.swallowing for iv in before):
+def _runs_before(tl: Timeline, steps: Sequence[Step]) -> int | None:
+    """``_edge_runs`` before the first of ``steps``: the whole steps that the returns before it
+    hold, k a step, or None."""
+    at, _, k = _returns_a_step(tl, steps)
+    before = tl.intervals[:at[0]]
+    if k is None or not before or len(before) % k or not all(iv.covered and not iv.swallowing for iv in before):
         return None
-    if any(a.end_ns != b.start_ns for a, b in itertools.pairwise((*before, first))):
+    if any(a.end_ns != b.start_ns for a, b in itertools.pairwise((*before, steps[0]))):
         return None
     return len(before) // k
 
 
-def _runs_after(tl: Timeline, after: Sequence[Step], at: Sequence[int], last: int, k: int) -> int | None:
-    """``_edge_runs`` after the last step found: no whole step where the returns ``after`` it are
+def _runs_after(tl: Timeline, steps: Sequence[Step]) -> int | None:
+    """``_edge_runs`` after the last of ``steps``: no whole step where the returns after it are
     fewer than k and the stretch from the last return to the window's edge is shorter than the
     median of the steps' last intervals that would end one (the return that ends a step is seen
     once the loop frame is back, and a step whose next one waits for its input shows it late: 4
     micro-batches whose 4 workers deliver in bursts, the last step's return 878 ms open at the
-    window's edge), or where the window ends in the optimizer's visit; None where it may hold one.
-    ``at``: each step's first interval; ``last``: the first after them."""
-    if len(after) >= k or tl.end_ns is None or not all(iv.covered and not iv.swallowing for iv in after):
+    window's edge), or where the window ends in the optimizer's visit; None where it may hold one."""
+    if tl.end_ns is None:
+        return None
+    at, last, k = _returns_a_step(tl, steps)
+    after = tl.intervals[last:]
+    if k is None or len(after) >= k or not all(iv.covered and not iv.swallowing for iv in after):
         return None
     short = k - len(after)
-    # (the last 64 steps': a live tick asks this of every rank)
     ends = [sum(iv.dur_ns for iv in tl.intervals[b - short:b])
-            for a, b in itertools.pairwise((*at[-64:], last)) if b - a == k]
+            for a, b in itertools.pairwise((*at, last)) if b - a == k]
     open_ns = tl.end_ns - (after[-1].end_ns if after else tl.intervals[last - 1].end_ns) + 1e9 / max(tl.rate_hz, 1)
     if ends and open_ns < statistics.median(ends):
         return 0
@@ -613,7 +624,7 @@ def _runs_after(tl: Timeline, after: Sequence[Step], at: Sequence[int], last: in
     so_far = _in_visit(tl.segments, tl.rate_hz)
     if so_far is None:
         return None
-    visits = [tl.intervals[b - 1].phases_ns.get("optimizer", 0) for b in [*at[-63:], last]]
+    visits = [tl.intervals[b - 1].phases_ns.get("optimizer", 0) for b in [*at[1:], last]]
     return 0 if so_far < statistics.median(visits) else None
 
 
@@ -1304,11 +1315,10 @@ def _fetch_edges(tl: Timeline, runs: Sequence[tuple[Sequence[Step], Sequence[int
     the last step can be too (a fetch by the caller's loop is a return only once the loop frame is
     back: ``batch_timeline.outer_back``)."""
     starts = [run[i].start_ns for run, fetches in runs for i in fetches]
-    first, last = tl.start_seen_ns, tl.end_ns
-    if not starts or first is None or last is None or period_ns <= 0:
+    if not starts:
         return 0
-    lag = 1e9 / max(tl.rate_hz, 1)
-    return sum(min(1, int(max(gap, 0.0) // period_ns)) for gap in (min(starts) - lag - first, last - max(starts) + lag))
+    sides = edge_sides((min(starts), max(starts)), tl.start_seen_ns, tl.end_ns, period_ns, tl.rate_hz)
+    return sum(min(1, side) for side in sides)
 
 
 def _visit_runs(intervals: Sequence[Step], k: int) -> list[Step]:
