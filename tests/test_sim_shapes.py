@@ -1349,3 +1349,76 @@ def test_a_step_whose_return_shows_late_after_the_last_optimizer_step_found_is_s
     # THEN that stretch is measured on the period, and both ranks count the window's 7 (counted in
     # returns, 3 of 4, rank 1 would count 6)
     assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [7, 7]
+
+
+def test_synchronized_ranks_that_each_see_a_third_of_their_boundaries_are_counted_on_the_comb_of_their_union():
+    # GIVEN 8 ranks waiting in the all-reduce through 99% of their 80-ms steps (15% jitter), at 500 Hz:
+    # each saw 23-51% of its boundaries, too few for a comb of its own ("the steps vary too much"),
+    # and the boundaries none of them saw were ~30% of their union's, too many for its pieces to be
+    # every step
+    # THEN the comb fitted to each rank's pieces (its intervals split at its peers' boundaries) holds:
+    # every rank is known within 5% and counts within 3.5% (unknown on every rank)
+    counted_within("classic:80:0.99:500:8:699000", 500, 0.035)
+
+
+def test_a_rank_whose_last_steps_only_its_peers_saw_counts_none_of_them_again_at_the_windows_edge():
+    # GIVEN 4 ranks waiting in the all-reduce through 99% of their ~500-ms steps (20% jitter), at
+    # 300 Hz, counted on the comb of their union: on 2 of them the last piece ends at a peer's
+    # boundary after the rank's own last one
+    an, truths, lo, hi = grid_window("classic:500:0.99:300:4:1094000", 300)
+    # THEN the stretch after that piece, not after the piece's start, is the edge: every rank counts
+    # the window's 18 (those 2 counted 19, the last piece once more in the edge after its start)
+    assert [r.steps for r in an.ranks] == [t.steps_in(lo, hi) for t in truths] == [18] * 4
+    assert all(r.step_ms is not None and abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05
+               for r, t in zip(an.ranks, truths, strict=True))
+
+
+def test_a_step_known_on_the_comb_of_the_ranks_union_is_read_again_faster():
+    from bench.sim_grid import Point, advised_hz, build
+
+    # GIVEN 8 ranks waiting in the all-reduce through 99% of their ~500-ms steps, at 200 Hz over 30 s:
+    # no rank's own returns fit a period, and the comb of their union's pieces gives the step (+0.8%)
+    # but counts 55-59 of the window's 59 (-6.8% on rank 5); on 2 ranks the pieces on that comb read
+    # as slow steps ("the long intervals ... are slow steps": unknown had they been taken), and those
+    # are counted on their peers' clock
+    pt = Point.parse("classic:500:0.99:200:8:1091000")
+    rec, truths = simulate(build(pt)[0], 200, 30.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    assert all(r.step_ms is not None and abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05
+               for r, t in zip(an.ranks, truths, strict=True))
+    # THEN the attacher is advised a faster rate for the boundaries the ranks' own returns mostly
+    # leave unseen (at 400 Hz every rank counts 58-59), as it would be were the step unknown
+    faster = advised_hz(rec, an, 400)
+    assert faster is not None and faster > 200
+
+
+def test_slow_steps_whose_hidden_boundaries_a_draw_decided_are_read_again_where_every_boundary_shows():
+    from bench.sim_grid import Point, advised_hz, build
+
+    # GIVEN 8 ranks of ~130-ms steps, 40% of them fetching their batch 1.3-2.2 times as long, at
+    # 100 Hz: a boundary goes unseen 1.1-1.8% of the time (e^-λ), so a draw decides which long
+    # intervals hide one, and that moves the median beyond 5%: unknown on every rank
+    pt = Point.parse("uneven:130:0.4:100:8:467000")
+    rec, _ = simulate(build(pt)[0], 100, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    assert all(r.step_ms is None for r in an.ranks)
+    # THEN the attacher is advised the rate at which a boundary goes unseen at most 0.1% of the time
+    # (200 Hz; none was advised: the steps are long enough for 100 Hz), and at a fixed rate the note
+    # on the unknown step says so
+    assert advised_hz(rec, an, 400) == 200
+    assert "sample faster: --rate 200 or more" in (an.report.step_time.step_time_note or "")
+    # ...where every rank is known within 5% and counts the window's steps within 3%
+    counted_within("uneven:130:0.4:100:8:467000", 200, 0.03)
+
+
+def test_a_comb_of_the_ranks_union_that_takes_slow_steps_for_several_is_no_step():
+    from bench.sim_grid import Point, build
+
+    # GIVEN 8 ranks of ~20-ms steps, 40% of them fetching their batch 1.3-2.2 times as long, at a
+    # fixed 300 Hz: no rank's returns fit a period, and the comb of each rank's pieces counts 65-85
+    # steps hidden in them, where the boundaries all of them missed were 12-27 (Chao's estimate)
+    # THEN that comb, the fast steps' length with the slow ones counted as several, is not given:
+    # unknown (it gave -8.9% on every rank)
+    pt = Point.parse("uneven:20:0.4:300:8:235000")
+    right_or_unknown(build(pt)[0], 300, pt.seed)

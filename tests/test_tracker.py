@@ -357,3 +357,13 @@ def test_a_comb_its_peers_boundaries_refute_gives_no_step_live_as_in_the_batch()
     # tests/test_sim_shapes.py): no step time live either, and why
     got = live_at_once("uneven:20:0.4:300:8:235000", 400)
     assert all(r.step_ms is None and "too uneven for a period" in (r.clock.reason or "") for r in got.ranks)
+
+
+def test_ranks_counted_on_the_comb_of_the_boundaries_any_of_them_saw_live_as_in_the_batch():
+    # 8 ranks waiting through 99% of their 80-ms steps at 500 Hz, each seeing a third of its
+    # boundaries and their union seven in ten (tests/test_sim_shapes.py, steps/union.py): the live
+    # view too counts each on the comb fitted to its pieces, every rank known and within 3.5% of the
+    # job's 126 steps (unknown on every rank without it)
+    got = live_at_once("classic:80:0.99:500:8:699000", 500)
+    assert all(r.step_ms is not None and abs(r.steps - 126) <= 0.035 * 126 for r in got.ranks), \
+        [(r.steps, r.step_ms) for r in got.ranks]

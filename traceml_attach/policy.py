@@ -436,6 +436,11 @@ OVERDISPERSED = 3.0
 # Observed wraps are trusted as every boundary, without a period, when a step's boundary goes
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
 MAX_UNSEEN = 0.01
+# Where slow steps left the median unknown because a draw decided which long intervals hide a
+# boundary (``clock.uneven_clock``), the rate advised is the one at which a boundary goes unseen
+# with at most this chance (e^-λ; λ grows with the rate): a tenth of MAX_UNSEEN, so that the faster
+# windows see every boundary with room to spare (diagnose/rate.py ``_hidden_faster``)
+HIDDEN_TARGET = 0.001
 # Intervals shorter than this share of the typical step that show the optimizer far less often than
 # the longer ones do (Fisher's exact test: at most EXTRA_RETURN_CHANCE likely by chance) are no
 # steps: returns inside an optimizer step whose micro-batches differ in length (steps/extra_returns.py)

@@ -151,18 +151,46 @@ class IncrementalAnalyzer:
         by_rank = {rank: trackers[pid] for rank, pid in pids.items()}
         sync = synchronized(rec, pids)
         note = None
-        unioned = False
         if sync:
-            timelines, self.reference, note = share_tracked(by_rank, self.reference)
-            if self.reference is None:   # no rank's own clock known: as the batch (``union.by_union``)
-                counted = by_union(timelines, sync)
-                unioned = counted is not timelines
-                if unioned:
-                    timelines, note = share_period(counted)
+            shared, self.reference, note = share_tracked(by_rank, self.reference)
         else:
             for tracker in by_rank.values():
                 tracker.count_own()
-            timelines = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
+            shared = {rank: tracker.timeline() for rank, tracker in by_rank.items()}
+        # as the batch (``analysis._counted``): the union's comb last, where all else left every
+        # synchronized rank unknown (and no slow-steps clock recounted the trackers)
+        union = by_union(shared, sync) if sync and self.reference is None else shared
+        unioned, counted, timelines, slowed = self._counted(union, shared, note, by_rank, pids, start, end, sync)
+        if sync and self.reference is None and not slowed and not any(tl.clock.known for tl in timelines.values()):
+            union = by_union(shared, sync, comb=True)
+            if union is not shared:   # (else the same count again)
+                again = self._counted(union, shared, note, by_rank, pids, start, end, sync)
+                if any(tl.clock.known for tl in again[2].values()):
+                    unioned, counted, timelines, slowed = again
+        stats = []
+        for rank, tl in timelines.items():
+            step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
+            # the tracker's running sums are over micro-batches; optimizer steps are summed afresh
+            # (and where the steps were counted on the peers' boundaries, not on the tracker's own, or
+            # some of its returns were no steps)
+            totals = (by_rank[rank].totals(step_ms) if tl.micro_batches == 1 and not unioned and tl is counted[rank]
+                      else step_totals(tl.steps, step_ms))
+            stats.append(stats_of(rank, tl, totals))
+        hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
+        self._last = {pids[rank]: tl for rank, tl in timelines.items()}
+        replaced = {rank: self.replaced[pid] for rank, pid in pids.items() if pid in self.replaced}
+        return Tracked(start, end, pids, timelines, stats, hot, replaced)
+
+    def _counted(self, union: dict[str, Timeline], timelines: dict[str, Timeline], note: str | None,
+                 by_rank: dict[str, RankTracker], pids: dict[str, int], start: int, end: int, sync: bool
+                 ) -> tuple[bool, dict[str, Timeline], dict[str, Timeline], bool]:
+        """``analysis._counted_once`` on the trackers' ``timelines``, or on those ``union.by_union``
+        counted on their peers' boundaries too (``union``, where it is not ``timelines``): (whether it
+        is, the timelines before ``without_extra_returns``, after it, whether a slow-steps clock
+        recounted the trackers)."""
+        unioned = union is not timelines
+        if unioned:   # no rank's own clock known: as the batch
+            timelines, note = share_period(union)
         self._raw = {pids[rank]: tl for rank, tl in timelines.items()}
         plans = {rank: self._plan(by_rank[rank], tl, end) for rank, tl in timelines.items()}
         for rank, plan in plans.items():
@@ -177,20 +205,7 @@ class IncrementalAnalyzer:
                 tracker.count_ones()
             timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
         counted = split_by_peers(noted(with_mean(timelines, sync), note), sync)
-        timelines = {rank: without_extra_returns(tl) for rank, tl in counted.items()}
-        stats = []
-        for rank, tl in timelines.items():
-            step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None
-            # the tracker's running sums are over micro-batches; optimizer steps are summed afresh
-            # (and where the steps were counted on the peers' boundaries, not on the tracker's own, or
-            # some of its returns were no steps)
-            totals = (by_rank[rank].totals(step_ms) if tl.micro_batches == 1 and not unioned and tl is counted[rank]
-                      else step_totals(tl.steps, step_ms))
-            stats.append(stats_of(rank, tl, totals))
-        hot = {rank: tracker.hot() for rank, tracker in by_rank.items()}
-        self._last = {pids[rank]: tl for rank, tl in timelines.items()}
-        replaced = {rank: self.replaced[pid] for rank, pid in pids.items() if pid in self.replaced}
-        return Tracked(start, end, pids, timelines, stats, hot, replaced)
+        return unioned, counted, {rank: without_extra_returns(tl) for rank, tl in counted.items()}, slow is not None
 
     def _plan(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Plan:
         """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the

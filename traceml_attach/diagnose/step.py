@@ -49,8 +49,9 @@ def unknown_step_note(ranks: list[RankStepStats], faster_hz: dict[str, int] | No
     if max_rate_hz is not None and want is not None:
         rate = (f"; the attacher samples it at {want} Hz from its next windows" if want <= max_rate_hz else
                 f"; sample faster: --max-rate {want} (the attacher goes up to {max_rate_hz} Hz by itself)")
-    else:
-        rate = f"; sample faster: --rate {clock.suggested_rate_hz} or more" if clock.suggested_rate_hz else ""
+    else:   # (the clock's own suggestion, else the analysis's: slow steps that hide boundaries, rate.faster)
+        suggested = clock.suggested_rate_hz or want
+        rate = f"; sample faster: --rate {suggested} or more" if suggested else ""
     return (f"step time unknown (rank {unknown[0].rank}): {clock.reason}{rate}. The phase shares and the "
             "diagnosis stand; no step time or per-step milliseconds are given")
 

@@ -134,6 +134,9 @@ class StepClock:
     # unknown because the returns' comb drifted beyond their shortest intervals: the period it
     # drifted to (``PeriodFit.drifted_ns``), no step's, which the optimizer's visits are weighed against
     drifted_ns: float | None = None
+    # counted on the comb of the boundaries its synchronized peers saw too (``union.by_union``): its
+    # own returns' e^-λ, which a faster rate would lower (``unseen`` is then the union's)
+    own_unseen: float | None = None
 
     @property
     def known(self) -> bool:

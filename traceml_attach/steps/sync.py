@@ -233,7 +233,7 @@ def _hidden(ranks: Sequence[tuple[int, float, int]]) -> tuple[int, float]:
             sum(intervals * unseen / (1 - unseen) for intervals, unseen, _ in ranks))
 
 
-def _beyond_chance(hidden: int, expected: float, bar: float = 1.0) -> bool:
+def beyond_chance(hidden: int, expected: float, bar: float = 1.0) -> bool:
     """More steps hidden than ``bar`` times SLOW_HIDDEN times the expected, plus three standard
     deviations and three."""
     return hidden > bar * (SLOW_HIDDEN * expected + 3 * math.sqrt(expected) + 3)
@@ -250,7 +250,7 @@ def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None
     (policy.SLOW_HIDDEN). The steps as counted screen first, at half the bar: the rest costs a
     count of every interval of every rank, which a live tick of 64 ranks cannot pay every second."""
     judged = [(n, u, steps, exact) for n, u, steps, exact in ranks if u is not None and u < 1 and n >= MIN_INTERVALS]
-    if len(judged) < 2 or not _beyond_chance(*_hidden([(n, u, steps) for n, u, steps, _ in judged]), bar=0.5):
+    if len(judged) < 2 or not beyond_chance(*_hidden([(n, u, steps) for n, u, steps, _ in judged]), bar=0.5):
         return None
     kept, unsure_ranks = [], 0
     for n, u, _, exact in judged:
@@ -259,7 +259,7 @@ def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None
             kept.append((n, u, steps))
             unsure_ranks += unsure
     hidden, expected = _hidden(kept)
-    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not _beyond_chance(hidden, expected):
+    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not beyond_chance(hidden, expected):
         return None
     reason = (f"the synchronized ranks' intervals fit a step of {period / 1e6:.1f} ms only by counting {hidden} "
               f"steps hidden in longer ones, where the boundaries they leave unseen would hide about "

@@ -18,7 +18,25 @@ to tell apart, irregular, uneven, accumulation undecided): those say what the bo
 Quick grid (docs/steps.md, stop 70): 24 rank-windows known, all within 1.1% (4 points of classic
 200-500-ms steps waiting 95-99% of them, on 4 and 8 ranks at 50-200 Hz). Prototyped at the end of
 the pipeline, the ranks unknown for uneven or irregular steps came out 4 and 1 beyond 5% (the lag on
-skewed steps; boundaries every rank missed that Chao's estimate did not see): they are not asked."""
+skewed steps; boundaries every rank missed that Chao's estimate did not see): they are not asked.
+
+Where more than MAX_UNSEEN of the boundaries went unseen by all of them, the pieces are still far
+denser than any one rank's intervals, and the comb fit that refused a rank's own intervals may hold
+on them (``comb``, stop 74): 8 ranks waiting 99% of 80-ms steps at 500 Hz each saw a third of their
+boundaries, their union seven in ten, and the comb on the union counted 122-128 of 126 steps, the
+step +0.4%. It is the last rule tried (``diagnose.analysis._counted``: only where every other left
+every rank unknown), since where another knows the step its count is nearer; and a faster rate is
+still advised for the boundaries the rank's own returns leave unseen (``StepClock.own_unseen``,
+``diagnose.rate.faster``): 8 ranks of ~500-ms steps known on it at 200 Hz counted up to 6.8% off, at
+400 Hz every step. A comb that counts far more steps hidden in the pieces than Chao's estimate of
+the boundaries all of them missed (``sync.beyond_chance``) takes slow steps for several, and is not
+taken: 8 ranks of ~20-ms steps, 40% of them slowed, at 300 Hz. A rank whose steps on that comb show
+a sign that its returns are not one a step (``accumulation.plan_of``: micro-batches, a doubt that a
+step is one, such as "the long intervals ... are slow steps", or the optimizer's visits marking the
+steps) keeps its own intervals, counted on its peers' clock: 2 of the 8 ranks of ~500-ms steps read
+"slow steps" on their own pieces, and without this were unknown. (Taken first in the pipeline, before accumulation,
+the union's comb cost 8 ranks accumulating 2 micro-batches of ~320-ms steps, delivered in bursts,
+their step time to the same rule.)"""
 
 from __future__ import annotations
 
@@ -28,20 +46,22 @@ import statistics
 from dataclasses import replace
 
 from traceml_attach.policy import MAX_UNSEEN
+from traceml_attach.steps.accumulation import plan_of
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import Step, clock_of, edge_steps, expand_counted
 from traceml_attach.steps.mean import PeerBounds, filled_in, peer_bounds, peers_of, piece, unseen_by_all
+from traceml_attach.steps.sync import beyond_chance
 
 # a stretch before a rank's first boundary or after its last is a step of its own between its peers'
 # boundaries only where its samples cover at least this much of it (a hole is no step of its)
 SAMPLED = 0.9
 
 
-def by_union(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Timeline]:
+def by_union(timelines: dict[str, Timeline], synchronized: bool, comb: bool = False) -> dict[str, Timeline]:
     """``timelines`` with each rank whose own returns fit no period (``_asks``) counted on the
-    boundaries it and its peers saw, where those all of them missed are few (see the module's doc);
-    the rest as they were (``timelines`` itself where none is). Only where the ranks step together
-    and none of their clocks is known."""
+    boundaries it and its peers saw, where those all of them missed are few, or (``comb``) on the
+    comb fitted to them (see the module's doc); the rest as they were (``timelines`` itself where
+    none is). Only where the ranks step together and none of their clocks is known."""
     if not synchronized or len(timelines) < 2 or any(tl.clock.known for tl in timelines.values()):
         return timelines
     order = list(timelines)
@@ -51,8 +71,8 @@ def by_union(timelines: dict[str, Timeline], synchronized: bool) -> dict[str, Ti
             continue
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
         if peers.bounds:
-            counted = _counted(tl, peers)
-            if counted is not None:
+            counted = _counted(tl, peers, comb)
+            if counted is not None and (counted.clock.method == "wraps" or _one_step_a_return(counted)):
                 out[rank] = counted
     return out if any(out[rank] is not tl for rank, tl in timelines.items()) else timelines
 
@@ -65,27 +85,46 @@ def _asks(tl: Timeline) -> bool:
             and len(tl.intervals) >= 2)
 
 
-def _counted(tl: Timeline, peers: PeerBounds) -> Timeline | None:
-    """``tl`` with its intervals split at its ``peers``' boundaries and counted on them, where those
-    none of them saw are at most MAX_UNSEEN of the pieces and the pieces' clock sees every boundary
-    (``clock_of``'s first branch); else None."""
+def _counted(tl: Timeline, peers: PeerBounds, comb: bool) -> Timeline | None:
+    """``tl`` with its intervals split at its ``peers``' boundaries and counted on them: on a clock
+    that sees every boundary where those none of them saw are at most MAX_UNSEEN of the pieces
+    (``clock_of``'s first branch), else, where ``comb`` allows it, on the comb fitted to the pieces
+    (its last); None where neither holds."""
     unseen = unseen_by_all(tl, peers)
     if not math.isfinite(unseen):
         return None
     pieces = _pieces(tl, peers)
     share = unseen / (len(pieces) + unseen)
-    if share > MAX_UNSEEN or len(pieces) == len(tl.intervals):
+    if (share > MAX_UNSEEN and not comb) or len(pieces) == len(tl.intervals):
         return None
     clock, counts = clock_of([p.counted_ns for p in pieces], share, tl.rate_hz)
-    if clock.method != "wraps":
+    if not (clock.method == "wraps" or (comb and clock.method == "comb")):
+        return None
+    # a comb that counts far more steps hidden in the pieces than boundaries all of them missed is
+    # one of slow steps taken for several (``sync.slow_not_unseen``'s test): 8 ranks of ~20-ms
+    # steps, 40% of them fetching their batch 1.3-2.2 times as long, at 300 Hz, each counted 65-85
+    # hidden where Chao's estimate was 12-27, and gave the fast steps' length (-8.9%)
+    if clock.method == "comb" and beyond_chance(sum(counts) - len(pieces), unseen):
         return None
     steps, guessed = expand_counted(pieces, counts, clock.unseen, tl.rate_hz)
-    bounds = sorted({*tl.bounds, *(p.start_ns for p in pieces)})
+    # the last piece's end too: where it is a peer's boundary after the rank's last (``_beyond``),
+    # the edge after it starts there, not at its start (a rank whose last 3 s held no boundary of its
+    # own counted its last piece again in the edge: 53 steps of 48)
+    bounds = sorted({*tl.bounds, *(p.start_ns for p in pieces), pieces[-1].end_ns})
     # the median step, as ``build_timeline`` takes it on every clock
     typical = statistics.median(s.dur_ns for s in steps)
     edges = edge_steps(bounds, tl.start_seen_ns, tl.end_ns, clock.period_ns, tl.rate_hz, clock.unseen)
+    own = tl.clock.unseen if clock.method == "comb" else None
     return replace(tl, intervals=tuple(pieces), steps=steps, bounds=tuple(bounds), guessed=guessed,
-                   clock=replace(clock, typical_ns=typical, edge_steps=edges), step_floor=None)
+                   clock=replace(clock, typical_ns=typical, edge_steps=edges, own_unseen=own), step_floor=None)
+
+
+def _one_step_a_return(tl: Timeline) -> bool:
+    """Whether ``tl``'s steps on the union's comb show no sign that its returns are other than one
+    a step (``plan_of``: one micro-batch a step, no doubt that a step is one, no optimizer's visits
+    marking the steps); where they do, the rank is left to its peers' clock (see the module's doc)."""
+    plan = plan_of(tl)
+    return plan.k == 1 and plan.doubt is None and plan.marks is None
 
 
 def _pieces(tl: Timeline, peers: PeerBounds) -> list[Step]:
