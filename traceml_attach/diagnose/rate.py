@@ -68,7 +68,7 @@ from traceml_attach.policy import (
     round_up,
 )
 from traceml_attach.steps.batch_timeline import Timeline, step_skew
-from traceml_attach.steps.clock import IRREGULAR, SHORT, UNDECIDED, UNEVEN, unseen_share
+from traceml_attach.steps.clock import IRREGULAR, MISSED, SHORT, UNDECIDED, UNEVEN, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
@@ -221,6 +221,10 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
         return _known_faster(tl, policy) or _unseen_faster(tl, policy, clock.own_unseen)
     if clock.cause == UNEVEN and not clock.suggested_rate_hz:
         return _hidden_faster(tl, policy)
+    if clock.cause == MISSED and clock.suggested_rate_hz:   # (peersplit._missed_faster)
+        rate = min(clock.suggested_rate_hz, policy.most_hz)
+        why = "the ranks it steps with saw boundaries it missed, far more often than its e^-λ says"
+        return (rate, why) if rate > tl.rate_hz else None
     if not clock.suggested_rate_hz:
         return None
     # a median the samples' lag moves (batch_timeline.judged_blurred), or a comb of steps so uneven

@@ -95,6 +95,9 @@ IRREGULAR = "irregular steps"
 UNDECIDED = "accumulation undecided"
 UNEVEN = "uneven steps"
 SPLIT = "split intervals"
+# a rank that saw every boundary by its e^-λ missed many that its peers saw (``peersplit._vouched``):
+# a faster rate shows them (diagnose/rate.py)
+MISSED = "boundaries missed"
 
 
 # (visits of one sample, of two, all seen): ``hidden_share``'s counts

@@ -35,9 +35,9 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import DEFAULT_RATE_POLICY, MAX_STEP_ERROR, MAX_UNSEEN
+from traceml_attach.policy import DEFAULT_RATE_POLICY, HIDDEN_TARGET, MAX_STEP_ERROR, MAX_UNSEEN, round_up
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import UNEVEN, Step, StepClock
+from traceml_attach.steps.clock import MISSED, UNEVEN, Step, StepClock
 from traceml_attach.steps.mean import (
     PeerBounds,
     filled_in,
@@ -93,20 +93,21 @@ def split_by_peers(timelines: dict[str, Timeline], synchronized: bool) -> dict[s
 
 
 def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Timeline]:
-    """``timelines`` where the step they share is the median of a rank's intervals that its e^-λ
-    says hold every boundary (a "wraps" clock, the ranks stepping with it "joint"), and its peers
-    saw so many boundaries inside them that those all of them missed may be many too
-    (``mean.missed_too_often``, as for a mean): that rank's intervals split at its peers' boundaries
-    (``mean.filled_in``) and the median of those the step, where the boundaries all of them missed
-    could move it by at most MAX_STEP_ERROR / 2 more (``_moved_beyond``); no step time otherwise.
-    e^-λ is a mean: where some steps' visits outside the dominant place are far shorter than the
-    mean visit (a DataLoader's ready batches), their boundaries go unseen far more often than it
-    says, and the steps missed are those short ones, which moves the median: 8 ranks of bursty
-    50-ms steps at 100 Hz over 30 s, the reference counting 137 of the job's 163 (its peers saw 36
-    boundaries inside its 117 intervals, e^-λ 5e-4), gave 218 ms on every rank for a median of 206
-    (+6.1%); filled, 208 ms, but the 36 moved the median 8% and the 17.5 no rank saw (Chao) could
-    move it 3.9% more: unknown. 4 ranks of bursty 80-ms steps at 300 Hz (10 of 59): 210.2 ms unfilled,
-    205.0 filled for the job's 204.9."""
+    """``timelines`` where the step they share is the median of a rank's intervals that its e^-λ says hold
+    every boundary (a "wraps" clock, the ranks stepping with it "joint"), and its peers saw so many
+    boundaries inside them that those all of them missed may be many too (``mean.missed_too_often``,
+    as for a mean): that rank's intervals split at its peers' boundaries (``mean.filled_in``) and
+    the median of those the step, where the boundaries all of them missed could move it by at most
+    MAX_STEP_ERROR / 2 more (``_moved_beyond``); no step time otherwise. e^-λ is a mean: where some
+    steps' visits outside the dominant place are far shorter than the mean visit (a DataLoader's
+    ready batches), their boundaries go unseen far more often than it says, and the steps missed are
+    those short ones, which moves the median: 8 ranks of bursty 50-ms steps at 100 Hz over 30 s, the
+    reference counting 137 of the job's 163 (its peers saw 36 boundaries inside its 117 intervals,
+    e^-λ 5e-4), gave 218 ms on every rank for a median of 206 (+6.1%); filled, 208 ms, but the 36
+    moved the median 8% and the 17.5 no rank saw (Chao) could move it 3.9% more: unknown, and the
+    attacher is advised the rate at which its misses would be few (``_missed_faster``: 400 Hz, where
+    it is +0.4%). 4 ranks of bursty 80-ms steps at 300 Hz (10 of 59): 210.2 ms unfilled, 205.0
+    filled for the job's 204.9."""
     out = dict(timelines)
     for rank, tl in timelines.items():
         clock = tl.clock
@@ -140,11 +141,12 @@ def _vouched(timelines: dict[str, Timeline], order: list[str]) -> dict[str, Time
         filled = filled_in(tl, peers)
         before, typical = _median(tl.intervals), _median(filled.intervals)
         moved = before is None or typical is None or _moved_beyond(before, typical, unseen_by_all(tl, peers), added)
+        faster = _missed_faster(tl, added) if moved else None
         for other, otl in _stepping_with(rank, tl, timelines):
             if moved:
                 reason = f"rank {rank} saw every return of its loop by its e^-λ, and the ranks step together, but {why}"
                 out[other] = replace(otl, clock=StepClock("unknown", None, None, otl.clock.concentration, reason,
-                                                          unseen=otl.clock.unseen))
+                                                          faster, unseen=otl.clock.unseen, cause=MISSED))
             else:
                 out[other] = replace(filled if other == rank else otl, clock=replace(otl.clock, typical_ns=typical))
     return out
@@ -155,6 +157,22 @@ def _stepping_with(rank: str, tl: Timeline, timelines: dict[str, Timeline]) -> l
     typical = tl.clock.typical_ns
     return [(other, otl) for other, otl in timelines.items()
             if other == rank or (otl.clock.method == "joint" and otl.clock.typical_ns == typical)]
+
+
+def _missed_faster(tl: Timeline, added: int) -> int | None:
+    """The rate at which ``tl``'s boundaries would go unseen at most HIDDEN_TARGET of the time, judged
+    on the share its peers saw that it missed (``added`` of its intervals' boundaries), not its
+    e^-λ, which said it missed none: λ grows with the rate, as for slow steps that hide boundaries
+    (diagnose/rate.py). 8 ranks of bursty ~200-ms steps at 100 Hz over 30 s, the reference missing 36
+    of 153: unknown at 100 and 200 Hz, +0.4% at 400, 162-163 of 163 steps. None where the policy's
+    highest rate is no faster."""
+    steps = sum(1 for iv in tl.intervals if not iv.swallowing)
+    missed = added / (steps + added) if steps + added else 0.0
+    if not 0.0 < missed < 1.0:
+        return None
+    policy = DEFAULT_RATE_POLICY
+    rate = min(round_up(tl.rate_hz * math.log(1 / HIDDEN_TARGET) / -math.log(missed), policy.step_hz), policy.most_hz)
+    return rate if rate > tl.rate_hz else None
 
 
 def _comb_refuted(rank: str, tl: Timeline, order: list[str], timelines: dict[str, Timeline]) -> str | None:
