@@ -204,6 +204,12 @@ class RatePolicy:
     # ...and such a rank is advised a slower rate only where its steps still get this many there
     # (``lower_from_samples`` for steps that are not skewed): above what its raise aims at
     uneven_lower_from_samples: float = 30.0
+    # A rank whose slow steps left its median unknown because a draw decided which long intervals
+    # hide a boundary is advised the rate that gives its median interval this many samples, or more
+    # where HIDDEN_TARGET asks it (diagnose/rate.py ``_hidden_faster``): the blur of the ends of
+    # steps so uneven moves their median once every boundary is seen (8 ranks of ~130-ms steps, 40%
+    # of them slowed, over 30 s: +5.4% at 27 samples, +3.4% at 40, +1.9% at 53)
+    hidden_to_samples: float = 50.0
     # Advised rates are multiples of this (so a drift of a few ms changes nothing)...
     step_hz: int = 50
     # ...and at most this: what --rate and --max-rate accept (py-spy's CPU grows by about a
@@ -437,9 +443,11 @@ OVERDISPERSED = 3.0
 # unseen with at most this probability (e^-λ, λ the samples outside the dominant line per step).
 MAX_UNSEEN = 0.01
 # Where slow steps left the median unknown because a draw decided which long intervals hide a
-# boundary (``clock.uneven_clock``), the rate advised is the one at which a boundary goes unseen
-# with at most this chance (e^-λ; λ grows with the rate): a tenth of MAX_UNSEEN, so that the faster
-# windows see every boundary with room to spare (diagnose/rate.py ``_hidden_faster``)
+# boundary (diagnose/rate.py ``_hidden_faster``), or a rank's peers saw the boundaries it missed
+# beyond its e^-λ (``peersplit._missed_faster``, judged on the share they saw it miss), the rate
+# advised is at least the one at which a boundary goes unseen with at most this chance (λ grows
+# with the rate): a tenth of MAX_UNSEEN, so that the faster windows see every boundary with room to
+# spare
 HIDDEN_TARGET = 0.001
 # Intervals shorter than this share of the typical step that show the optimizer far less often than
 # the longer ones do (Fisher's exact test: at most EXTRA_RETURN_CHANCE likely by chance) are no

@@ -52,6 +52,7 @@ every step share one step: the fastest rate one of them is advised is advised to
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from traceml_attach.diagnose.ranks import synchronized
@@ -278,21 +279,26 @@ def _known_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
 
 
 def _hidden_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
-    """The rate at which a boundary goes unseen by chance at most HIDDEN_TARGET of the time, where
-    slow steps left ``tl``'s median unknown because a draw decided which of its long intervals hide
-    one (``clock.uneven_clock``) and its e^-λ is over MAX_UNSEEN: λ grows with the rate, and where
-    every boundary is seen each long interval is one slow step, no draw. 8 ranks of ~130-ms steps,
-    40% of them fetching their batch 1.3-2.2 times as long, at 100 Hz (e^-λ 1.1-1.8%): unknown; at
-    200 Hz (e^-λ 0.02%) +3.4%, at 400 Hz +1.1%, counting 60-62 of the window's 62 steps."""
+    """The rate for a rank whose slow steps left its median unknown because a draw decided which of
+    its long intervals hide a boundary (``clock.uneven_clock``), its e^-λ over MAX_UNSEEN: where every
+    boundary is seen each long interval is one slow step, no draw, and λ grows with the rate, so at
+    least the rate at which a boundary goes unseen at most HIDDEN_TARGET of the time; but the blur of
+    the steps' ends moves the median of steps so uneven, so also the rate that gives the median
+    interval ``hidden_to_samples``. 8 ranks of ~130-ms steps, 40% of them fetching their batch
+    1.3-2.2 times as long, at 100 Hz (e^-λ 1.1-1.8%): unknown; over 30 s, +5.4% at 200 Hz (where a
+    boundary goes unseen 0.02% of the time), +3.4% at 300, +1.9% at 400 (advised), 184-185 of 185
+    steps."""
     unseen = tl.clock.unseen
-    if unseen is None or not MAX_UNSEEN < unseen < 1.0:
+    if unseen is None or not MAX_UNSEEN < unseen < 1.0 or not tl.intervals:
         return None
-    rate = min(round_up(tl.rate_hz * math.log(1 / HIDDEN_TARGET) / -math.log(unseen), policy.step_hz),
-               policy.most_hz)
+    seen_all = round_up(tl.rate_hz * math.log(1 / HIDDEN_TARGET) / -math.log(unseen), policy.step_hz)
+    median = statistics.median(iv.dur_ns for iv in tl.intervals)
+    sharp = policy.raised(median, tl.rate_hz, policy.hidden_to_samples) or tl.rate_hz
+    rate = min(max(seen_all, sharp), policy.most_hz)
     if rate <= tl.rate_hz:
         return None
     return rate, (f"slow steps, among which a boundary goes unseen {unseen:.1%} of the time at {tl.rate_hz} Hz: "
-                  "which long intervals hide one cannot be told")
+                  "which long intervals hide one cannot be told, and the blur of their ends moves the median")
 
 
 def _unseen_faster(tl: Timeline, policy: RatePolicy, unseen: float | None = None) -> tuple[int, str] | None:
