@@ -1374,40 +1374,42 @@ def test_a_rank_whose_last_steps_only_its_peers_saw_counts_none_of_them_again_at
 
 
 def test_a_step_known_on_the_comb_of_the_ranks_union_is_read_again_faster():
-    from bench.sim_grid import Point, advised_hz, build
-
     # GIVEN 8 ranks waiting in the all-reduce through 99% of their ~500-ms steps, at 200 Hz over 30 s:
     # no rank's own returns fit a period, and the comb of their union's pieces gives the step (+0.8%)
     # but counts 55-59 of the window's 59 (-6.8% on rank 5); on 2 ranks the pieces on that comb read
     # as slow steps ("the long intervals ... are slow steps": unknown had they been taken), and those
     # are counted on their peers' clock
-    pt = Point.parse("classic:500:0.99:200:8:1091000")
-    rec, truths = simulate(build(pt)[0], 200, 30.0, seed=pt.seed)
-    an = analyze(rec, RULES)
+    an, truths, faster = advised_at("classic:500:0.99:200:8:1091000", 200, 30.0, 400)
     lo, hi = an.start_ns or 0, an.end_ns or 0
     assert all(r.step_ms is not None and abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05
                for r, t in zip(an.ranks, truths, strict=True))
     # THEN the attacher is advised a faster rate for the boundaries the ranks' own returns mostly
     # leave unseen (at 400 Hz every rank counts 58-59), as it would be were the step unknown
-    faster = advised_hz(rec, an, 400)
     assert faster is not None and faster > 200
 
 
-def test_slow_steps_whose_hidden_boundaries_a_draw_decided_are_read_again_where_every_boundary_shows():
+def advised_at(spec: str, rate_hz: int, seconds: float, max_hz: int) -> tuple[Analysis, list[Truth], int | None]:
+    """A grid point sampled at ``rate_hz`` for ``seconds``: its analysis, each rank's truth, and the
+    rate its analysis advises the attacher (``bench.sim_grid.advised_hz``, capped at ``max_hz``)."""
     from bench.sim_grid import Point, advised_hz, build
 
+    pt = Point.parse(spec)
+    rec, truths = simulate(build(pt)[0], rate_hz, seconds, seed=pt.seed)
+    an = analyze(rec, RULES)
+    return an, truths, advised_hz(rec, an, max_hz)
+
+
+def test_slow_steps_whose_hidden_boundaries_a_draw_decided_are_read_again_where_every_boundary_shows():
     # GIVEN 8 ranks of ~130-ms steps, 40% of them fetching their batch 1.3-2.2 times as long, at
     # 100 Hz: a boundary goes unseen 1.1-1.8% of the time (e^-λ), so a draw decides which long
     # intervals hide one, and that moves the median beyond 5%: unknown on every rank
-    pt = Point.parse("uneven:130:0.4:100:8:467000")
-    rec, _ = simulate(build(pt)[0], 100, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
+    an, _, faster = advised_at("uneven:130:0.4:100:8:467000", 100, 10.0, 1000)
     assert all(r.step_ms is None for r in an.ranks)
     # THEN the attacher is advised the rate that gives the median interval 50 samples (400 Hz), more
     # than the 200 Hz at which a boundary goes unseen at most 0.1% of the time (over 30 s, +5.4%
     # there: the blur of the ends of steps so uneven); none was advised: the steps are long enough
     # for 100 Hz. At a fixed rate the note on the unknown step says so
-    assert advised_hz(rec, an, 1000) == 400
+    assert faster == 400
     assert "sample faster: --rate 400 or more" in (an.report.step_time.step_time_note or "")
     # ...where every rank is known within 5% and counts the window's steps within 3%, over 30 s too
     counted_within("uneven:130:0.4:100:8:467000", 400, 0.03)
@@ -1427,18 +1429,14 @@ def test_a_comb_of_the_ranks_union_that_takes_slow_steps_for_several_is_no_step(
 
 
 def test_a_rank_whose_peers_saw_the_boundaries_it_missed_is_read_again_where_it_misses_few():
-    from bench.sim_grid import Point, advised_hz, build
-
     # GIVEN 8 ranks of bursty ~200-ms steps (6 workers) at 100 Hz over 30 s: the reference saw every
     # return by its e^-λ (5e-4), yet its peers saw 36 boundaries inside its 117 intervals, so those
     # all of them missed may move the median: unknown on every rank, and no rate was advised (the
     # steps are long enough, e^-λ says nothing is missed)
-    pt = Point.parse("bursty:50:6:100:8:567000")
-    rec, _ = simulate(build(pt)[0], 100, 30.0, seed=pt.seed)
-    an = analyze(rec, RULES)
+    an, _, faster = advised_at("bursty:50:6:100:8:567000", 100, 30.0, 400)
     assert all(r.step_ms is None for r in an.ranks)
     # THEN the rate at which a boundary would be missed at most 0.1% of the time, judged on the
     # share its peers saw it miss (36 of 153): 400 Hz, the most the attacher takes, where every rank
     # is known within 5% and counts the window's steps within 3% (162-163 of 163; unknown at 200 Hz)
-    assert advised_hz(rec, an, 400) == 400
+    assert faster == 400
     counted_within("bursty:50:6:100:8:567000", 400, 0.03, seconds=30.0)
