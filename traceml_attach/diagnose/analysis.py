@@ -109,9 +109,9 @@ def _counted(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[int],
     together (``sync``), as gradient accumulation and slow steps count them, on their mean or their
     peers' boundaries where no median holds. Where that leaves every synchronized rank unknown (no
     rank's own clock known, no slow-steps clock), counted again with each rank's intervals split at
-    the boundaries its peers saw and a comb fitted to the pieces (``union.by_union``'s ``comb``);
-    last, because where any other rule knows the step its count is nearer: 8 ranks of ~500-ms steps
-    waiting 99% of them, known on their shared period, counted up to 6.8% off on the union's comb."""
+    the boundaries its peers saw and a comb fitted to the pieces (``union.by_union``'s ``comb``):
+    last, as the least sure of the rules (a comb over boundaries that several ranks missed), so that
+    wherever another knows the step, that one stands."""
     out, slowed = _counted_once(timelines, earlier, sync, by_union(timelines, sync) if sync else timelines)
     if (sync and not slowed and not any(tl.clock.known for tl in timelines.values())
             and not any(tl.clock.known for tl in out.values())):

@@ -25,7 +25,7 @@ denser than any one rank's intervals, and the comb fit that refused a rank's own
 on them (``comb``, stop 74): 8 ranks waiting 99% of 80-ms steps at 500 Hz each saw a third of their
 boundaries, their union seven in ten, and the comb on the union counted 122-128 of 126 steps, the
 step +0.4%. It is the last rule tried (``diagnose.analysis._counted``: only where every other left
-every rank unknown), since where another knows the step its count is nearer; and a faster rate is
+every rank unknown), as the least sure of them; and a faster rate is
 still advised for the boundaries the rank's own returns leave unseen (``StepClock.own_unseen``,
 ``diagnose.rate.faster``): 8 ranks of ~500-ms steps known on it at 200 Hz counted up to 6.8% off, at
 400 Hz every step. A comb that counts far more steps hidden in the pieces than Chao's estimate of
