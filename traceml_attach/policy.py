@@ -236,6 +236,15 @@ class RatePolicy:
     # window's jitter); a higher rate cannot help it.
     lagging_share: float = 0.7
 
+    def seeing(self, unseen: float, rate_hz: int, target: float) -> int:
+        """The rate at which a boundary that goes unseen with chance ``unseen`` (e^-λ) at ``rate_hz``
+        would go unseen with chance ``target`` (λ grows with the rate): a multiple of ``step_hz``, at
+        most ``most_hz`` (that where nothing is seen)."""
+        lam = -math.log(unseen) if unseen < 1.0 else 0.0
+        if lam <= 0.0:
+            return self.most_hz
+        return min(round_up(rate_hz * -math.log(target) / lam, self.step_hz), self.most_hz)
+
     def raised(self, step_ns: float, rate_hz: int, samples: float | None = None) -> int | None:
         """The rate that gives steps of ``step_ns`` ``samples`` (``raise_to_samples`` by default): a
         multiple of ``step_hz``, at least one such step over ``rate_hz`` and at most ``most_hz``; None

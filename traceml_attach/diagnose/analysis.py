@@ -113,10 +113,9 @@ def _counted(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[int],
     last, as the least sure of the rules (a comb over boundaries that several ranks missed), so that
     wherever another knows the step, that one stands."""
     out, slowed = _counted_once(timelines, earlier, sync, by_union(timelines, sync) if sync else timelines)
-    if (sync and not slowed and not any(tl.clock.known for tl in timelines.values())
-            and not any(tl.clock.known for tl in out.values())):
+    if sync and not slowed and not any(tl.clock.known for tl in out.values()):
         unioned = by_union(timelines, sync, comb=True)
-        if unioned is not timelines:   # (else the same count again)
+        if unioned is not timelines:   # (else the same count again; so where a rank's own clock is known)
             again, _ = _counted_once(timelines, earlier, sync, unioned)
             if any(tl.clock.known for tl in again.values()):
                 return again

@@ -291,10 +291,9 @@ def _hidden_faster(tl: Timeline, policy: RatePolicy) -> tuple[int, str] | None:
     unseen = tl.clock.unseen
     if unseen is None or not MAX_UNSEEN < unseen < 1.0 or not tl.intervals:
         return None
-    seen_all = round_up(tl.rate_hz * math.log(1 / HIDDEN_TARGET) / -math.log(unseen), policy.step_hz)
     median = statistics.median(iv.dur_ns for iv in tl.intervals)
     sharp = policy.raised(median, tl.rate_hz, policy.hidden_to_samples) or tl.rate_hz
-    rate = min(max(seen_all, sharp), policy.most_hz)
+    rate = max(policy.seeing(unseen, tl.rate_hz, HIDDEN_TARGET), sharp)
     if rate <= tl.rate_hz:
         return None
     return rate, (f"slow steps, among which a boundary goes unseen {unseen:.1%} of the time at {tl.rate_hz} Hz: "
@@ -313,10 +312,7 @@ def _unseen_faster(tl: Timeline, policy: RatePolicy, unseen: float | None = None
     unseen = tl.clock.unseen if unseen is None else unseen
     if unseen is None or unseen <= MOSTLY_UNSEEN:
         return None
-    lam = -math.log(unseen) if unseen < 1.0 else 0.0
-    wanted = -math.log(UNSEEN_TARGET)
-    rate = policy.most_hz if lam <= 0.0 else round_up(tl.rate_hz * wanted / lam, policy.step_hz)
-    rate = min(max(rate, tl.rate_hz + policy.step_hz), policy.most_hz)
+    rate = min(max(policy.seeing(unseen, tl.rate_hz, UNSEEN_TARGET), tl.rate_hz + policy.step_hz), policy.most_hz)
     if rate <= tl.rate_hz:
         return None
     return rate, f"{unseen_share(unseen)} of the step boundaries go unseen at {tl.rate_hz} Hz"

@@ -35,7 +35,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import DEFAULT_RATE_POLICY, HIDDEN_TARGET, MAX_STEP_ERROR, MAX_UNSEEN, round_up
+from traceml_attach.policy import DEFAULT_RATE_POLICY, HIDDEN_TARGET, MAX_STEP_ERROR, MAX_UNSEEN
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import MISSED, UNEVEN, Step, StepClock
 from traceml_attach.steps.mean import (
@@ -170,8 +170,7 @@ def _missed_faster(tl: Timeline, added: int) -> int | None:
     missed = added / (steps + added) if steps + added else 0.0
     if not 0.0 < missed < 1.0:
         return None
-    policy = DEFAULT_RATE_POLICY
-    rate = min(round_up(tl.rate_hz * math.log(1 / HIDDEN_TARGET) / -math.log(missed), policy.step_hz), policy.most_hz)
+    rate = DEFAULT_RATE_POLICY.seeing(missed, tl.rate_hz, HIDDEN_TARGET)
     return rate if rate > tl.rate_hz else None
 
 

@@ -25,18 +25,18 @@ denser than any one rank's intervals, and the comb fit that refused a rank's own
 on them (``comb``, stop 74): 8 ranks waiting 99% of 80-ms steps at 500 Hz each saw a third of their
 boundaries, their union seven in ten, and the comb on the union counted 122-128 of 126 steps, the
 step +0.4%. It is the last rule tried (``diagnose.analysis._counted``: only where every other left
-every rank unknown), as the least sure of them; and a faster rate is
-still advised for the boundaries the rank's own returns leave unseen (``StepClock.own_unseen``,
-``diagnose.rate.faster``): 8 ranks of ~500-ms steps known on it at 200 Hz counted up to 6.8% off, at
-400 Hz every step. A comb that counts far more steps hidden in the pieces than Chao's estimate of
-the boundaries all of them missed (``sync.beyond_chance``) takes slow steps for several, and is not
-taken: 8 ranks of ~20-ms steps, 40% of them slowed, at 300 Hz. A rank whose steps on that comb show
-a sign that its returns are not one a step (``accumulation.plan_of``: micro-batches, a doubt that a
-step is one, such as "the long intervals ... are slow steps", or the optimizer's visits marking the
-steps) keeps its own intervals, counted on its peers' clock: 2 of the 8 ranks of ~500-ms steps read
-"slow steps" on their own pieces, and without this were unknown. (Taken first in the pipeline, before accumulation,
-the union's comb cost 8 ranks accumulating 2 micro-batches of ~320-ms steps, delivered in bursts,
-their step time to the same rule.)"""
+every rank unknown), as the least sure of them; and a faster rate is still advised for the
+boundaries the rank's own returns leave unseen (``StepClock.own_unseen``, ``diagnose.rate.faster``):
+8 ranks of ~500-ms steps known on it at 200 Hz counted up to 6.8% off, at 400 Hz every step. A comb
+that counts far more steps hidden in the pieces than Chao's estimate of the boundaries all of them
+missed (``sync.beyond_chance``) takes slow steps for several, and is not taken: 8 ranks of ~20-ms
+steps, 40% of them slowed, at 300 Hz. A rank whose steps on that comb show a sign that its returns
+are not one a step (``accumulation.plan_of``: micro-batches, a doubt that a step is one, such as
+"the long intervals ... are slow steps", or the optimizer's visits marking the steps) keeps its own
+intervals, counted on its peers' clock: 2 of the 8 ranks of ~500-ms steps read "slow steps" on their
+own pieces, and without this were unknown. (Taken first in the pipeline, before accumulation, the
+union's comb cost 8 ranks accumulating 2 micro-batches of ~320-ms steps, delivered in bursts, their
+step time to the same rule.)"""
 
 from __future__ import annotations
 
