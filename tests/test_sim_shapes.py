@@ -29,6 +29,7 @@ from testkit.simulator import (
     true_timeline,
 )
 from traceml_attach.diagnose.analysis import Analysis, analyze
+from traceml_attach.diagnose.rate import advise_rates
 from traceml_attach.steps.classify import classify, load_rules
 from traceml_attach.steps.steptime import RankStepStats
 
@@ -1026,6 +1027,66 @@ def test_a_comb_that_the_boundaries_its_peers_saw_refute_gives_no_step():
         assert r.step_ms is None, (r.rank, r.step_ms, truths[0].median_step_ms(lo, hi))
         assert r.clock is not None and "too uneven for a period to count them" in (r.clock.reason or "")
         assert r.steps <= steps
+
+
+def test_ranks_left_unknown_for_uneven_steps_are_counted_on_the_boundaries_any_of_them_saw():
+    # GIVEN 8 synchronized ranks of ~20-ms steps whose 2 workers deliver in bursts, at the 400 Hz the
+    # attacher raises them to: each rank's e^-λ (0.2-0.5%) says it saw every boundary, yet each saw
+    # 85-91% of them (a ready batch's visit outside backward is far shorter than the mean), and its
+    # intervals of two were too many for chance: the median of its steps could move beyond 5% on
+    # which of them hide a boundary, so every rank was unknown for slow steps ("uneven"). Their
+    # union misses 2-4% by Chao's estimate, and split at it, their pieces are 494-501 for the job's 499
+    # THEN every rank is counted on the boundaries any of them saw: known within 5%, its steps within 1.5%
+    counted_within("bursty:13:2:50:8:203000", 400, 0.015)
+    # GIVEN 8 ranks of ~330-ms steps waiting 99% of them, slowed up to 3x by other work on the cores,
+    # at 500 Hz: 7 saw every boundary, one saw its steps vary too much for its intervals to pin their
+    # median, so none was given one (irregular steps); on the union every rank sees the 26 steps
+    counted_within("contended:320:classic:500:8:559000", 500, 0.0)
+
+
+def test_the_union_does_not_time_slow_steps_whose_median_the_blur_moves():
+    # GIVEN 8 ranks of ~130-ms steps, 40% of them fetching their batch 1.3-2.2x as long (the mean
+    # step 21% over the median), at 100 Hz over 30 s: every rank unknown for slow steps. On their
+    # union every step is seen, but at 13 samples a step the blur of the ends moves the median of
+    # steps so skewed: +6.9% on 7 ranks, +21% on the eighth
+    from bench.sim_grid import Point, build
+
+    rec, _ = simulate(build(Point.parse("uneven:130:0.4:100:8:467000"))[0], 100, 30.0, seed=467000)
+    an = analyze(rec, RULES)
+    # THEN no rank is given a step time, and the attacher is advised the rate for slow steps
+    assert all(r.step_ms is None for r in an.ranks), [r.step_ms for r in an.ranks]
+    assert advise_rates(rec, an.pids, an.timelines, an.end_ns or 0), "no faster rate advised"
+    # GIVEN 4 ranks of ~170-ms steps, a quarter of them slowed, at 50 Hz over 30 s: counted at 1%,
+    # 10-22 slow pieces of each rank's were taken for two, which narrowed the skew of the steps
+    # counted (known -1.9%, counting 3.8-5.1% too many, and the attacher went on at 100 Hz only)
+    # THEN the pieces' own skew is read: no step time, and the rate for slow steps advised
+    rec, _ = simulate(build(Point.parse("uneven:130:0.25:50:4:442000"))[0], 50, 30.0, seed=442000)
+    an = analyze(rec, RULES)
+    assert all(r.step_ms is None for r in an.ranks), [r.step_ms for r in an.ranks]
+    assert advise_rates(rec, an.pids, an.timelines, an.end_ns or 0), "no faster rate advised"
+
+
+def test_the_union_of_ranks_whose_comb_took_slow_steps_for_several_is_not_taken():
+    # GIVEN 8 ranks of ~26-ms steps, 40% of them fetching their batch 1.3-2.2x as long, at 400 Hz:
+    # the synchronized ranks' intervals fit a period only by counting far more steps hidden in longer
+    # ones than e^-λ allows (``sync.slow_not_unseen``), so the long intervals are slow steps. On the
+    # union's pieces, the wraps clock again counted far more steps hidden in them than the boundaries
+    # all of them missed (Chao's estimate), and its median strayed with where the samples fell (-8.9%
+    # for this draw of the samples, -0.9% and -5.0% for two others). Both that count
+    # (``sync.beyond_chance``) and the pieces' skew at 10 samples a step (``union._blurred``) refuse it
+    from bench.sim_grid import Point, build
+
+    rec, truths = simulate(build(Point.parse("uneven:20:0.4:100:8:227000"))[0], 400, 10.0, seed=227001)
+    an = analyze(rec, RULES)
+    # THEN no rank is given a step time
+    assert all(r.step_ms is None for r in an.ranks), [r.step_ms for r in an.ranks]
+    # GIVEN 2 ranks of bursty ~2-ms steps (ready batches among 15-ms ones) at 400 Hz: one saw its
+    # returns as steps under 5 samples, too short to tell apart; the other fitted its own wraps
+    # THEN no step time beyond 5% (counted on the union's comb, where 59% of the boundaries went
+    # unseen by all, they were given 14.8 ms for a median step of 2.4 ms)
+    an, truths, lo, hi = grid_window("bursty:5:4:200:2:49000", 400)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is None or abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.step_ms
 
 
 def test_a_shared_median_is_refused_where_the_peers_saw_many_boundaries_its_rank_missed():

@@ -187,11 +187,11 @@ def live_at_once(spec: str, rate_hz: int) -> Analysis:
     return got
 
 
-def counted_live(spec: str, rate_hz: int, steps: int, known: bool = False) -> None:
-    """``live_at_once`` of a grid point: every rank counts the job's ``steps`` within 3%, and gives a
-    step time where ``known``."""
+def counted_live(spec: str, rate_hz: int, steps: int, known: bool = False, within: float = 0.03) -> None:
+    """``live_at_once`` of a grid point: every rank counts the job's ``steps`` within ``within``, and
+    gives a step time where ``known``."""
     got = live_at_once(spec, rate_hz)
-    assert all(abs(r.steps - steps) <= 0.03 * steps and (r.step_ms is not None or not known)
+    assert all(abs(r.steps - steps) <= within * steps and (r.step_ms is not None or not known)
                for r in got.ranks), [(r.steps, r.step_ms) for r in got.ranks]
 
 
@@ -354,9 +354,18 @@ def test_returns_the_optimizer_never_visits_are_no_steps_live_as_in_the_batch():
 def test_a_comb_its_peers_boundaries_refute_gives_no_step_live_as_in_the_batch():
     # 8 ranks whose input runs 1.3-2.2x as long in 4 steps of 10, at 400 Hz: the comb took slow
     # steps for two, and the boundaries its peers saw put the median >5% from it (peersplit,
-    # tests/test_sim_shapes.py): no step time live either, and why
+    # tests/test_sim_shapes.py): no step time live either (nor on the ranks' union: steps this
+    # skewed, at 9 samples a step)
     got = live_at_once("uneven:20:0.4:300:8:235000", 400)
     assert all(r.step_ms is None and "too uneven for a period" in (r.clock.reason or "") for r in got.ranks)
+
+
+def test_ranks_left_unknown_for_slow_steps_are_counted_on_their_union_live_as_in_the_batch():
+    # 8 ranks of bursty ~20-ms steps at 400 Hz, each seeing 85-91% of its boundaries though its e^-λ
+    # says all but 0.5%, each unknown for slow steps (tests/test_sim_shapes.py, steps/union.py): the
+    # live view too counts each on the boundaries any of them saw, every rank known and within 1.5%
+    # of the job's 499 steps (unknown on every rank without it)
+    counted_live("bursty:13:2:50:8:203000", 400, 499, known=True, within=0.015)
 
 
 def test_ranks_counted_on_the_comb_of_the_boundaries_any_of_them_saw_live_as_in_the_batch():

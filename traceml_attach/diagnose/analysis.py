@@ -41,7 +41,7 @@ from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import counted_of, noted, share_period, slow_clock
-from traceml_attach.steps.union import by_union
+from traceml_attach.steps.union import by_union, uneven
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 
@@ -116,6 +116,12 @@ def _counted(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[int],
     if sync and not slowed and not any(tl.clock.known for tl in out.values()):
         unioned = by_union(timelines, sync, comb=True)
         if unioned is not timelines:   # (else the same count again; so where a rank's own clock is known)
+            again, _ = _counted_once(timelines, earlier, sync, unioned)
+            if any(tl.clock.known for tl in again.values()):
+                return again
+    if sync and uneven(out):
+        unioned = by_union(timelines, sync, own={rank: tl.clock for rank, tl in timelines.items()})
+        if unioned is not timelines:
             again, _ = _counted_once(timelines, earlier, sync, unioned)
             if any(tl.clock.known for tl in again.values()):
                 return again

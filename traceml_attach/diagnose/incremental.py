@@ -47,7 +47,7 @@ from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
 from traceml_attach.steps.sync import noted, share_period, share_tracked, slow_clock
-from traceml_attach.steps.union import by_union
+from traceml_attach.steps.union import by_union, uneven
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
@@ -164,6 +164,13 @@ class IncrementalAnalyzer:
         if sync and self.reference is None and not slowed and not any(tl.clock.known for tl in timelines.values()):
             union = by_union(shared, sync, comb=True)
             if union is not shared:   # (else the same count again)
+                again = self._counted(union, shared, note, by_rank, pids, start, end, sync)
+                if any(tl.clock.known for tl in again[2].values()):
+                    unioned, counted, timelines, slowed = again
+        # ...and every rank on the union, where slow or irregular steps left each unknown
+        if sync and uneven(timelines):
+            union = by_union(shared, sync, own={rank: tracker.clock for rank, tracker in by_rank.items()})
+            if union is not shared:
                 again = self._counted(union, shared, note, by_rank, pids, start, end, sync)
                 if any(tl.clock.known for tl in again[2].values()):
                     unioned, counted, timelines, slowed = again

@@ -36,19 +36,34 @@ are not one a step (``accumulation.plan_of``: micro-batches, a doubt that a step
 intervals, counted on its peers' clock: 2 of the 8 ranks of ~500-ms steps read "slow steps" on their
 own pieces, and without this were unknown. (Taken first in the pipeline, before accumulation, the
 union's comb cost 8 ranks accumulating 2 micro-batches of ~320-ms steps, delivered in bursts, their
-step time to the same rule.)"""
+step time to the same rule.)
+
+Ranks each left unknown for slow or irregular steps (``uneven``: cause UNEVEN or IRREGULAR) are
+counted on the union too, known or not by their own returns (``own``, stop 75): 8 ranks of bursty
+~20-ms steps at 400 Hz each saw 85-91% of their boundaries though e^-λ said all but 0.5%, too many
+intervals of two for chance, so which of them hid a boundary could move the median beyond 5% ("slow
+steps"); split at their union, 494-501 pieces for the job's 499, every rank -1.1%. A rank counted so
+must see nearly every boundary there: Chao's estimate of those all of them missed at most
+CHANCE_UNSEEN of the pieces (it errs high on steps of uneven length: 2-4% on those 8 ranks, whose
+pieces were every step), the pieces counted at MAX_UNSEEN as every boundary seen, no more steps
+hidden in them than that estimate allows (``sync.beyond_chance``, as for the comb), and their median
+one the blur of their ends does not move (``_blurred``: 8 ranks of ~130-ms steps, 40% of them
+slowed, at 100 Hz over 30 s were +6.9% on the union, one +21%). Not where a rank's own clock is
+unknown for a cause its peers' boundaries do not mend (steps too short to tell apart, accumulation
+undecided). Quick grid: 24 rank-windows known (95.3%), every one within 1.1%."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import MAX_UNSEEN
+from traceml_attach.policy import BLUR_SKEW, CHANCE_UNSEEN, DEFAULT_RATE_POLICY, MAX_UNSEEN
 from traceml_attach.steps.accumulation import plan_of
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import Step, clock_of, edge_steps, expand_counted
+from traceml_attach.steps.clock import IRREGULAR, UNEVEN, Step, StepClock, clock_of, edge_steps, expand_counted
 from traceml_attach.steps.mean import PeerBounds, filled_in, peer_bounds, peers_of, piece, unseen_by_all
 from traceml_attach.steps.sync import beyond_chance
 
@@ -57,24 +72,48 @@ from traceml_attach.steps.sync import beyond_chance
 SAMPLED = 0.9
 
 
-def by_union(timelines: dict[str, Timeline], synchronized: bool, comb: bool = False) -> dict[str, Timeline]:
+def by_union(timelines: dict[str, Timeline], synchronized: bool, comb: bool = False,
+             own: Mapping[str, StepClock] | None = None) -> dict[str, Timeline]:
     """``timelines`` with each rank whose own returns fit no period (``_asks``) counted on the
     boundaries it and its peers saw, where those all of them missed are few, or (``comb``) on the
     comb fitted to them (see the module's doc); the rest as they were (``timelines`` itself where
-    none is). Only where the ranks step together and none of their clocks is known."""
-    if not synchronized or len(timelines) < 2 or any(tl.clock.known for tl in timelines.values()):
+    none is). Only where the ranks step together and none of their clocks is known. With ``own``
+    (each rank's own clock, where every rank was left unknown for slow or irregular steps: see the
+    module's doc), every rank is asked, known or not, where each own clock allows it (``_uneven_asks``)."""
+    if not synchronized or len(timelines) < 2:
+        return timelines
+    if own is None and any(tl.clock.known for tl in timelines.values()):
+        return timelines
+    if own is not None and not all(_uneven_asks(tl, own[rank]) for rank, tl in timelines.items()):
         return timelines
     order = list(timelines)
     out = dict(timelines)
     for rank, tl in timelines.items():
-        if not _asks(tl):
+        if own is None and not _asks(tl):
             continue
         peers = peer_bounds(tl, peers_of(order, rank, timelines))
         if peers.bounds:
-            counted = _counted(tl, peers, comb)
+            counted = _counted(tl, peers, comb, uneven=own is not None)
             if counted is not None and (counted.clock.method == "wraps" or _one_step_a_return(counted)):
                 out[rank] = counted
     return out if any(out[rank] is not tl for rank, tl in timelines.items()) else timelines
+
+
+def uneven(timelines: dict[str, Timeline]) -> bool:
+    """Whether every rank's step time is unknown for slow or irregular steps (``StepClock.cause``
+    UNEVEN or IRREGULAR), as the ranks' own boundaries counted them: ``by_union``'s ``own``."""
+    return all(tl.clock.cause in (UNEVEN, IRREGULAR) for tl in timelines.values())
+
+
+def _uneven_asks(tl: Timeline, own: StepClock) -> bool:
+    """Whether a rank left unknown for slow or irregular steps is counted on its peers' boundaries:
+    one micro-batch a step as far as it knows, intervals to split, and its own clock known, or
+    unknown for no cause or for those; not for steps too short to tell apart, nor accumulation
+    undecided, which its peers' boundaries do not mend (as ``_asks``). (Before the other guards, 2
+    ranks of bursty ~2-ms steps at 400 Hz, one of them too short to tell apart, were given 14.8 ms on
+    the union's comb.)"""
+    return (tl.loop is not None and tl.micro_batches == 1 and len(tl.intervals) >= 2
+            and own.cause in (None, UNEVEN, IRREGULAR))
 
 
 def _asks(tl: Timeline) -> bool:
@@ -85,28 +124,34 @@ def _asks(tl: Timeline) -> bool:
             and len(tl.intervals) >= 2)
 
 
-def _counted(tl: Timeline, peers: PeerBounds, comb: bool) -> Timeline | None:
+def _counted(tl: Timeline, peers: PeerBounds, comb: bool, uneven: bool = False) -> Timeline | None:
     """``tl`` with its intervals split at its ``peers``' boundaries and counted on them: on a clock
     that sees every boundary where those none of them saw are at most MAX_UNSEEN of the pieces
     (``clock_of``'s first branch), else, where ``comb`` allows it, on the comb fitted to the pieces
-    (its last); None where neither holds."""
+    (its last); None where neither holds. ``uneven`` (ranks left unknown for slow or irregular
+    steps): on a clock that sees every boundary where those none of them saw are at most
+    CHANCE_UNSEEN of the pieces, taken at MAX_UNSEEN (Chao's estimate errs high on steps of uneven
+    length; see the module's doc)."""
     unseen = unseen_by_all(tl, peers)
     if not math.isfinite(unseen):
         return None
     pieces = _pieces(tl, peers)
     share = unseen / (len(pieces) + unseen)
-    if (share > MAX_UNSEEN and not comb) or len(pieces) == len(tl.intervals):
+    most = CHANCE_UNSEEN if uneven else None if comb else MAX_UNSEEN
+    if (most is not None and share > most) or len(pieces) == len(tl.intervals):
         return None
-    clock, counts = clock_of([p.counted_ns for p in pieces], share, tl.rate_hz)
+    clock, counts = clock_of([p.counted_ns for p in pieces], min(share, MAX_UNSEEN) if uneven else share, tl.rate_hz)
     if not (clock.method == "wraps" or (comb and clock.method == "comb")):
         return None
     # a comb that counts far more steps hidden in the pieces than boundaries all of them missed is
     # one of slow steps taken for several (``sync.slow_not_unseen``'s test): 8 ranks of ~20-ms
     # steps, 40% of them fetching their batch 1.3-2.2 times as long, at 300 Hz, each counted 65-85
     # hidden where Chao's estimate was 12-27, and gave the fast steps' length (-8.9%)
-    if clock.method == "comb" and beyond_chance(sum(counts) - len(pieces), unseen):
+    if (clock.method == "comb" or uneven) and beyond_chance(sum(counts) - len(pieces), unseen):
         return None
     steps, guessed = expand_counted(pieces, counts, clock.unseen, tl.rate_hz)
+    if uneven and _blurred(pieces, tl.rate_hz):
+        return None
     # the last piece's end too: where it is a peer's boundary after the rank's last (``_beyond``),
     # the edge after it starts there, not at its start (a rank whose last 3 s held no boundary of its
     # own counted its last piece again in the edge: 53 steps of 48)
@@ -117,6 +162,23 @@ def _counted(tl: Timeline, peers: PeerBounds, comb: bool) -> Timeline | None:
     own = tl.clock.unseen if clock.method == "comb" else None
     return replace(tl, intervals=tuple(pieces), steps=steps, bounds=tuple(bounds), guessed=guessed,
                    clock=replace(clock, typical_ns=typical, edge_steps=edges, own_unseen=own), step_floor=None)
+
+
+def _blurred(pieces: Sequence[Step], rate_hz: int) -> bool:
+    """Whether the median of the steps counted on the union's ``pieces`` (ranks left unknown for
+    uneven steps) is one the blur of their ends moves: the pieces, each taken as one step, skewed by
+    slow ones (their mean over their median by more than BLUR_SKEW) and under ``hidden_to_samples``
+    samples (``diagnose.rate._hidden_faster``'s sharpness for slow steps). 8 ranks of ~130-ms steps,
+    40% of them slowed, over 30 s at 100 Hz: +6.9% on 7 ranks, +21% on the eighth; at 200 Hz +5.4%,
+    at 400 +1.9%. The pieces, not the steps counted: counted at 1%, 10-22 slow pieces of 4 ranks of
+    ~170-ms steps (a quarter slowed) at 50 Hz were taken for two, which narrowed the skew the test
+    reads, and counted 3.8-5.1% too many."""
+    durations = [p.counted_ns for p in pieces]
+    median = statistics.median(durations) if durations else 0.0
+    if median <= 0:
+        return True
+    skew = sum(durations) / len(durations) / median - 1
+    return skew > BLUR_SKEW and median * rate_hz / 1e9 < DEFAULT_RATE_POLICY.hidden_to_samples
 
 
 def _one_step_a_return(tl: Timeline) -> bool:
