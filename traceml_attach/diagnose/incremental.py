@@ -169,8 +169,11 @@ class IncrementalAnalyzer:
                     unioned, counted, timelines, slowed = again
         # ...and every rank on the union, where slow or irregular steps left each unknown
         if sync and uneven(timelines):
-            union = by_union(shared, sync, own={rank: tracker.clock for rank, tracker in by_rank.items()})
-            if union is not shared:
+            # (on each rank's own clock, as the batch: a rank that saw every boundary keeps its own)
+            own = {rank: replace(tl, clock=by_rank[rank].own_clock(tl.start_seen_ns, tl.end_ns))
+                   for rank, tl in shared.items()}
+            union = by_union(own, sync, own={rank: tracker.clock for rank, tracker in by_rank.items()})
+            if union is not own:
                 again = self._counted(union, shared, note, by_rank, pids, start, end, sync)
                 if any(tl.clock.known for tl in again[2].values()):
                     unioned, counted, timelines, slowed = again
