@@ -140,6 +140,8 @@ def _counted(tl: Timeline, peers: PeerBounds, comb: bool, uneven: bool = False) 
     most = CHANCE_UNSEEN if uneven else None if comb else MAX_UNSEEN
     if (most is not None and share > most) or len(pieces) == len(tl.intervals):
         return None
+    if uneven and _blurred(pieces, tl.rate_hz):   # (read on the pieces themselves: before they are counted)
+        return None
     clock, counts = clock_of([p.counted_ns for p in pieces], min(share, MAX_UNSEEN) if uneven else share, tl.rate_hz)
     if not (clock.method == "wraps" or (comb and clock.method == "comb")):
         return None
@@ -150,8 +152,6 @@ def _counted(tl: Timeline, peers: PeerBounds, comb: bool, uneven: bool = False) 
     if (clock.method == "comb" or uneven) and beyond_chance(sum(counts) - len(pieces), unseen):
         return None
     steps, guessed = expand_counted(pieces, counts, clock.unseen, tl.rate_hz)
-    if uneven and _blurred(pieces, tl.rate_hz):
-        return None
     # the last piece's end too: where it is a peer's boundary after the rank's last (``_beyond``),
     # the edge after it starts there, not at its start (a rank whose last 3 s held no boundary of its
     # own counted its last piece again in the edge: 53 steps of 48)
