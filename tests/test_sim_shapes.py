@@ -783,6 +783,43 @@ def test_optimizer_steps_timed_by_the_optimizers_visits_too_uneven_for_a_median_
     every_rank_the_mean(build(Point.parse("accum_bursty:320:4/3:50:4:1822000"))[0], 50, 1822000)
 
 
+@pytest.mark.parametrize(("spec", "rate_hz", "seconds"), [
+    # 1 rank, 8 workers: ready batches' ~1-ms steps among ~35-ms ones; the visits fitted 39.6 ms, the
+    # burst cycle, 4 of their 34 single gaps under 21 ms (+687% on the median step, 0.4 samples)
+    ("bursty:5:8:300:1:92000", 300, 10.0),
+    # 1 rank, 3 workers: two ~3-ms steps and a ~33-ms one by turns, raised to 400 Hz: 38.8 ms (+1,222%)
+    ("bursty:13:3:100:1:224000", 400, 10.0),
+    # 8 ranks, 8 workers, raised to 400 Hz: two ranks' visits fitted 19 ms, 16 and 17 of their ~115
+    # single gaps under 8.5 ms, and the others took it (530 steps for 814: +53% on the mean step)
+    ("bursty:5:8:200:8:91001", 400, 10.0),
+    # 2 ranks at 50 Hz over 30 s: one rank's visits fitted 163 ms, 2 of its 12 single gaps short of it
+    # (within chance alone), its peer's 3 more: 185 steps for the job's 1,456 (+683% on the median)
+    ("bursty:13:8:50:2:281000", 50, 30.0),
+])
+def test_optimizer_visits_far_closer_than_their_period_are_steps_of_other_lengths(spec, rate_hz, seconds):
+    # GIVEN a job whose DataLoader workers deliver in bursts, so that its steps come in two lengths or
+    # more, and whose returns fit no step: a comb fitted to the optimizer's visits, one a step, fits the
+    # sums of steps of several lengths, and counts those the visits missed as whole periods
+    an, truths, lo, hi = grid_window(spec, rate_hz, seconds)
+    # THEN no rank is given a step time beyond 5% of its truth (none is given one at all), and the rank
+    # whose visits fitted the period says why: gaps between them too short for it, beyond chance
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is None, (r.rank, r.step_ms, _truth_ms(r, truth, lo, hi))
+    assert any("far shorter than it" in (r.clock.reason or "") for r in an.ranks if r.clock), \
+        [r.clock.reason for r in an.ranks if r.clock]
+
+
+def test_an_optimizer_comb_with_one_gap_far_closer_than_its_period_stands():
+    # GIVEN 4 ranks accumulating 8 micro-batches of a 200-ms step, 3 workers delivering in bursts, a 30%
+    # straggler, at 100 Hz: each rank's optimizer steps from its visits' comb, one rank with one single
+    # gap of its 7 far shorter than 200 ms (a chance of 0.1% for one that short: not beyond chance)
+    an, truths, lo, hi = grid_window("accum_bursty:200:8/3:100:4:1646000", 100)
+    # THEN every rank is known within 1% of its truth, every step counted
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.01, r.clock
+        assert r.steps == truth.steps_in(lo, hi)
+
+
 def test_returns_that_the_optimizers_visits_mark_as_micro_batches_are_no_step_where_the_visits_time_none():
     # GIVEN one rank accumulating 3 micro-batches of a 1.3-s step, 2 workers delivering in bursts, a
     # 310-ms optimizer seen in every third interval between the returns, at 300 Hz: 7 visits in 10 s,
