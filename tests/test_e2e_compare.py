@@ -68,6 +68,12 @@ def test_compare_tells_a_faster_run_and_calls_two_windows_of_one_job_no_change(e
     same = traceml("compare", str(first), str(second), "--json", "--fail-on-regression", "0")
     doc = json.loads(same.stdout)
     step = doc["step"]
+    if step["band_ms"] is None:
+        # a window whose summary gives no median step for a reason ``honest`` does not take (stop 75's
+        # suite, under load; the window said why): compare has no step to judge, and says unknown, never
+        # a guess. (That window's step time itself is the step tests' business, not compare's.)
+        assert step["verdict"] == "unknown" and None in (step["old_ms"], step["new_ms"]), step
+        return
     assert not doc["diagnosis"]["changed"] and step["noise"][0]["steps"] >= 10
     moved = truth[1] - truth[0]
     if abs(moved) <= step["band_ms"] / 2:
