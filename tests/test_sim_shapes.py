@@ -1126,6 +1126,32 @@ def test_the_union_of_ranks_whose_comb_took_slow_steps_for_several_is_not_taken(
         assert r.step_ms is None or abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05, r.step_ms
 
 
+def test_synchronized_ranks_share_the_median_of_their_own_typical_steps():
+    # GIVEN 8 ranks of ~34-ms steps, 40% of them fetching their batch 1.3-2.2x as long, a 70% straggler,
+    # at 400 Hz: every rank saw every boundary, and each rank's own median, blurred by where its own
+    # samples fell, is 34.3-35.4 ms for the job's 33.7; the reference rank (the surest clock) gave its
+    # 35.4 to every rank (+5.1%)
+    an, truths, lo, hi = grid_window("uneven:20:0.4:300:8:235001", 400)
+    # THEN every rank given a step time is within 5% of the job's median step (the ranks' median: +3.3%)
+    known = [(r, t) for r, t in zip(an.ranks, truths, strict=True) if r.step_ms is not None]
+    assert len(known) >= 7, [r.clock.reason for r in an.ranks if r.clock]
+    for r, truth in known:
+        assert abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.05, (r.rank, r.step_ms, r.clock)
+
+
+def test_a_mean_is_refused_where_intervals_worked_as_long_as_several_steps():
+    # GIVEN one rank whose 6 DataLoader workers deliver in bursts: five ~100-ms steps, then a wait of
+    # 2-3 s for the next burst, at 100 Hz over 30 s; its e^-λ says it saw every boundary, but a ready
+    # batch's boundary is far shorter than the mean visit, and 6 of the 59 went unseen: two steps seen
+    # as one of 180-220 ms (under two medians), or a ready batch's step with the wait (2.3 s that worked
+    # 202 ms, two steps' time on the CPU); the mean of the 53 intervals was given +11.3%
+    an, truths, lo, hi = grid_window("bursty:500:6:100:1:1064001", 100, 30.0)
+    (r,), (truth,) = an.ranks, truths
+    # THEN no mean is given: intervals that worked as long as two steps could hide more than 5%
+    assert r.step_ms is None, (r.step_ms, truth.mean_step_ms(lo, hi))
+    assert r.clock is not None and "worked as long on a CPU" in (r.clock.reason or ""), r.clock
+
+
 def test_a_shared_median_is_refused_where_the_peers_saw_many_boundaries_its_rank_missed():
     # GIVEN 8 ranks of bursty 50-ms steps whose 6 workers deliver in bursts (ready batches' steps of
     # ~22 ms among ~200-ms ones), at 100 Hz over 30 s (the live view's window): the reference rank's

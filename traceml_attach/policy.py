@@ -538,6 +538,9 @@ UNSEEN_BY_ALL = MAX_STEP_ERROR / 2
 # A live reference stays while no rank is clearly better: among equals (ranks that see their loop
 # alike), each one's warm checks come at other times, and the best would change every tick.
 REF_MARGIN = 0.1
+# The ranks that step together share the median of their typical steps where at least this many
+# ranks' own clocks give one of a kind (sync._ranks_median): over two, the median is their mean.
+RANKS_MEDIAN = 3
 
 # -- accumulation.py: gradient accumulation (a step is an optimizer step)
 MAX_MICRO_BATCHES = 64    # larger k are not looked for
