@@ -378,8 +378,8 @@ def could_hide_worked(intervals: Sequence[Step], one_step: Callable[[Step], bool
     delivering in bursts, at 100 Hz over 30 s: 6 of the 59 boundaries hidden so, none by e^-λ, and
     the mean of the 53 intervals was given +11.3%."""
     counts = _medians_long([iv.dur_ns for iv in intervals])
-    step_ns = steady_work(sorted(float(iv.work_ns) for iv, n in zip(intervals, counts, strict=True)
-                                 if n == 1 and iv.work_ns is not None and not iv.swallowing))
+    step_ns = steady_work(sorted(w for iv, n in zip(intervals, counts, strict=True)
+                                 if (w := one_work_of(iv, n)) is not None))
     work = one_work(intervals, counts)
     hidden = 0
     for iv, n in zip(intervals, counts, strict=True):
