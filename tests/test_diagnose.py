@@ -230,3 +230,29 @@ def test_a_balanced_step_whose_wait_is_for_a_busy_gpu_is_compute_bound():
     # with no more than 1 point of the wait in device sync, it stays what it was
     little = [replace(ranks[0], wait_labels={"device_sync": 0.1, "logging": 0.9})]
     assert refine_with_gpu([head], little, {"0": 99.0})[0] == head
+
+
+def test_a_hang_stands_unless_every_rank_is_loopless_and_waits_on_a_busy_child():
+    from traceml_attach.diagnose.evidence import HangEvidence, RankStack
+    from traceml_attach.diagnose.finding import Finding
+    from traceml_attach.diagnose.hang import waits_on_children
+    from traceml_attach.diagnose.kinds import Kind
+    from traceml_attach.steps.batch_timeline import Timeline
+    from traceml_attach.steps.loopframe import LoopFrame
+
+    # GIVEN a HANG of one rank at one line for 12 s, its process (PID 101) with a child (PID 202)
+    # that worked 98% of a core through it
+    stack = RankStack("wait/other", "<module> (wrap.py:5)", None, ("<module> (wrap.py:5)",))
+    hang = Finding(Kind.HANG, "critical", "the job is stuck: every rank is at the same place", "", "", None,
+                   HangEvidence(12.0, {0: stack}, (), None))
+    loopless = Timeline(101, 1, "MainThread", None, (), (), StepClock("unknown", None), {})
+    busy = {"0": [(202, 98.0)]}
+    # THEN a process with no training loop waits on that child: no HANG, and the child is named
+    waiting = waits_on_children(hang, {"0": loopless}, busy)
+    assert waiting is not None and waiting.kind == Kind.NO_DATA
+    assert "traceml attach --pid 202" in waiting.action and "<module> (wrap.py:5)" in waiting.why
+    # AND a loop that waits on a busy child (a DataLoader worker that never returns its batch) is
+    # stuck, as is a process whose children are idle
+    looping = replace(loopless, loop=LoopFrame(3, "train", "train.py", 40))
+    assert waits_on_children(hang, {"0": looping}, busy) is None
+    assert waits_on_children(hang, {"0": loopless}, {"0": []}) is None

@@ -28,6 +28,7 @@ from launch import start_example, stop_example
 from tests.conftest import ROOT, steps_from
 from traceml_attach.errors import EXIT_OK, EXIT_TARGET_EXITED
 from traceml_attach.ingest.stream import read_recording
+from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY
 
 pytestmark = pytest.mark.e2e
 
@@ -125,6 +126,44 @@ def test_a_job_that_execs_another_program_is_not_sampled_as_the_job(tmp_path: Pa
         assert summary["targets"][0]["exited"] is True
     finally:
         stop_example(job)
+
+
+# a script that starts the training as its child and passes its output on (no launcher traceml knows)
+WRAPPER = ("import subprocess, sys\n"
+           "child = subprocess.Popen([sys.executable, *sys.argv[1:]], stdout=subprocess.PIPE, text=True)\n"
+           "for line in child.stdout:\n"
+           "    print(line, end='', flush=True)\n")
+
+
+def test_a_wrapper_that_waits_on_the_training_it_started_is_not_said_stuck(tmp_path: Path):
+    # GIVEN a wrapper script whose child runs the training, the PID a user may give by mistake: its
+    # one thread reads the child's output, at one line, with no step, for longer than a HANG takes
+    wrapper = subprocess.Popen([sys.executable, "-c", WRAPPER, str(ROOT / "examples" / "balanced.py")],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert wrapper.stdout is not None
+        deadline = time.monotonic() + 120
+        while "ready" not in wrapper.stdout.readline():
+            assert wrapper.poll() is None and time.monotonic() < deadline
+        children = psutil.Process(wrapper.pid).children()
+        assert len(children) == 1
+        hang_s = DEFAULT_STEP_TIME_POLICY.hang_s
+        out = subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(wrapper.pid),
+                              "--seconds", str(hang_s + 4), "--quiet", "--logs-dir", str(tmp_path), "--run-name", "w"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        # THEN it is not said stuck: the finding names the child it waits on, and how to attach to it
+        assert out.returncode == EXIT_OK, out.stderr
+        summary = json.loads((tmp_path / "w" / "final_summary.json").read_text())
+        diagnosis = summary["step_time"]["diagnosis"]
+        assert "HANG" not in {f["kind"] for f in summary["step_time"]["findings"]}, out.stdout
+        assert diagnosis["kind"] == "NO_DATA", diagnosis
+        assert f"traceml attach --pid {children[0].pid}" in diagnosis["action"], diagnosis
+        assert f"waits on its child process {children[0].pid}" in diagnosis["summary"], diagnosis
+    finally:
+        for proc in psutil.Process(wrapper.pid).children(recursive=True) if wrapper.poll() is None else ():
+            proc.kill()
+        wrapper.kill()
+        wrapper.wait()
 
 
 def take_pid(pid: int, argv: list[str], tries: int = 200) -> subprocess.Popen[bytes] | None:

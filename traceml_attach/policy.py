@@ -59,6 +59,10 @@ class StepTimePolicy:
     # HANG: no rank completed a step for this long, and every rank's call path stopped changing
     # for at least half of it.
     hang_s: float = 10.0
+    # ...unless no rank shows a training loop and each one's process has a child that worked at least
+    # this much of a core (the median of its polls) through the stretch the call paths stayed the
+    # same: a wrapper script waiting on the training it started is no stuck job (``hang.waits_on_children``)
+    busy_child_pct: float = 50.0
     # CUDA jobs: when device sync is at least this share of the wait, the rank's per-process
     # GPU (SM) utilization decides what the wait means...
     device_sync_share: float = 0.5

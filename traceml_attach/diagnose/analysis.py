@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from traceml_attach.diagnose.arrival import arrival, last_arrivals
@@ -11,7 +11,7 @@ from traceml_attach.diagnose.dialect import speak
 from traceml_attach.diagnose.dispatch import cpu_dispatch
 from traceml_attach.diagnose.finding import Finding
 from traceml_attach.diagnose.gpu import RankGpu, rank_gpu
-from traceml_attach.diagnose.hang import detect_hang, detect_stopped
+from traceml_attach.diagnose.hang import detect_hang, detect_stopped, waits_on_children
 from traceml_attach.diagnose.history import History
 from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.ranks import rank_key, rank_of, rank_pids, synchronized
@@ -193,7 +193,8 @@ def conclude(rec: Recording, policy: StepTimePolicy, start: int | None, end: int
     # a rank that holds no GPU waits for no device: its .item() and printing are other work
     stats = [s if gpu.memory.get(s.rank) else without_device(s, timelines[s.rank]) for s in stats]
     resumed = {rank: rec.resumed[pid] for rank, pid in pids.items() if pid in rec.resumed}
-    findings = _step_findings(stats, timelines, gpu, policy, resumed)
+    findings = _step_findings(stats, timelines, gpu, policy, resumed,
+                              lambda: _busy_children(rec, pids, hi, policy))
     stopped = detect_stopped({rank: (pid, *rec.stopped[pid], _newest(rec, pid, rec.stopped[pid][0]))
                               for rank, pid in pids.items() if pid in rec.stopped}, timelines)
     if stopped is not None:   # what a stopped process's stacks look like (a hang, no data) is the stop
@@ -280,12 +281,34 @@ def _stretches(rec: Recording, pids: dict[str, int], lo: int, hi: int) -> dict[s
 
 
 def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], gpu: RankGpu,
-                   policy: StepTimePolicy, resumed: dict[str, int]) -> list[Finding]:
-    """Step time, refined with the GPU's utilization; a hang first."""
+                   policy: StepTimePolicy, resumed: dict[str, int],
+                   busy: Callable[[], dict[str, list[tuple[int, float]]]]) -> list[Finding]:
+    """Step time, refined with the GPU's utilization; a hang first, or, where every rank's process
+    waited on a child at work (``busy``, asked only then), that (``hang.waits_on_children``)."""
     findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
     findings = speak(cpu_dispatch(refine_with_gpu(findings, stats, sm, policy), stats, sm), stats)
     hang = detect_hang(timelines, policy, resumed)
     if hang is not None:
+        hang = waits_on_children(hang, timelines, busy()) or hang
         findings = [hang, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP))]
     return findings
+
+
+def _busy_children(rec: Recording, pids: dict[str, int], hi: int, policy: StepTimePolicy
+                   ) -> dict[str, list[tuple[int, float]]]:
+    """Each rank's child processes that worked at least ``busy_child_pct`` of a core (the median of
+    three polls or more, about one a second) over the last half of ``hang_s`` before ``hi``, the
+    stretch through which a HANG's call paths stayed the same: (PID, median %), the busiest first."""
+    since = hi - int(policy.hang_s / 2 * 1e9)
+    out: dict[str, list[tuple[int, float]]] = {}
+    for rank, pid in pids.items():
+        polls: dict[int, list[float]] = {}
+        for sample in rec.procs.get(pid, ()):
+            if since <= sample.ts_ns <= hi:
+                for child, pct, _ in sample.children:
+                    if pct is not None:
+                        polls.setdefault(child, []).append(pct)
+        busy = [(child, statistics.median(v)) for child, v in polls.items() if len(v) >= 3]
+        out[rank] = sorted(((c, p) for c, p in busy if p >= policy.busy_child_pct), key=lambda cp: -cp[1])
+    return out

@@ -103,6 +103,34 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
                    None, evidence)
 
 
+def waits_on_children(hang: Finding, timelines: dict[str, Timeline], busy: dict[str, list[tuple[int, float]]]
+                      ) -> Finding | None:
+    """What a HANG (``hang``) is where no rank's process shows a training loop and each waited on a
+    child of its own that worked (``busy``: rank -> (child PID, median % of a core) through the
+    stretch its call path stayed the same, the busiest first): no training process, but one that
+    waits on it. A wrapper script that started the training as a child and reads its output (a PID
+    a user may give by mistake) shows one call path and no step, and was said stuck, critically.
+    None where some rank has a loop or no busy child: the HANG stands (a loop that waits on a
+    DataLoader worker that never returns its batch is stuck, however busy that worker is)."""
+    evidence = hang.evidence
+    if (not isinstance(evidence, HangEvidence)
+            or not all(busy.get(rank) and tl.loop is None for rank, tl in timelines.items())):
+        return None
+    rank, tl = next(iter(timelines.items()))
+    child, pct = busy[rank][0]
+    stack = evidence.ranks.get(int(rank))
+    more = sum(len(children) for children in busy.values()) - 1
+    others = f" (and {more} more)" if more else ""
+    why = (f"rank {rank} (PID {tl.pid}) completed no step for {evidence.idle_s:.0f} s: no training loop was "
+           f"found in it, and its call path stayed at {stack.where if stack and stack.where else 'one place'}, "
+           f"while its child process {child}{others} worked {pct:.0f}% of a core: it waits on that child")
+    if len(timelines) > 1:
+        why += f"; each of the {len(timelines)} ranks waits on a child of its own that works"
+    return Finding(Kind.NO_DATA, "info", f"no training step here: PID {tl.pid} waits on its child process {child}",
+                   why, f"if the child runs the training (a script that started it, not a launcher traceml knows), "
+                   f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID")
+
+
 def detect_stopped(stopped: dict[str, tuple[int, int, str, int]], timelines: dict[str, Timeline]) -> Finding | None:
     """STOPPED when a rank's process is stopped now. ``stopped``: rank -> (pid, since ns, why, the
     newest reading of the process in ns, which goes on while it is stopped); each rank's timeline
