@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from traceml_attach.diagnose.analysis import analyze
-from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu, unknown_step_note
+from traceml_attach.diagnose.step import NO_STEP_YET, diagnose_step_time, refine_with_gpu, unknown_step_note
 from traceml_attach.runtime.pipeline import replay_file
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.clock import StepClock
@@ -256,3 +256,10 @@ def test_a_hang_stands_unless_every_rank_is_loopless_and_waits_on_a_busy_child()
     looping = replace(loopless, loop=LoopFrame(3, "train", "train.py", 40))
     assert waits_on_children(hang, {"0": looping}, busy) is None
     assert waits_on_children(hang, {"0": loopless}, {"0": []}) is None
+    # AND before a HANG could be said, NO DATA with no step and no training phases names the child
+    # too, but not NO DATA for training phases in a loop no rule knows (busy DataLoader workers)
+    none_yet = Finding(Kind.NO_DATA, "info", NO_STEP_YET, "no training loop was found in the sampled threads", "")
+    named = waits_on_children(none_yet, {"0": loopless}, busy)
+    assert named is not None and "its child process 202 is the one at work" in named.summary
+    loopless_work = Finding(Kind.NO_DATA, "info", "training phases seen, but no training loop found", "", "")
+    assert waits_on_children(loopless_work, {"0": loopless}, busy) is None

@@ -27,7 +27,7 @@ from traceml_attach.diagnose.sections import (
     targets,
 )
 from traceml_attach.diagnose.session import session_section
-from traceml_attach.diagnose.step import diagnose_step_time, refine_with_gpu
+from traceml_attach.diagnose.step import NO_STEP_YET, diagnose_step_time, refine_with_gpu
 from traceml_attach.diagnose.telemetry import MemorySeries, memory_section, process_section, system_section
 from traceml_attach.diagnose.whatif import Host, mean_steps_ms, project
 from traceml_attach.ingest.stream import Recording
@@ -283,8 +283,9 @@ def _stretches(rec: Recording, pids: dict[str, int], lo: int, hi: int) -> dict[s
 def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], gpu: RankGpu,
                    policy: StepTimePolicy, resumed: dict[str, int],
                    busy: Callable[[], dict[str, list[tuple[int, float]]]]) -> list[Finding]:
-    """Step time, refined with the GPU's utilization; a hang first, or, where every rank's process
-    waited on a child at work (``busy``, asked only then), that (``hang.waits_on_children``)."""
+    """Step time, refined with the GPU's utilization; a hang first. Where no rank shows a loop and
+    each one's process has a child at work (``busy``, asked only then), that, for a HANG or NO DATA
+    (``hang.waits_on_children``)."""
     findings = diagnose_step_time(stats, policy)
     sm = {rank: statistics.median(v) for rank, v in gpu.sm_util.items() if v}
     findings = speak(cpu_dispatch(refine_with_gpu(findings, stats, sm, policy), stats, sm), stats)
@@ -292,6 +293,8 @@ def _step_findings(stats: list[RankStepStats], timelines: dict[str, Timeline], g
     if hang is not None:
         hang = waits_on_children(hang, timelines, busy()) or hang
         findings = [hang, *(f for f in findings if f.kind not in (Kind.NO_DATA, Kind.WARMUP))]
+    elif findings[0].summary == NO_STEP_YET and not any(tl.loop for tl in timelines.values()):
+        findings = [waits_on_children(findings[0], timelines, busy()) or findings[0], *findings[1:]]
     return findings
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from traceml_attach.diagnose.finding import Finding, HangEvidence, RankStack
 from traceml_attach.diagnose.kinds import Kind
+from traceml_attach.diagnose.step import NO_STEP_YET
 from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, StepTimePolicy
 from traceml_attach.steps.batch_timeline import SYNC_PHASES, Timeline
 from traceml_attach.steps.loopframe import user_frame
@@ -103,32 +104,40 @@ def detect_hang(timelines: dict[str, Timeline], policy: StepTimePolicy = DEFAULT
                    None, evidence)
 
 
-def waits_on_children(hang: Finding, timelines: dict[str, Timeline], busy: dict[str, list[tuple[int, float]]]
+def waits_on_children(finding: Finding, timelines: dict[str, Timeline], busy: dict[str, list[tuple[int, float]]]
                       ) -> Finding | None:
-    """What a HANG (``hang``) is where no rank's process shows a training loop and each waited on a
-    child of its own that worked (``busy``: rank -> (child PID, median % of a core) through the
-    stretch its call path stayed the same, the busiest first): no training process, but one that
-    waits on it. A wrapper script that started the training as a child and reads its output (a PID
-    a user may give by mistake) shows one call path and no step, and was said stuck, critically.
-    None where some rank has a loop or no busy child: the HANG stands (a loop that waits on a
-    DataLoader worker that never returns its batch is stuck, however busy that worker is)."""
-    evidence = hang.evidence
-    if (not isinstance(evidence, HangEvidence)
+    """What a HANG, or NO DATA with no step and no training phases seen (``finding``, its summary
+    ``step.NO_STEP_YET``), is where no rank's process shows a training loop and each has a child of
+    its own that worked (``busy``: rank -> (child PID, median %
+    of a core) over the stretch judged, the busiest first): no training process, but one that waits
+    on it. A wrapper script that started the training as a child and reads its output (a PID a user
+    may give by mistake) shows one call path and no step: it was said stuck, critically, and before
+    that told to make sure its training loop runs. None where some rank has a loop or no busy child:
+    the finding stands (a loop that waits on a DataLoader worker that never returns its batch is
+    stuck, however busy that worker is)."""
+    hang = finding.evidence if isinstance(finding.evidence, HangEvidence) else None   # (else NO DATA's)
+    if ((hang is None and finding.summary != NO_STEP_YET)
             or not all(busy.get(rank) and tl.loop is None for rank, tl in timelines.items())):
         return None
     rank, tl = next(iter(timelines.items()))
     child, pct = busy[rank][0]
-    stack = evidence.ranks.get(int(rank))
     more = sum(len(children) for children in busy.values()) - 1
     others = f" (and {more} more)" if more else ""
-    why = (f"rank {rank} (PID {tl.pid}) completed no step for {evidence.idle_s:.0f} s: no training loop was "
-           f"found in it, and its call path stayed at {stack.where if stack and stack.where else 'one place'}, "
-           f"while its child process {child}{others} worked {pct:.0f}% of a core: it waits on that child")
+    if hang is not None:
+        stack = hang.ranks.get(int(rank))
+        why = (f"rank {rank} (PID {tl.pid}) completed no step for {hang.idle_s:.0f} s: no training loop was "
+               f"found in it, and its call path stayed at {stack.where if stack and stack.where else 'one place'}")
+    else:
+        why = f"no training loop was found in rank {rank}'s process (PID {tl.pid})"
+    why += f", while its child process {child}{others} worked {pct:.0f}% of a core"
+    why += ": it waits on that child" if hang is not None else ""
     if len(timelines) > 1:
-        why += f"; each of the {len(timelines)} ranks waits on a child of its own that works"
-    return Finding(Kind.NO_DATA, "info", f"no training step here: PID {tl.pid} waits on its child process {child}",
-                   why, f"if the child runs the training (a script that started it, not a launcher traceml knows), "
-                   f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID")
+        why += f"; each of the {len(timelines)} ranks has a child of its own that works"
+    summary = (f"no training step here: PID {tl.pid} waits on its child process {child}" if hang is not None else
+               f"no training loop in PID {tl.pid}: its child process {child} is the one at work")
+    action = (f"if the child runs the training (a script that started it, not a launcher traceml knows), "
+              f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID")
+    return Finding(Kind.NO_DATA, "info", summary, why, action)
 
 
 def detect_stopped(stopped: dict[str, tuple[int, int, str, int]], timelines: dict[str, Timeline]) -> Finding | None:

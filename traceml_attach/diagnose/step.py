@@ -111,6 +111,11 @@ def _loopless(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding
     return None
 
 
+# NO DATA's summary where no step was seen and, without a loop, no training phases either (``_loopless``
+# says those): what ``hang.waits_on_children`` may say more of
+NO_STEP_YET = "no complete training step seen yet"
+
+
 def _no_data(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding | None:
     if not any(r.steps for r in all_ranks):
         loopless = _loopless(all_ranks, policy)
@@ -119,7 +124,7 @@ def _no_data(all_ranks: list[RankStepStats], policy: StepTimePolicy) -> Finding 
         loops = [r for r in all_ranks if r.loop]
         why = ("no training loop was found in the sampled threads"
                if not loops else f"the loop in {loops[0].loop} completed no full step in the window")
-        return Finding(Kind.NO_DATA, "info", "no complete training step seen yet", why,
+        return Finding(Kind.NO_DATA, "info", NO_STEP_YET, why,
                        "wait for more steps; make sure the training loop is running")
     return None
 
