@@ -260,6 +260,9 @@ def test_a_hang_stands_unless_every_rank_is_loopless_and_waits_on_a_busy_child()
     # too, but not NO DATA for training phases in a loop no rule knows (busy DataLoader workers)
     none_yet = Finding(Kind.NO_DATA, "info", NO_STEP_YET, "no training loop was found in the sampled threads", "")
     named = waits_on_children(none_yet, {"0": loopless}, busy)
-    assert named is not None and "its child process 202 is the one at work" in named.summary
+    assert named is not None and named.summary == NO_STEP_YET and "traceml attach --pid 202" in named.action
+    assert "while its child process 202 worked 98% of a core" in named.why
     loopless_work = Finding(Kind.NO_DATA, "info", "training phases seen, but no training loop found", "", "")
     assert waits_on_children(loopless_work, {"0": loopless}, busy) is None
+    # AND no rank with a timeline at all (every sampler failed) leaves NO DATA as it is
+    assert waits_on_children(none_yet, {}, {}) is None

@@ -160,7 +160,7 @@ def test_a_wrapper_that_waits_on_the_training_it_started_is_not_said_stuck(tmp_p
         # WHEN a snapshot shorter than a HANG takes reads it: the child named, and how to attach to it
         step_time, out = snapshot(5, "short")
         assert step_time["diagnosis"]["kind"] == "NO_DATA", out
-        assert f"its child process {child} is the one at work" in step_time["diagnosis"]["summary"], out
+        assert f"while its child process {child} worked" in step_time["diagnosis"]["why"], out
         assert f"traceml attach --pid {child}" in step_time["diagnosis"]["action"], out
         # THEN one longer than a HANG takes does not say it is stuck: it waits on that child
         step_time, out = snapshot(DEFAULT_STEP_TIME_POLICY.hang_s + 4, "long")

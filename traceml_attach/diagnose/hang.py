@@ -108,15 +108,16 @@ def waits_on_children(finding: Finding, timelines: dict[str, Timeline], busy: di
                       ) -> Finding | None:
     """What a HANG, or NO DATA with no step and no training phases seen (``finding``, its summary
     ``step.NO_STEP_YET``), is where no rank's process shows a training loop and each has a child of
-    its own that worked (``busy``: rank -> (child PID, median %
-    of a core) over the stretch judged, the busiest first): no training process, but one that waits
-    on it. A wrapper script that started the training as a child and reads its output (a PID a user
-    may give by mistake) shows one call path and no step: it was said stuck, critically, and before
-    that told to make sure its training loop runs. None where some rank has a loop or no busy child:
-    the finding stands (a loop that waits on a DataLoader worker that never returns its batch is
-    stuck, however busy that worker is)."""
+    its own that worked (``busy``: rank -> (child PID, median % of a core) over the stretch judged,
+    the busiest first): a process that waits on its child. A wrapper script that started the
+    training as a child and reads its output (a PID a user may give by mistake) shows one call path
+    and no step: it was said stuck, critically, and before that told only to wait. The child may be
+    the job's own helper too (torch.compile's workers while a model compiles), so the advice is
+    given for both. None where some rank has a loop or no busy child: the finding stands (a loop
+    that waits on a DataLoader worker that never returns its batch is stuck, however busy that
+    worker is)."""
     hang = finding.evidence if isinstance(finding.evidence, HangEvidence) else None   # (else NO DATA's)
-    if ((hang is None and finding.summary != NO_STEP_YET)
+    if ((hang is None and finding.summary != NO_STEP_YET) or not timelines
             or not all(busy.get(rank) and tl.loop is None for rank, tl in timelines.items())):
         return None
     rank, tl = next(iter(timelines.items()))
@@ -133,10 +134,10 @@ def waits_on_children(finding: Finding, timelines: dict[str, Timeline], busy: di
     why += ": it waits on that child" if hang is not None else ""
     if len(timelines) > 1:
         why += f"; each of the {len(timelines)} ranks has a child of its own that works"
-    summary = (f"no training step here: PID {tl.pid} waits on its child process {child}" if hang is not None else
-               f"no training loop in PID {tl.pid}: its child process {child} is the one at work")
+    summary = NO_STEP_YET if hang is None else f"no training step here: PID {tl.pid} waits on its child process {child}"
     action = (f"if the child runs the training (a script that started it, not a launcher traceml knows), "
-              f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID")
+              f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID; if it is "
+              "the job's own helper (torch.compile's workers, data preparation), wait for the steps")
     return Finding(Kind.NO_DATA, "info", summary, why, action)
 
 
