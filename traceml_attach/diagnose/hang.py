@@ -111,11 +111,11 @@ def waits_on_children(finding: Finding, timelines: dict[str, Timeline], busy: di
     its own that worked (``busy``: rank -> (child PID, median % of a core) over the stretch judged,
     the busiest first): a process that waits on its child. A wrapper script that started the
     training as a child and reads its output (a PID a user may give by mistake) shows one call path
-    and no step: it was said stuck, critically, and before that told only to wait. The child may be
-    the job's own helper too (torch.compile's workers while a model compiles), so the advice is
-    given for both. None where some rank has a loop or no busy child: the finding stands (a loop
-    that waits on a DataLoader worker that never returns its batch is stuck, however busy that
-    worker is)."""
+    and no step: it was said stuck, critically, and before that told only to wait. The children may
+    be the job's own helpers too (a pool that prepares the data before the loop starts:
+    ``datasets.map(num_proc=...)``), so the advice is given for both. None where some rank has a
+    loop or no busy child: the finding stands (a loop that waits on a DataLoader worker that never
+    returns its batch is stuck, however busy that worker is)."""
     hang = finding.evidence if isinstance(finding.evidence, HangEvidence) else None   # (else NO DATA's)
     if ((hang is None and finding.summary != NO_STEP_YET) or not timelines
             or not all(busy.get(rank) and tl.loop is None for rank, tl in timelines.items())):
@@ -137,7 +137,7 @@ def waits_on_children(finding: Finding, timelines: dict[str, Timeline], busy: di
     summary = NO_STEP_YET if hang is None else f"no training step here: PID {tl.pid} waits on its child process {child}"
     action = (f"if the child runs the training (a script that started it, not a launcher traceml knows), "
               f"attach to it: `traceml attach --pid {child}`; under torchrun, give the launcher's PID; if it is "
-              "the job's own helper (torch.compile's workers, data preparation), wait for the steps")
+              "the job's own helper (a pool preparing the data before training starts), wait for the steps")
     return Finding(Kind.NO_DATA, "info", summary, why, action)
 
 
