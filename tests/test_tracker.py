@@ -380,3 +380,19 @@ def test_ranks_counted_on_the_comb_of_the_boundaries_any_of_them_saw_live_as_in_
     got = live_at_once("classic:80:0.99:500:8:699000", 500)
     assert all(r.step_ms is not None and abs(r.steps - 126) <= 0.035 * 126 for r in got.ranks), \
         [(r.steps, r.step_ms) for r in got.ranks]
+
+
+def test_synchronized_ranks_share_the_median_of_their_own_typical_steps_live_as_in_the_batch():
+    # GIVEN 8 ranks of ~34-ms steps, 40% of them slowed, at 400 Hz, each seeing every boundary: the
+    # reference's own median is 35.4 ms for the job's 33.6, the ranks' median 34.8 (test_sim_shapes,
+    # sync.ranks_median)
+    pt = Point.parse("uneven:20:0.4:300:8:235001")
+    _, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
+    got = live_at_once("uneven:20:0.4:300:8:235001", 400)
+    # THEN live too, every rank given a step time is within 5% of the job's median step (it gave the
+    # reference's, +5.4%, while the batch gave the ranks' median)
+    lo, hi = got.start_ns or 0, got.end_ns or 0
+    known = [(r, t) for r, t in zip(got.ranks, truths, strict=True) if r.step_ms is not None]
+    assert len(known) >= 7
+    assert all(abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05 for r, t in known), [r.step_ms for r, _ in known]
+

@@ -17,7 +17,7 @@ import bisect
 import itertools
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
 from traceml_attach.policy import (
@@ -58,22 +58,23 @@ def _quality(tl: Timeline) -> Quality:
     return (sure_counts(unseen, ratios), -unseen, len(tl.intervals) * (clock.concentration or 1.0) ** 2)
 
 
-def _ranks_median(reference: Timeline, own: dict[str, Timeline]) -> float:
+def ranks_median(reference: StepClock, own: Iterable[tuple[StepClock, float | None]]) -> float:
     """The typical step that synchronized ranks share: the median of the typical steps of the ranks
-    whose own clock is the ``reference``'s kind (its method; a median, or a mean) and within
-    MAX_STEP_ERROR of its step, where RANKS_MEDIAN of them or more are; else the reference's own. The
-    ranks take the same steps, and each rank's median is theirs blurred by where its own samples
-    fell, so the median over the ranks holds where one rank's strays: 8 ranks of ~34-ms steps, 40% of
-    them slowed, at 400 Hz, each saw every boundary, their medians 34.3-35.4 ms for the job's 33.7;
-    the reference (the surest clock) gave its 35.4 (+5.1%) to all, their median is 34.8 (+3.3%). Not
-    over two ranks, whose median is their mean, which one rank's stray step moves: on 2 ranks of the
-    grid (``accum_bursty:500:2/3:50:2:1941000``) -0.3% became -9.2%. Quick grid: 1,093 rank-windows
-    moved, their mean error 0.62% -> 0.43%, the largest 4.7% -> 2.9%."""
-    mine = reference.clock.typical_ns
+    (``own``: each one's own clock and typical step) whose clock is the ``reference``'s kind (its
+    method; a median, or a mean) and within MAX_STEP_ERROR of its step, where RANKS_MEDIAN of them or
+    more are; else the reference's own. The ranks take the same steps, and each rank's median is
+    theirs blurred by where its own samples fell, so the median over the ranks holds where one
+    rank's strays: 8 ranks of ~34-ms steps, 40% of them slowed, at 400 Hz, each saw every boundary,
+    their medians 34.3-35.4 ms for the job's 33.7; the reference (the surest clock) gave its 35.4
+    (+5.1%) to all, their median is 34.8 (+3.3%). Not over two ranks, whose median is their mean,
+    which one rank's stray step moves: on 2 ranks of the grid (``accum_bursty:500:2/3:50:2:1941000``)
+    -0.3% became -9.2%. Quick grid: 1,093 rank-windows moved, their mean error 0.62% -> 0.43%, the
+    largest 4.7% -> 2.9%."""
+    mine = reference.typical_ns
     assert mine is not None
-    kind = (reference.clock.method, reference.clock.mean)
-    typical = [t for tl in own.values() if (t := tl.clock.typical_ns) and (tl.clock.method, tl.clock.mean) == kind
-               and abs(t / mine - 1) <= MAX_STEP_ERROR]
+    kind = (reference.method, reference.mean)
+    typical = [t for clock, t in own
+               if t and (clock.method, clock.mean) == kind and abs(t / mine - 1) <= MAX_STEP_ERROR]
     return float(statistics.median(typical)) if len(typical) >= RANKS_MEDIAN else mine
 
 
@@ -129,7 +130,8 @@ def share_period(timelines: dict[str, Timeline]) -> tuple[dict[str, Timeline], s
         return timelines, note
     ref_bounds = [s.start_ns for s in reference.steps] + ([reference.steps[-1].end_ns] if reference.steps else [])
     if reference.clock.typical_ns:   # (the typical step the ranks share: the median of theirs)
-        reference = replace(reference, clock=replace(reference.clock, typical_ns=_ranks_median(reference, own)))
+        typical = ranks_median(reference.clock, [(tl.clock, tl.clock.typical_ns) for tl in own.values()])
+        reference = replace(reference, clock=replace(reference.clock, typical_ns=typical))
         timelines = {**timelines, ref: reference}
     out = {}
     for rank, tl in timelines.items():
@@ -347,6 +349,9 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None
         return {rank: t.timeline() for rank, t in trackers.items()}, ref, note
     reference.count_own()
     ref_tl = reference.timeline()
+    if ref_tl.clock.typical_ns:   # (as the batch: the median of the ranks' own typical steps)
+        typical = ranks_median(ref_tl.clock, [(t.clock, t.window.median_step()) for t in own.values()])
+        ref_tl = replace(ref_tl, clock=replace(ref_tl.clock, typical_ns=typical))
     out = {}
     for rank, t in trackers.items():
         if rank == ref:
