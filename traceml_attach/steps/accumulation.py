@@ -340,11 +340,8 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
         return None
     strays = _short_strays(lengths, counts, clock.period_ns or 0.0, tl.rate_hz) if clock.method == "comb" else None
     if strays is not None:
-        reason = (f"the optimizer's visits fit a period of {(clock.period_ns or 0.0) / 1e6:.1f} ms, but {strays[0]} of "
-                  f"the {strays[1]} gaps between them taken for one step are far shorter than it, more than "
-                  "sampling's blur and the steps' jitter make by chance: the steps come in lengths too different "
-                  "(a DataLoader's workers delivering in bursts) for a period to count those the visits missed")
-        unknown = StepClock("unknown", None, None, clock.concentration, reason)
+        unknown = StepClock("unknown", None, None, clock.concentration,
+                            _strays_reason(clock.period_ns or 0.0, strays, "between them"))
         return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
     # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
     # one slow step each (``clock.slow_share``)
@@ -414,6 +411,15 @@ def _short_strays(intervals: Sequence[float], counts: Sequence[int], period: flo
         total += w * (0.5 * math.exp(t / blur) if t < 0 else 1 - 0.5 * math.exp(-t / blur))
         weights += w
     return (short, len(whole)) if binom_tail(len(whole), short, total / weights) <= MAX_CHANCE else None
+
+
+def _strays_reason(period: float, strays: tuple[int, int], where: str) -> str:
+    """Why a comb of the optimizer's visits counts no steps: ``strays`` (``_short_strays``) of the
+    gaps ``where`` they were taken."""
+    return (f"the optimizer's visits fit a period of {period / 1e6:.1f} ms, but {strays[0]} of the {strays[1]} gaps "
+            f"{where} taken for one step are far shorter than it, more than sampling's blur and the steps' jitter "
+            "make by chance: the steps come in lengths too different (a DataLoader's workers delivering in bursts) "
+            "for a period to count those the visits missed")
 
 
 def _visits_mean(tl: Timeline, groups: Sequence[Step], lengths: Sequence[int], unseen: float) -> Timeline | None:
@@ -1149,11 +1155,7 @@ def _strays_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -
         strays = _short_strays(lengths, step_counts(lengths, period), period, tl.rate_hz)
         if strays is None:
             continue
-        reason = (f"the optimizer's visits fit a period of {period / 1e6:.1f} ms, but {strays[0]} of the {strays[1]} "
-                  "gaps between the visits of the ranks that step together taken for one step are far shorter than "
-                  "it, more than sampling's blur and the steps' jitter make by chance: the steps come in lengths too "
-                  "different (a DataLoader's workers delivering in bursts) for a period to count those the visits "
-                  "missed")
+        reason = _strays_reason(period, strays, "between the visits of the ranks that step together")
         out[rank] = replace(tl, clock=StepClock("unknown", None, None, tl.clock.concentration, reason),
                             step_floor=len(tl.steps))
     return out
