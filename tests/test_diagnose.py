@@ -6,10 +6,16 @@ from pathlib import Path
 import pytest
 
 from traceml_attach.diagnose.analysis import analyze
+from traceml_attach.diagnose.evidence import HangEvidence, RankStack
+from traceml_attach.diagnose.finding import Finding
+from traceml_attach.diagnose.hang import waits_on_children
+from traceml_attach.diagnose.kinds import Kind
 from traceml_attach.diagnose.step import NO_STEP_YET, diagnose_step_time, refine_with_gpu, unknown_step_note
 from traceml_attach.runtime.pipeline import replay_file
+from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import load_rules
 from traceml_attach.steps.clock import StepClock
+from traceml_attach.steps.loopframe import LoopFrame
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import COMPONENTS, RankStepStats
 
@@ -233,13 +239,6 @@ def test_a_balanced_step_whose_wait_is_for_a_busy_gpu_is_compute_bound():
 
 
 def test_a_hang_stands_unless_every_rank_is_loopless_and_waits_on_a_busy_child():
-    from traceml_attach.diagnose.evidence import HangEvidence, RankStack
-    from traceml_attach.diagnose.finding import Finding
-    from traceml_attach.diagnose.hang import waits_on_children
-    from traceml_attach.diagnose.kinds import Kind
-    from traceml_attach.steps.batch_timeline import Timeline
-    from traceml_attach.steps.loopframe import LoopFrame
-
     # GIVEN a HANG of one rank at one line for 12 s, its process (PID 101) with a child (PID 202)
     # that worked 98% of a core through it
     stack = RankStack("wait/other", "<module> (wrap.py:5)", None, ("<module> (wrap.py:5)",))
