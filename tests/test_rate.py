@@ -28,6 +28,7 @@ from traceml_attach.diagnose.incremental import IncrementalAnalyzer
 from traceml_attach.diagnose.rate import (
     GAVE_UP,
     GAVE_UP_UNSEEN,
+    SHORT_MISSED,
     advise_rates,
     faster,
     futile,
@@ -566,6 +567,41 @@ def test_synchronized_ranks_are_advised_the_rate_one_of_them_needs():
     assert advice[1].why.endswith("on rank 0, whose step it shares")
     # (steps unknown at 100 Hz: the raise is read from as soon as it settles)
     assert not any(a.refines for a in advice)
+
+
+def test_synchronized_ranks_that_count_apart_are_raised_until_each_sees_the_short_steps_and_kept_there():
+    # GIVEN 8 ranks whose workers deliver in bursts of 6 (a ready batch's ~13-ms step between ~120-ms
+    # ones) read at 200 Hz: their step is known, but the short steps get under 5 samples, and their
+    # boundaries go unseen on some ranks that others saw
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("bursty:30:6:200:8:471000")
+    the_job = build(pt)[0]
+    rec, truths = simulate(the_job, 200, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    counts = [r.steps for r in an.ranks]
+    assert all(r.step_ms is not None for r in an.ranks)
+    assert max(counts) - min(counts) > 3 and min(counts) < 0.95 * truths[0].steps_in(lo, hi)
+    # THEN every rank is advised a faster rate, and why
+    advice = advise_rates(rec, an.pids, an.timelines, hi)
+    assert len(advice) == 8 and len({a.rate_hz for a in advice}) == 1 and advice[0].rate_hz > 200
+    why = next(a.why for a in advice if "whose step it shares" not in a.why)
+    assert why.startswith(f"{SHORT_MISSED}: over the same ") and " get " in why and " samples at 200 Hz" in why
+    # AND at 400 Hz every rank counts the job's steps within 3%, and the step stays within 5%
+    rec, truths = simulate(the_job, 400, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.rank, r.steps, truth.steps_in(lo, hi))
+    # ...where a rank raised for them is not lowered again (its long steps alone would be: the counts
+    # agree at 400 Hz, and at 200 they would not)
+    assert any(slower(tl, 200) for tl in an.timelines.values())
+    start = rec.time_range()[0]
+    for pid in an.pids.values():
+        rec.add({"k": "rate", "t": start, "pid": pid, "rate_hz": 400, "why": why})
+    assert [a for a in advise_rates(rec, an.pids, an.timelines, hi) if a.rate_hz < 400] == []
 
 
 def test_a_rate_that_cannot_tell_the_steps_apart_even_at_the_most_goes_back_and_stays_back():

@@ -58,11 +58,13 @@ from dataclasses import dataclass
 from traceml_attach.diagnose.ranks import synchronized
 from traceml_attach.ingest.stream import Recording
 from traceml_attach.policy import (
+    COUNTS_APART,
     DEFAULT_RATE_POLICY,
     HIDDEN_TARGET,
     LAGGING_GRID,
     MAX_UNSEEN,
     MOSTLY_UNSEEN,
+    SHORT_SAMPLES,
     UNDECIDED_SEEN,
     UNSEEN_TARGET,
     RatePolicy,
@@ -74,6 +76,7 @@ from traceml_attach.steps.clock import IRREGULAR, MISSED, SHORT, UNDECIDED, UNEV
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
 GAVE_UP_UNSEEN = "its step boundaries mostly go unseen at every rate the sampler may take"
+SHORT_MISSED = "short steps some ranks miss"
 _NS = 1_000_000_000
 
 
@@ -188,11 +191,18 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
         if tl.rate_hz != rate or tl.end_ns - tl.start_seen_ns < policy.advise_after_s * _NS:
             continue   # a change still settling, or too little data at this rate to say
         raise_it = None if gave_up(rec, pid, end_ns) else faster(tl, policy)
-        advice = futile(tl, rec.rate_hz, rec.max_rate_hz) or raise_it or slower(tl, rec.rate_hz, policy)
+        # (kept where it was raised for short steps its peers' counts showed missed: at the rate that
+        # sees them the counts agree, and a lower one would miss them again)
+        lower = None if _raised_for_short(rec, pid, end_ns) else slower(tl, rec.rate_hz, policy)
+        advice = futile(tl, rec.rate_hz, rec.max_rate_hz) or raise_it or lower
         if advice is not None and advice[0] != rate:
             out[rank] = RateAdvice(pid, rank, *advice, rate, refines=advice[0] > rate and tl.clock.known)
+    sync = synchronized(rec, pids)
+    short = counts_apart(rec, pids, timelines, end_ns, policy) if sync else None
+    if short is not None and (short.rank not in out or out[short.rank].rate_hz < short.rate_hz):
+        out[short.rank] = short
     raises = [a for a in out.values() if a.rate_hz > rec.rate_at(a.pid, end_ns)]
-    if raises and synchronized(rec, pids):
+    if raises and sync:
         top = max(raises, key=lambda a: a.rate_hz)
         for rank, pid in pids.items():
             tl = timelines.get(rank)
@@ -205,6 +215,58 @@ def advise_rates(rec: Recording, pids: dict[str, int], timelines: dict[str, Time
                 out[rank] = RateAdvice(pid, rank, top.rate_hz, f"{top.why} on rank {top.rank}, whose step it shares",
                                        rec.rate_at(pid, end_ns), top.refines and tl is not None and tl.clock.known)
     return list(out.values())
+
+
+def _raised_for_short(rec: Recording, pid: int, end_ns: int) -> bool:
+    """Whether ``pid``'s rate in effect at ``end_ns`` is a raise for short steps some ranks missed
+    (``counts_apart``): not lowered while that stands, since at that rate the counts agree, and
+    a lower one would miss them again."""
+    changes = [c for c in rec.rates.get(pid, ()) if c.ts_ns <= end_ns]
+    return bool(changes) and (changes[-1].why or "").startswith(SHORT_MISSED)
+
+
+def counts_apart(rec: Recording, pids: dict[str, int], timelines: dict[str, Timeline], end_ns: int,
+                 policy: RatePolicy = DEFAULT_RATE_POLICY) -> RateAdvice | None:
+    """Ranks that synchronize every step take the same steps: where, over the stretch they all
+    sampled, the rank that counted the most counted more than COUNTS_APART (and 2) more than
+    another, the others missed boundaries it saw, and where its short steps (its intervals' 10th
+    percentile) get under SHORT_SAMPLES samples, the rate that gives them that many, for that rank
+    (``advise_rates`` gives it to every rank). A step known from the steps of a long kind says
+    nothing of the short ones it lies between: 8 ranks whose workers deliver in bursts of 6 (a
+    ready batch's ~13-ms step between ~120-ms ones), at 200 Hz: the step within 1%, but 82-93 of
+    the job's 93 steps counted; at 400 Hz, 91-93 on every rank. Only where every rank's step is
+    known at the rate in use, one micro-batch a step (a rank said to accumulate counts its
+    optimizer steps), and none of them has given up on a faster rate."""
+    known = {}
+    for rank, pid in pids.items():
+        tl = timelines.get(rank)
+        if (tl is None or not tl.clock.known or tl.micro_batches != 1 or tl.start_seen_ns is None
+                or tl.end_ns is None or tl.rate_hz != rec.rate_at(pid, end_ns)
+                or tl.end_ns - tl.start_seen_ns < policy.advise_after_s * _NS or gave_up(rec, pid, end_ns)):
+            return None
+        known[rank] = tl
+    if len(known) < 2:
+        return None
+    lo = max(tl.start_seen_ns for tl in known.values() if tl.start_seen_ns is not None)
+    hi = min(tl.end_ns for tl in known.values() if tl.end_ns is not None)
+    counts = {rank: sum(1 for s in tl.steps if lo <= s.start_ns and s.end_ns <= hi) for rank, tl in known.items()}
+    most = max(counts, key=counts.__getitem__)
+    least = min(counts, key=counts.__getitem__)
+    if counts[most] - counts[least] <= max(2, COUNTS_APART * counts[most]):
+        return None
+    tl = known[most]
+    whole = sorted(iv.dur_ns for iv in tl.intervals if iv.covered and not iv.swallowing)
+    if len(whole) < policy.min_intervals:
+        return None
+    short = whole[len(whole) // 10]
+    samples = short * tl.rate_hz / _NS
+    rate = policy.raised(short, tl.rate_hz, SHORT_SAMPLES) if samples < SHORT_SAMPLES else None
+    if rate is None:
+        return None
+    return RateAdvice(pids[most], most, rate, (
+        f"{SHORT_MISSED}: over the same {(hi - lo) / _NS:.0f} s rank {most} counted {counts[most]} steps, rank {least} "
+        f"{counts[least]}; steps of {short / 1e6:.0f} ms get {samples:.1f} samples at {tl.rate_hz} Hz"),
+        tl.rate_hz, refines=True)
 
 
 def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int, str] | None:
