@@ -398,13 +398,13 @@ SPLIT_MARKED = 0.8
 # -- clock.py: when the returns seen are every boundary, and when a rate is suggested; drop-outs
 # A higher rate is suggested for long steps only where their boundaries go unseen at least this often
 MOSTLY_UNSEEN = 0.3
+# ...and a rate raised for them aims to leave at most this many unseen (diagnose/rate._unseen_faster)
+UNSEEN_TARGET = 0.3
 # Ranks that step together take the same steps: over the stretch they all sampled, counts apart by
 # more than this share (and 2 steps) say some ranks missed boundaries others saw (diagnose/rate.py,
 # ``counts_apart``), and the short steps then get SHORT_SAMPLES samples from a faster rate
 COUNTS_APART = 0.03
 SHORT_SAMPLES = 5.0
-# ...and a rate raised for them aims to leave at most this many unseen (diagnose/rate._unseen_faster)
-UNSEEN_TARGET = 0.3
 # An interval as long as several steps is one step slowed throughout (clock.slow_throughout) where
 # the share of it outside the loop's dominant place is one step's, judged only where the intervals
 # of one step show that share steadily: its spread (IQR / 1.349) at most STEADY_OUTSIDE of its

@@ -46,7 +46,11 @@ steps are still too short there, or whose boundaries still mostly go unseen ther
 base rate (``futile``): the faster rate bought no step time; that return is recorded with its
 reason (GAVE_UP, GAVE_UP_UNSEEN), and while it is the rank's rate in
 effect the rank is not raised again (``gave_up``). Ranks that synchronize
-every step share one step: the fastest rate one of them is advised is advised to all of them.
+every step share one step: the fastest rate one of them is advised is advised to all of them. They
+take the same steps too: where every one's step is known but their counts over the same stretch
+are apart, the others missed short steps that the rank counting the most saw, and the rate that
+gives those SHORT_SAMPLES is advised (``counts_apart``); a rank so raised is not lowered again
+while that raise is its rate in effect.
 """
 
 from __future__ import annotations
