@@ -595,12 +595,16 @@ def test_synchronized_ranks_that_count_apart_are_raised_until_each_sees_the_shor
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / truth.median_step_ms(lo, hi) - 1) <= 0.05
         assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.rank, r.steps, truth.steps_in(lo, hi))
-    # ...where a rank raised for them is not lowered again (its long steps alone would be: the counts
-    # agree at 400 Hz, and at 200 they would not)
-    assert any(slower(tl, 200) for tl in an.timelines.values())
+    # ...where a rank raised for them is not lowered again: raised from the attacher's 100 Hz for
+    # another reason, its long steps alone would be (the counts agree at 400 Hz, and at 200 they
+    # would not)
+    rec.hello["rate_hz"] = 100
     start = rec.time_range()[0]
     for pid in an.pids.values():
-        rec.add({"k": "rate", "t": start, "pid": pid, "rate_hz": 400, "why": why})
+        rec.add({"k": "rate", "t": start, "pid": pid, "rate_hz": 400, "why": "steps of 13 ms get 2.6 samples"})
+    assert any(a.rate_hz < 400 for a in advise_rates(rec, an.pids, an.timelines, hi))
+    for pid in an.pids.values():
+        rec.add({"k": "rate", "t": start + 1, "pid": pid, "rate_hz": 400, "why": why})
     assert [a for a in advise_rates(rec, an.pids, an.timelines, hi) if a.rate_hz < 400] == []
 
 
