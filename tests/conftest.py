@@ -52,9 +52,11 @@ def honestly_unknown(summary: dict, rank: int | str, truth: Truth) -> bool:
     # (or fit no regular period, "the steps are irregular": a loaded run's rank 0 of test_faults_sampling,
     # 64 boundaries seen of 67 steps whose own spread was 0.31; or, every return seen on a synchronized
     # rank, "the intervals between them vary too much for a typical step" (sync.varied_clock): the same
-    # test's rank 1 in a suite run of stop 64, spread 0.21, its mean not given either)
+    # test's rank 1 in a suite run of stop 64, spread 0.21, its mean not given either; or, for
+    # accumulation, "the optimizer steps they make vary too much for a typical one": a loaded
+    # grad_accum job of stop 79 here, spread 0.15)
     varying = any(why in reason for why in ("the steps vary too much", "too uneven for their median",
-                                            "the steps are irregular", "vary too much for a typical step"))
+                                            "the steps are irregular", "vary too much for a typical"))
     return row["step_ms"] is None and varying and truth.spread >= VARIED
 
 

@@ -39,7 +39,9 @@ FRAMEWORKS = {
 # Jobs recorded with their own per-step timing beside them (tests/test_recorded_steps.py): fixture
 # name -> (example, its arguments, ranks). The shapes of the issue "Every step counted": one line of a
 # framework's loop holds nearly the whole step, under torchrun too; accumulation with a long optimizer
-# and no DataLoader.
+# and no DataLoader. Not here, as no run makes it again at will: truth_grad_accum_drifting, a 10-s
+# snapshot of `examples/grad_accum.py --accum 4` whose CPU a busy loop at nice 3 shared (one run of 13
+# in which the job sped up from ~1.3-s to ~0.56-s steps), its truth written as record_truthed does.
 TRUTHED = {
     "truth_hf_trainer": ("hf_trainer", ("--input-share", "0.01"), 1),
     "truth_lightning_ddp": ("lightning_job", ("--input-share", "0.02"), 2),

@@ -39,6 +39,13 @@ SHARES_WRONG: dict[str, str] = {"truth_ddp_starved": "the waiting rank's backwar
 # told, and that moves the median from 37 to 42 ms (its 68th percentile). Counted as two each, they
 # made 171 steps of the job's 147 (+16%)
 UNEVEN = {"truth_hand_written_slowed"}
+# ...and one whose micro-batches sped up from ~350 to ~130 ms in its 10 s (examples/grad_accum.py, 4
+# to an optimizer step, its CPU shared with another process: its own steps varied by 43%): every return
+# seen, the gaps between the optimizer's visits counted in them 4 (one 8), but one period timed the
+# long micro-batches as two (gaps of 7 beside 8). Said unknown for returns that went unseen (CI's run
+# of stop 78: the frameworks test's grad_accum job, twice); grouped by that period, it was 596 ms for
+# the job's median of 706 (-16%)
+DRIFTING = {"truth_grad_accum_drifting"}
 
 
 def marked(name: str, known: dict[str, str] = KNOWN_WRONG) -> object:
@@ -61,6 +68,12 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
             assert got.step_ms is None and got.clock is not None and "slow steps" in (got.clock.reason or "")
             assert 0.9 * want["steps"] <= got.steps <= want["steps"], (rank, got.steps, want)
             continue
+        if name in DRIFTING:
+            # no step time, saying the true why: the steps varied, no return went unseen
+            reason = (got.clock and got.clock.reason) or ""
+            assert got.step_ms is None and "vary too much for a typical step" in reason, (rank, got.clock)
+            assert "went unseen" not in reason and got.micro_batches is None, (rank, got.clock)
+            continue
         assert got.step_ms is not None, (rank, got.clock)
         assert abs(got.step_ms / want["step_ms"] - 1) <= 0.05, (rank, got.step_ms, want)
         assert abs(got.steps - want["steps"]) <= max(1, 0.03 * want["steps"]), (rank, got.steps, want)
@@ -75,7 +88,7 @@ DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": 
              "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND",
              "truth_ddp_starved": "COMPUTE_STRAGGLER", "truth_ddp_raised": "COMPUTE_STRAGGLER",
              "truth_lightning_ddp_accum2": "INPUT_STRAGGLER", "truth_hf_trainer_accum4_micro": "COMPUTE_BOUND",
-             "truth_hf_trainer_accum4_input": "INPUT_BOUND"}
+             "truth_hf_trainer_accum4_input": "INPUT_BOUND", "truth_grad_accum_drifting": "COMPUTE_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

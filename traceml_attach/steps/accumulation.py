@@ -292,13 +292,37 @@ def _without_short(covered: Sequence[Step]) -> bool:
             and statistics.median(without) <= SHORT_WITHOUT * statistics.median(with_))
 
 
-def _one_short_unknown(tl: Timeline, k: int) -> StepClock:
+def _one_short_unknown(tl: Timeline, k: int, timed: bool = False) -> StepClock:
     """The clock where ``k`` was counted though the clock missed returns (``Plan.one_short``) and
-    the optimizer's visits align no steps whose median holds (``by_counted_returns``)."""
-    reason = (f"the optimizer's visits count {k} micro-batches to an optimizer step, but some returns between "
-              "them went unseen, and the optimizer steps its visits align are too few or too uneven to time "
-              "within 5%: sample faster or longer")
+    the optimizer's visits align no steps whose median holds (``by_counted_returns``). ``timed``:
+    every return was seen, and only the gaps timed over the period were one short
+    (``Plan.timed_short``): the micro-batches' lengths, not returns missed, are why."""
+    if not timed:
+        reason = (f"the optimizer's visits count {k} micro-batches to an optimizer step, but some returns between "
+                  "them went unseen, and the optimizer steps its visits align are too few or too uneven to time "
+                  "within 5%: sample faster or longer")
+        return StepClock("unknown", None, None, None, reason, unseen=tl.clock.unseen)
+    steps = _visit_runs(tl.intervals, k)
+    durations = sorted(s.dur_ns for s in steps)
+    how = ("vary too much for a typical step, and too few of them were seen for their mean to hold within 5%"
+           if len(steps) >= 2 and not steady_median(durations, len(steps))
+           else "are too few or too uneven to time within 5%")
+    reason = (f"every return was seen, and the optimizer's visits count {k} micro-batches to an optimizer step; "
+              "the micro-batches' lengths vary too much for one period to count them, and the "
+              f"{len(steps)} optimizer steps the visits align {how}: sample longer")
     return StepClock("unknown", None, None, None, reason, unseen=tl.clock.unseen)
+
+
+def _timed_short(tl: Timeline, k: int) -> bool:
+    """Whether the gaps between the optimizer's visits were one short of multiples of ``k`` only as
+    timed over the returns' period (``visit_gaps``): where the clock saw every return, the gaps
+    counted in its own steps (``_whole_gaps``) are not. Timed over one period, the micro-batches of
+    a job that sped up from 350 to 130 ms in a 10-s snapshot (examples/grad_accum.py, 4 a step, its
+    CPU shared) counted as two where they were long: 2 of 11 gaps one short (8, 7, 7, 4, ...), where
+    its steps, every return seen (e^-λ 0.02%), made 4, 4, ... and one 8 (a visit missed). It was
+    said unknown for returns that went unseen; its own steps had varied by 43%."""
+    counted = _whole_gaps(tl)
+    return counted is not None and not _returns_missed(counted[0], k, ONE_SHORT_SEEN_ALL)
 
 
 def _marked_unknown(tl: Timeline) -> StepClock:
@@ -714,6 +738,10 @@ class Plan:
     # k was counted from gaps a micro-batch short of its multiples now and then (``_by_odds``): the
     # clock missed returns, so k of them are no optimizer step; the optimizer's visits align them
     one_short: bool = False
+    # ...where every return was seen and only the gaps timed over the period were one short: the
+    # visits still align the steps, but what keeps them unknown is the micro-batches' lengths
+    # (``_timed_short``), and the reason says so
+    timed_short: bool = False
     # the doubt is that the gaps were multiples of one k, by a chance of at most SUGGESTED without
     # accumulation, short of counting it (``doubts.suggested_words``): a few more visits may count it
     suggested: bool = False
@@ -742,7 +770,7 @@ def plan_of(tl: Timeline) -> Plan:
         # the gaps a return short say that runs of k returns are no optimizer steps: the optimizer's
         # visits align them (4 micro-batches of an 80-ms step, 3 workers in bursts, at 500 Hz: 10 of
         # 60 gaps one short; grouped by 4 returns, 117 steps of 80.4 ms for the job's 123 of 75.6)
-        return Plan(k, marks, one_short=True)
+        return Plan(k, marks, one_short=True, timed_short=_timed_short(tl, k))
     counted = _whole_gaps(tl) if k == 1 else None
     whole = _counted_whole(tl, counted) if counted is not None else None
     if whole is not None:
@@ -1467,7 +1495,8 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
         return _floor(replace(tl, clock=clock, micro_batches=None))
     k = plan.k
     if plan.one_short:
-        return by_counted_returns(tl, k) or _floor(replace(tl, clock=_one_short_unknown(tl, k), micro_batches=None))
+        return by_counted_returns(tl, k) or _floor(replace(tl, clock=_one_short_unknown(tl, k, plan.timed_short),
+                                                           micro_batches=None))
     if k == 1 and plan.marks is not None:
         return _floor(replace(tl, clock=_marked_unknown(tl), micro_batches=None))
     if k == 1:
