@@ -33,6 +33,11 @@ phase's duration jittered by 2-20% each step. The full analysis runs on it. The 
            steps, at random, fetch their batch 1.3-2.2 times as long (one in four, as a hand-written
            loader on two cores py-spy shared showed); input 50-90% of the step. The knob is that
            share.
+  drifting the job's speed changes over the stretch sampled, every phase of every rank (another
+           process takes part of its cores, then lets go): "ramp/x" runs x times slower at the start
+           and at its own speed at the end, "shift/x" x times slower on one side of a random moment;
+           1 (twice as often), 2 or 4 micro-batches a step, a short or long optimizer. The knob is
+           "ramp|shift/x". A loaded snapshot of examples/grad_accum.py sped up 2.3x in its 10 s.
 
 The rate in use. The attacher raises a rank's rate by itself where the analysis advises it (steps
 too short to tell apart, an optimizer seen too rarely: diagnose/rate.py), up to --max-rate (400 Hz
@@ -101,6 +106,7 @@ KNOBS: dict[str, tuple[str, ...]] = {
     "contended": ("classic", "wrapper", "library"),
     "uneven": ("0.1", "0.25", "0.4"),
     "accum_bursty": tuple(f"{k}/{w}" for k in (2, 3, 4, 8) for w in (2, 3, 4)),
+    "drifting": ("ramp/1.5", "ramp/2.5", "shift/2"),
 }
 FAMILIES = tuple(KNOBS)
 BANDS = ((0, 2), (2, 5), (5, 10), (10, 30), (30, 100), (100, float("inf")))
@@ -220,6 +226,18 @@ def build(pt: Point) -> tuple[Job, str]:
                              workers=int(w_text))
         return the_job, (f"optimizer {opt:.0%}, input {input_share:.0%}, {shape}, straggler {straggler:.0%}, "
                          f"{w_text} workers")
+    if pt.family == "drifting":
+        kind, times = pt.knob.split("/")
+        k = rng.choice((1, 1, 2, 4))
+        opt = rng.uniform(0.01, 0.03) if rng.random() < 0.5 else rng.uniform(0.15, 0.30)
+        input_share = rng.choice((0.01, 0.05, 0.2))
+        shape = rng.choice(SHAPES)
+        straggler = min(straggler, 0.3)
+        the_job = shaped_job(p, {"optimizer": opt, "input": input_share}, ranks=n, rng=rng, straggler=straggler,
+                             jitter=jitter, sub_stacks=sub, shape=shape, accumulation=k, drift=float(times),
+                             drift_kind=kind)
+        return the_job, (f"optimizer {opt:.0%}, input {input_share:.0%}, {shape}, {k} micro-batches, "
+                         f"straggler {straggler:.0%}, {kind} {float(times):g}x")
     if pt.family == "uneven":
         input_share = rng.choice((0.5, 0.7, 0.8, 0.9))
         shape = rng.choice(SHAPES)

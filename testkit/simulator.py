@@ -54,6 +54,7 @@ NEW_SHAPES = ("wrapper", "library")      # nearly the whole step under one line 
 ALL_SHAPES = SHAPES + NEW_SHAPES
 LIBRARIES = ("lightning", "hf", "hf4")
 FETCHES = ("loop", "step")
+DRIFTS = ("ramp", "shift")
 CONTENDED_EVERY_MS = 850.0   # contention: a burst of other work this often (a 1.7-s window's start and end)
 CONTENDED_MS = 80.0          # ...this long
 UNEVEN_LO, UNEVEN_HI = 1.3, 2.2   # uneven: a slowed step's input runs this many times as long
@@ -98,6 +99,13 @@ class Job:
     # long (a job that reads its batches in Python on two cores a sampler shares: one step in four
     # at 1.3-2x, its input alone; ``_uneven``)
     uneven: float = 0.0
+    # > 1: the job's speed changes over the stretch sampled, every phase of every rank, as when
+    # another process takes part of its cores and lets go (``_drift``): "ramp" runs ``drift`` times
+    # slower at the start and at its own speed at the end, "shift" ``drift`` times slower before a
+    # random moment (or, by a draw, after it). A loaded 10-s snapshot of examples/grad_accum.py
+    # (tests/fixtures/truth_grad_accum_drifting) sped up from ~1.3-s to ~0.56-s steps
+    drift: float = 0.0
+    drift_kind: str = "ramp"
 
     def __post_init__(self) -> None:
         if self.shape not in ALL_SHAPES:
@@ -106,6 +114,8 @@ class Job:
             raise ValueError(f"library {self.library!r} / fetch {self.fetch!r}: one of {LIBRARIES} / {FETCHES}")
         if self.accumulation < 1 or self.workers < 0:
             raise ValueError("accumulation >= 1, workers >= 0")
+        if self.drift_kind not in DRIFTS:
+            raise ValueError(f"drift_kind {self.drift_kind!r}: one of {DRIFTS}")
 
     @property
     def legacy(self) -> bool:
@@ -398,6 +408,22 @@ def _contention(job: Job, rng: random.Random, t0_ns: int) -> Callable[[int], flo
     return factor
 
 
+def _drift(job: Job, rng: random.Random, start_ns: int, end_ns: int) -> Callable[[int], float]:
+    """How much slower every phase of a step that starts at a time runs (``Job.drift``): from
+    ``drift`` times at ``start_ns`` to 1 at ``end_ns`` ("ramp"), or ``drift`` times on one side of a
+    moment drawn in the middle 80% of the stretch and 1 on the other ("shift"). 1.0 without drift
+    (and no draw from ``rng``, so such a job's schedule is as before)."""
+    if job.drift <= 1.0:
+        return lambda t: 1.0
+    span = max(end_ns - start_ns, 1)
+    if job.drift_kind == "ramp":
+        return lambda t: job.drift - (job.drift - 1.0) * min(max((t - start_ns) / span, 0.0), 1.0)
+    draws = random.Random(rng.random())
+    at = start_ns + int(draws.uniform(0.1, 0.9) * span)
+    before, after = (job.drift, 1.0) if draws.random() < 0.5 else (1.0, job.drift)
+    return lambda t: before if t < at else after
+
+
 def _uneven(job: Job, rng: random.Random) -> Callable[[], float]:
     """How much longer the next step's input runs (``Job.uneven``): UNEVEN_LO to UNEVEN_HI times
     for that share of the steps, else 1.0 (and no draw from ``rng``, so such a job's schedule is
@@ -419,6 +445,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
     end = t0_ns + int(seconds * 1e9)
 
     slow, uneven = _contention(job, rng, t0_ns), _uneven(job, rng)
+    drifted = _drift(job, rng, t0_ns, end)
     factor = stretch = 1.0
 
     def draw(ms: float) -> int:
@@ -436,7 +463,7 @@ def _schedule_micro(job: Job, seconds: float, rng: random.Random, t0_ns: int
         return draw(w * ms - (w - 1) * ready) if turn[r] == 0 else draw(ready)
 
     while t < end:
-        factor, stretch = slow(t), uneven()
+        factor, stretch = slow(t) * drifted(t), uneven()
         on = 1.0 / factor   # a stretched step waited for a core through the rest
         # per rank, k micro-batches: [{phase: ns}]
         work = [[{p: fetch(r) if p == "input" else draw(rw.of(p)) for p in MICRO} for _ in range(k)]
@@ -499,13 +526,14 @@ def _schedule(job: Job, seconds: float, rng: random.Random, t0_ns: int
     end = t0_ns + int(seconds * 1e9)
 
     slow, uneven = _contention(job, rng, t0_ns), _uneven(job, rng)
+    drifted = _drift(job, rng, t0_ns, end)
     factor = 1.0
 
     def draw(ms: float) -> int:
         return max(int(rng.gauss(ms, job.jitter * ms) * factor * MS), 0) if ms > 0 else 0
 
     while t < end:
-        factor, stretch = slow(t), uneven()
+        factor, stretch = slow(t) * drifted(t), uneven()
         on = 1.0 / factor   # a stretched step waited for a core through the rest
         work = [{p: draw(w.of(p) * (stretch if p == "input" else 1.0)) for p in LOOP_ORDER} for w in job.ranks]
         # every rank reaches the all-reduce after its input, forward and backward work
