@@ -368,7 +368,8 @@ MAX_UNSURE_STEPS = 0.05       # ...or, its intervals of one step or two sure, th
 MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
 MAX_RATE_HZ = 1000            # no rate above this is advised
 # A level shift (``period.shifted``): at least SHIFT_FILLED of the intervals of a stretch whose median
-# interval is SHIFT_RATIO times the rest's were counted as several steps, and either SHIFT_APART times
+# interval is SHIFT_RATIO times the rest's (and of either half of it) were counted as several steps,
+# and either SHIFT_APART times
 # the share of the rest's so counted or SHIFT_SEVERAL of all so counted: the job's steps changed length
 # there, and one period counts the longer ones as several (a job slowed 2x mid-window: 333 steps of
 # 30 ms for its 196 of 30 and 60, -50% on the median)

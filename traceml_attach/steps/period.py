@@ -497,14 +497,15 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
 def shifted(intervals_ns: Sequence[float], counts: Sequence[int]) -> tuple[float, float] | None:
     """Where the steps changed length within the window, which no one period counts: a split of
     the intervals (each side MIN_INTERVALS / 2 of them or more) where those counted as several
-    steps (``counts``; MIN_INTERVALS / 2 or more in all) fill SHIFT_FILLED or more of one side,
-    SHIFT_APART times the other side's share or SHIFT_SEVERAL of them all, and that side's median
-    interval is SHIFT_RATIO times the other's or more: the medians before and after the split
-    (ns; of the split where they differ most), else None. Boundaries that went unseen, or slow
-    steps here and there, leave as many intervals of several steps on either side. A job slowed
-    2x mid-window (bench/sim_grid.py's drifting family): its 60-ms steps, every one seen, counted
-    as two of 30 ms; 8 ranks of 700- then 350-ms steps at 50 Hz: 6 long intervals, every one
-    counted as two, then 11 short, 2 of them so (boundaries unseen). The medians are taken only
+    steps (``counts``; MIN_INTERVALS / 2 or more in all) fill SHIFT_FILLED or more of one side and
+    of either half of it, SHIFT_APART times the other side's share or SHIFT_SEVERAL of them all,
+    that many there at most SHIFT_CHANCE likely by chance, and that side's median interval is
+    SHIFT_RATIO times the other's or more: the medians before and after the split (ns; of the
+    split where they differ most), else None. Boundaries that went unseen, or slow steps here and
+    there, leave as many intervals of several steps on either side; a stretch of slow steps that
+    ended inside the window fills one half only (tests/fixtures/truth_hand_written_slowed: 20 of
+    22 intervals for 2 s, then 8 of 22). A job slowed 2x mid-window (bench/sim_grid.py's drifting
+    family): its 60-ms steps, every one seen, counted as two of 30 ms. The medians are taken only
     at the splits whose counts qualify (a live tick asks this of every rank's clock)."""
     m = len(intervals_ns)
     side = MIN_INTERVALS // 2
@@ -523,6 +524,12 @@ def shifted(intervals_ns: Sequence[float], counts: Sequence[int]) -> tuple[float
                 continue
             if _drawn_at_most(m, total, inside, several) > SHIFT_CHANCE:
                 continue   # that many on one side by chance, where boundaries go unseen anywhere
+            # ...and in either half of that side: a stretch of slow steps that ended (or began)
+            # inside it is no change of length (a hand-written loader's steps slowed for 2 s of 10)
+            lo, hi = (cut, m) if late else (0, cut)
+            mid = (lo + hi) // 2
+            if marks[mid] - marks[lo] < SHIFT_FILLED * (mid - lo) or marks[hi] - marks[mid] < SHIFT_FILLED * (hi - mid):
+                continue
             before, after = statistics.median(intervals_ns[:cut]), statistics.median(intervals_ns[cut:])
             longer, shorter = (after, before) if late else (before, after)
             ratio = longer / max(shorter, 1.0)
