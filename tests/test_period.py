@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 
@@ -15,7 +14,6 @@ from traceml_attach.steps.period import (
     blur_moves,
     fit_at,
     fit_period,
-    shifted,
     suggested_rate_hz,
     too_ambiguous,
     visit_samples,
@@ -248,41 +246,3 @@ def test_a_few_boundaries_seen_ask_for_a_longer_window_and_a_faster_rate_only_wh
     # AND where the boundaries mostly go unseen, a faster rate would show more of them: it says so
     unseen = unknown_clock(few, 3, 100, unseen=0.9)
     assert unseen.suggested_rate_hz is not None and "a faster rate would show more of them" in (unseen.reason or "")
-
-
-def shifted_job(before_ms: float, after_ms: float, n: int = 60, rate_hz: float = 400, seed: int = 0
-                ) -> list[int]:
-    """Intervals between boundaries every one seen: ``n`` steps of ``before_ms``, then ``n`` of
-    ``after_ms`` (a job another process slowed, or let go of, mid-window), 2% jitter, each boundary
-    seen one exponential sampling gap late."""
-    rng = random.Random(seed)
-    t, seen = 0.0, []
-    for ms in [before_ms] * n + [after_ms] * n:
-        t += rng.gauss(ms, 0.02 * ms)
-        seen.append(t + min(rng.expovariate(rate_hz / 1000), 0.5 * ms))
-    return [int((b - a) * MS) for a, b in itertools.pairwise(seen)]
-
-
-@pytest.mark.parametrize(("before_ms", "after_ms"), [(30, 60), (60, 30), (100, 210)])
-def test_steps_that_change_length_mid_window_give_no_period_and_say_so(before_ms, after_ms):
-    # GIVEN a job whose steps doubled in length (or halved) halfway, every boundary seen
-    intervals = shifted_job(before_ms, after_ms)
-    fit = fit_period(intervals, 400)
-    # THEN no period counts the longer ones as several: the fit says the steps changed, and when
-    assert fit.period_ns is None and fit.why == "shifted", fit
-    assert fit.shift_ns is not None
-    assert abs(fit.shift_ns[0] / MS / before_ms - 1) < 0.1 and abs(fit.shift_ns[1] / MS / after_ms - 1) < 0.1
-    clock = unknown_clock(fit, len(intervals), 400, unseen=0.001)
-    # ...and, its steps long enough and its boundaries seen, asks for no faster rate
-    assert "changed length within the window" in (clock.reason or "") and clock.suggested_rate_hz is None
-
-
-def test_boundaries_missed_or_steps_slowed_here_and_there_are_no_shift():
-    # GIVEN boundaries missed at random (70% seen), and steps slowed 2x at random (one in six)
-    intervals, counts = merged(50, 0.7, 120, rate_hz=200, seed=1)
-    assert shifted(intervals, counts) is None
-    rng = random.Random(2)
-    slowed = [int((100 if rng.random() < 1 / 6 else 50) * MS) for _ in range(120)]
-    assert shifted(slowed, [2 if s > 75 * MS else 1 for s in slowed]) is None
-    # THEN neither is taken for a change of length; the comb still counts the first
-    assert fit_period(intervals, 200).period_ns is not None

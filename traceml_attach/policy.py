@@ -367,20 +367,6 @@ MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this 
 MAX_UNSURE_STEPS = 0.05       # ...or, its intervals of one step or two sure, the unsure at most this share of the steps
 MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
 MAX_RATE_HZ = 1000            # no rate above this is advised
-# A level shift (``period.shifted``): at least SHIFT_FILLED of the intervals of a stretch whose median
-# interval is SHIFT_RATIO times the rest's (and of either half of it) were counted as several steps,
-# and either SHIFT_APART times
-# the share of the rest's so counted or SHIFT_SEVERAL of all so counted: the job's steps changed length
-# there, and one period counts the longer ones as several (a job slowed 2x mid-window: 333 steps of
-# 30 ms for its 196 of 30 and 60, -50% on the median)
-SHIFT_RATIO = 1.5
-SHIFT_FILLED = 0.5
-SHIFT_APART = 3.0
-SHIFT_SEVERAL = 0.8
-# ...and that many on that side would be drawn by chance at most this often, were the intervals counted
-# as several spread at random (boundaries unseen anywhere): 2 ranks of 13-ms steps at 400 Hz, 5
-# samples a step, many boundaries unseen, had 5-interval stretches pass the rest by chance
-SHIFT_CHANCE = 1e-4
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
 NEAR_SHARE = 0.25     # 38% of the steps are)

@@ -40,7 +40,6 @@ from traceml_attach.steps.period import (
     holds_over,
     pinned,
     refine_map,
-    shifted,
     split_pairs,
     steady_median,
     suggested_rate_hz,
@@ -728,10 +727,6 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
         steady = steady_median(whole, sum(counts))
         split = not hiding and not marked and steady and split_pairs(floats, period)
         if not hiding and not split and pinned(floats, counts, period, rate_hz) and steady:
-            shift = shifted(floats, counts)
-            if shift is not None:
-                fit = PeriodFit(None, ones, None, tenth, why="shifted", shift_ns=shift)
-                return replace(unknown_clock(fit, len(durations), rate_hz, unseen), unseen=unseen), ones
             return StepClock("wraps", period, len(counts) / sum(counts), None, unseen=unseen), counts
         if not split:
             fit = PeriodFit(None, ones, None, tenth if short else min(floats), why="short" if short else "jittery")
@@ -788,11 +783,6 @@ def unknown_clock(fit: PeriodFit, observed: int, rate_hz: int, unseen: float | N
     if fit.why == "jittery":
         reason = (f"the steps vary too much for the {observed} boundaries seen to give the typical step "
                   f"within {100 * MAX_STEP_ERROR:.0f}%: sample longer")
-    elif fit.why == "shifted" and fit.shift_ns is not None:
-        before, after = (ns / 1e6 for ns in fit.shift_ns)
-        reason = (f"the steps changed length within the window (intervals of about {before:.0f} ms, then "
-                  f"{after:.0f} ms): no one period counts them, as the longer would be counted as several; "
-                  "the steps vary too much for a typical one: sample again once the job runs at one speed")
     elif observed < MIN_INTERVALS:
         reason = (f"only {observed} step boundar{'y was' if observed == 1 else 'ies were'} seen "
                   f"(a period needs {MIN_INTERVALS}): sample longer")

@@ -47,11 +47,6 @@ from traceml_attach.policy import (
     NEAR_MEDIAN,
     NEAR_SHARE,
     OVERDISPERSED,
-    SHIFT_APART,
-    SHIFT_CHANCE,
-    SHIFT_FILLED,
-    SHIFT_RATIO,
-    SHIFT_SEVERAL,
     SPLIT_PART,
     SPLIT_SHARE,
     SPLIT_SLACK,
@@ -73,14 +68,12 @@ class PeriodFit:
     # the shortest interval cluster: every step is at most about this long
     upper_bound_ns: float | None = None
     # why no period: "few", "short", "loose", "ambiguous", "jittery" (a period fits, but the
-    # steps vary too much for the intervals seen to pin the typical one), "drifted" (refined
-    # beyond the shortest intervals) or "shifted" (the steps changed length: ``shifted``)
+    # steps vary too much for the intervals seen to pin the typical one), or "drifted" (refined
+    # beyond the shortest intervals)
     why: str | None = None
     # "drifted": the period the comb was refined to, beyond the shortest intervals: no step's, but
     # what the returns' spacing fits, for ``accumulation._whole_intervals`` to weigh visits against
     drifted_ns: float | None = None
-    # "shifted": the median interval before and after where the steps changed length (``shifted``)
-    shift_ns: tuple[float, float] | None = None
 
     @property
     def known(self) -> bool:
@@ -488,62 +481,7 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
         return PeriodFit(None, ones, r_bar, upper, why="ambiguous")
     if not pinned(full, counts, period, rate_hz):
         return PeriodFit(None, ones, r_bar, upper, why="jittery")
-    shift = shifted(full, counts)
-    if shift is not None:
-        return PeriodFit(None, ones, r_bar, upper, why="shifted", shift_ns=shift)
     return PeriodFit(period, counts, r_bar, upper)
-
-
-def shifted(intervals_ns: Sequence[float], counts: Sequence[int]) -> tuple[float, float] | None:
-    """Where the steps changed length within the window, which no one period counts: a split of
-    the intervals (each side MIN_INTERVALS / 2 of them or more) where those counted as several
-    steps (``counts``; MIN_INTERVALS / 2 or more in all) fill SHIFT_FILLED or more of one side and
-    of either half of it, SHIFT_APART times the other side's share or SHIFT_SEVERAL of them all,
-    that many there at most SHIFT_CHANCE likely by chance, and that side's median interval is
-    SHIFT_RATIO times the other's or more: the medians before and after the split (ns; of the
-    split where they differ most), else None. Boundaries that went unseen, or slow steps here and
-    there, leave as many intervals of several steps on either side; a stretch of slow steps that
-    ended inside the window fills one half only (tests/fixtures/truth_hand_written_slowed: 20 of
-    22 intervals for 2 s, then 8 of 22). A job slowed 2x mid-window (bench/sim_grid.py's drifting
-    family): its 60-ms steps, every one seen, counted as two of 30 ms. The medians are taken only
-    at the splits whose counts qualify (a live tick asks this of every rank's clock)."""
-    m = len(intervals_ns)
-    side = MIN_INTERVALS // 2
-    marks = list(itertools.accumulate((n > 1 for n in counts), initial=0))
-    total = marks[-1]
-    if total < side or m < MIN_INTERVALS + side:
-        return None
-    best: tuple[float, float, float] | None = None
-    for cut in range(side, m - side + 1, max(1, m // 40)):
-        for late in (True, False):   # the longer steps after the cut, or before it
-            inside, outside = (m - cut, cut) if late else (cut, m - cut)
-            several = total - marks[cut] if late else marks[cut]
-            filled = several / inside
-            if filled < SHIFT_FILLED or (filled < SHIFT_APART * (total - several) / outside
-                                         and several < SHIFT_SEVERAL * total):
-                continue
-            if _drawn_at_most(m, total, inside, several) > SHIFT_CHANCE:
-                continue   # that many on one side by chance, where boundaries go unseen anywhere
-            # ...and in either half of that side: a stretch of slow steps that ended (or began)
-            # inside it is no change of length (a hand-written loader's steps slowed for 2 s of 10)
-            lo, hi = (cut, m) if late else (0, cut)
-            mid = (lo + hi) // 2
-            if marks[mid] - marks[lo] < SHIFT_FILLED * (mid - lo) or marks[hi] - marks[mid] < SHIFT_FILLED * (hi - mid):
-                continue
-            before, after = statistics.median(intervals_ns[:cut]), statistics.median(intervals_ns[cut:])
-            longer, shorter = (after, before) if late else (before, after)
-            ratio = longer / max(shorter, 1.0)
-            if ratio >= SHIFT_RATIO and (best is None or ratio > best[0]):
-                best = (ratio, before, after)
-    return None if best is None else (best[1], best[2])
-
-
-def _drawn_at_most(n: int, marked: int, drawn: int, hits: int) -> float:
-    """The chance of ``hits`` or more marked among ``drawn`` of ``n`` items of which ``marked`` are
-    (the hypergeometric upper tail)."""
-    whole = math.comb(n, drawn)
-    return sum(math.comb(marked, k) * math.comb(n - marked, drawn - k)
-               for k in range(hits, min(marked, drawn) + 1)) / whole
 
 
 def fit_at(intervals_ns: Sequence[int], period: float, rate_hz: float) -> PeriodFit:
@@ -565,9 +503,6 @@ def fit_at(intervals_ns: Sequence[int], period: float, rate_hz: float) -> Period
         return PeriodFit(None, ones, r_bar, why="loose")
     if unsure > MAX_UNSURE_STEPS * sum(counts) or astray > MAX_AMBIGUOUS * len(full):
         return PeriodFit(None, ones, r_bar, why="ambiguous")
-    shift = shifted(full, counts)
-    if shift is not None:
-        return PeriodFit(None, ones, r_bar, why="shifted", shift_ns=shift)
     return PeriodFit(own, counts, r_bar)
 
 
