@@ -292,24 +292,24 @@ def _without_short(covered: Sequence[Step]) -> bool:
             and statistics.median(without) <= SHORT_WITHOUT * statistics.median(with_))
 
 
-def _one_short_unknown(tl: Timeline, k: int, timed: bool = False) -> StepClock:
+def _one_short_unknown(tl: Timeline, k: int, timed_why: str | None = None) -> StepClock:
     """The clock where ``k`` was counted though the clock missed returns (``Plan.one_short``) and
-    the optimizer's visits align no steps whose median holds (``by_counted_returns``). ``timed``:
-    every return was seen, and only the gaps timed over the period were one short
-    (``Plan.timed_short``): the micro-batches' lengths, not returns missed, are why."""
-    if not timed:
+    the optimizer's visits align no steps whose median holds (``by_counted_returns``).
+    ``timed_why``: every return was seen, and only the gaps timed over the period were one short
+    (``Plan.timed_short``): the micro-batches' lengths, not returns missed, are why, and this is why
+    the steps the visits align give no step time (``_aligned_on_visits``)."""
+    if timed_why is None:
         reason = (f"the optimizer's visits count {k} micro-batches to an optimizer step, but some returns between "
                   "them went unseen, and the optimizer steps its visits align are too few or too uneven to time "
                   "within 5%: sample faster or longer")
         return StepClock("unknown", None, None, None, reason, unseen=tl.clock.unseen)
     steps = _visit_runs(tl.intervals, k)
     durations = sorted(s.dur_ns for s in steps)
-    how = ("vary too much for a typical step, and too few of them were seen for their mean to hold within 5%"
-           if len(steps) >= 2 and not steady_median(durations, len(steps))
-           else "are too few or too uneven to time within 5%")
+    varied = len(steps) >= 2 and not steady_median(durations, len(steps))
+    how = "vary too much for a typical step" if varied else "give no step time"
     reason = (f"every return was seen, and the optimizer's visits count {k} micro-batches to an optimizer step; "
               "the micro-batches' lengths vary too much for one period to count them, and the "
-              f"{len(steps)} optimizer steps the visits align {how}: sample longer")
+              f"{len(steps)} optimizer steps the visits align {how}: {timed_why}; sample longer")
     return StepClock("unknown", None, None, None, reason, unseen=tl.clock.unseen)
 
 
@@ -1308,13 +1308,19 @@ def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
     was seen (``_seen_whole``): each visit of the optimizer ends a step, and the intervals between
     two visits are as many steps as k goes into them, rounded (``_visit_runs``); each step's length
     is measured whole, and their clock is any seen steps' (``clock_of``: the median must hold).
-    None where it does not."""
+    None where it does not (``_aligned_on_visits`` says why)."""
+    aligned = _aligned_on_visits(tl, k)
+    return None if isinstance(aligned, str) else aligned
+
+
+def _aligned_on_visits(tl: Timeline, k: int) -> Timeline | str:
+    """``by_counted_returns``'s timeline, or why its steps give no step time."""
     steps = _visit_runs(tl.intervals, k)
     if len(steps) < 2:
-        return None
+        return f"{len(steps)} of them is too few to time"
     timed = _whole_steps_clock(steps, [s.dur_ns for s in steps], tl.clock.unseen, tl.rate_hz)
-    if timed is None:
-        return None
+    if isinstance(timed, str):
+        return timed
     # no edge steps: every whole run of k intervals is a step already, and what is left at either
     # end (fewer than k intervals, and the part of a return before the first one seen) holds none
     clock, typical, mean = timed
@@ -1323,7 +1329,7 @@ def by_counted_returns(tl: Timeline, k: int) -> Timeline | None:
 
 
 def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: float | None, rate_hz: int
-                       ) -> tuple[StepClock, float, bool] | None:
+                       ) -> tuple[StepClock, float, bool] | str:
     """The clock of ``steps`` each measured whole (``by_counted_returns``, ``by_fetch``; ``lengths``
     as counted), its typical step, and whether that is their mean: every boundary seen (method
     ``wraps``), at most ALIGNED_LONG of them as long as several (a step or two that the clock would
@@ -1331,14 +1337,18 @@ def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: fl
     98 steps aligned on the visits, move the median by nothing and the count by what the steps'
     count allows); the median step, or, where it does not hold, the mean, where a missed boundary is
     unlikely to move it (steps/mean.py: 8 ranks, 2 micro-batches whose input 3 workers deliver in
-    bursts, 174 ms for a median of 203, the 48 steps counted right). None where neither stands."""
+    bursts, 174 ms for a median of 203, the 48 steps counted right). Where neither stands, why not."""
     clock, counts = clock_of(lengths, unseen, rate_hz)
-    if clock.method != "wraps" or sum(1 for n in counts if n != 1) > ALIGNED_LONG * len(counts):
-        return None
+    if clock.method != "wraps":
+        why = (clock.reason or "they fit no step clock").split(":")[0]
+        return f"no clock of theirs holds ({why})"
+    long = sum(1 for n in counts if n != 1)
+    if long > ALIGNED_LONG * len(counts):
+        return f"{long} of the {len(counts)} are as long as several"
     durations = sorted(float(s.dur_ns) for s in steps)
     mean = not steady_median(durations, len(steps))
     if mean and mean_at_risk(len(steps), unseen):
-        return None
+        return "too few of them were seen for their mean to hold within 5%"
     return clock, sum(durations) / len(durations) if mean else statistics.median(durations), mean
 
 
@@ -1386,7 +1396,7 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     steps = [merged_steps(run[a:b]) for run, fetches in runs for a, b in itertools.pairwise(fetches)]
     timed = _whole_steps_clock(steps, [s.counted_ns for s in steps], phase_unseen(tl.intervals, tl.rate_hz, "input"),
                                tl.rate_hz)
-    if timed is None:
+    if isinstance(timed, str):
         return None
     clock, typical, mean = timed
     # k where the returns between the fetches were all seen, and nearly every gap is k of them
@@ -1495,8 +1505,11 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
         return _floor(replace(tl, clock=clock, micro_batches=None))
     k = plan.k
     if plan.one_short:
-        return by_counted_returns(tl, k) or _floor(replace(tl, clock=_one_short_unknown(tl, k, plan.timed_short),
-                                                           micro_batches=None))
+        aligned = _aligned_on_visits(tl, k)
+        if not isinstance(aligned, str):
+            return aligned
+        why = aligned if plan.timed_short else None
+        return _floor(replace(tl, clock=_one_short_unknown(tl, k, why), micro_batches=None))
     if k == 1 and plan.marks is not None:
         return _floor(replace(tl, clock=_marked_unknown(tl), micro_batches=None))
     if k == 1:
