@@ -99,7 +99,8 @@ class Job:
     # long (a job that reads its batches in Python on two cores a sampler shares: one step in four
     # at 1.3-2x, its input alone; ``_uneven``)
     uneven: float = 0.0
-    # > 1: the job's speed changes over the stretch sampled, every phase of every rank, as when
+    # > 1: the job's speed changes over the stretch simulated (the window sampled and the second or
+    # so before and after it), every phase of every rank, as when
     # another process takes part of its cores and lets go (``_drift``): "ramp" runs ``drift`` times
     # slower at the start and at its own speed at the end, "shift" ``drift`` times slower before a
     # random moment (or, by a draw, after it). A loaded 10-s snapshot of examples/grad_accum.py
