@@ -104,7 +104,7 @@ PERSISTENCE = {
 }
 # Change points (tests/test_changes.py): examples/input_bound.py whose decoding takes twice as long
 # from 35 s after ready on, attached for 70 s at 50 Hz (seven 10-s rollups, the change in the fourth).
-CHANGES = {"input_slows": (("--slow-input-after-s", "35"), 70, ("--rate", "50", "--max-rate", "50"))}
+CHANGES = {"input_slows": (("--slow-input-after-s", "45"), 100, ("--rate", "50", "--max-rate", "50"))}
 
 
 def record_persistence(name: str, tmp: str) -> None:

@@ -107,6 +107,30 @@ def test_a_drifting_job_runs_slower_where_it_says(accumulation):
         Job((work,), drift=2.0, drift_kind="wave")
 
 
+@pytest.mark.parametrize(("spec", "rate_hz"), [("drifting:30:shift/2:100:2:285000", 400),
+                                               ("drifting:20:shift/2:200:1:228000", 400)])
+def test_a_job_whose_steps_changed_length_is_counted_on_each_side_and_given_its_mean(spec, rate_hz):
+    # GIVEN a job slowed 2x at a moment inside the window (30 ms, then 60; 20, then 40), every
+    # boundary seen. One period counted each longer step as two of the shorter (333 steps for the
+    # job's 196, -49.6%), or each shorter as half of the longer (+23.4%)
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse(spec)
+    rec, truths = simulate(build(pt)[0], rate_hz, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        # THEN every step is counted, and the step given is their mean, said so, with the two lengths
+        assert r.clock is not None and r.clock.mean and r.clock.shift_ns is not None, r.clock
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
+        assert r.step_ms is not None and abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.02
+        before, after = sorted(r.clock.shift_ns)
+        assert 1.8 < after / before < 2.2
+    note = an.report.step_time.step_time_note or ""
+    assert "the steps changed length within the window" in note, note
+    assert all(r.clock is not None and r.clock.shift_ms is not None for r in an.report.step_time.ranks.values())
+
+
 # --- gradient accumulation: the truth's steps are optimizer steps ----------------------------
 
 @pytest.mark.parametrize(("shape", "extra"), [("for", {}), ("nested", {}), ("wrapper", {"fetch": "loop"}),

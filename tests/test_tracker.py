@@ -161,6 +161,9 @@ JOBS = {
     "fetched_once": (build(Point.parse("accum:100:4/short:400:1:62000"))[0], 400, {}),
     # steps too short for the rate: unknown both ways
     "too_short": (job(8, "backward", 0.9, rng=random.Random(4), jitter=0.05), 100, {}),
+    # 2 ranks of 30-ms steps slowed 2x at a moment: the windows before, across and after it
+    # (clock.by_regimes: each side on its own period)
+    "shifted": (build(Point.parse("drifting:30:shift/2:100:2:285000"))[0], 400, {}),
 }
 
 

@@ -367,6 +367,23 @@ MAX_AMBIGUOUS = 0.1           # ...and a period is known only when at most this 
 MAX_UNSURE_STEPS = 0.05       # ...or, its intervals of one step or two sure, the unsure at most this share of the steps
 MAX_STEP_ERROR = 0.05         # the step time is given only when known within this (relative)
 MAX_RATE_HZ = 1000            # no rate above this is advised
+# A change of length within the window (``period.shift_cut``): at least SHIFT_FILLED of the intervals of a
+# stretch (and of either half of it) whose median interval is SHIFT_RATIO times the rest's were counted as
+# several steps, and either SHIFT_APART times the share of the rest's so counted or SHIFT_SEVERAL of all so
+# counted, that many there at most SHIFT_CHANCE likely by chance: the job's steps changed length there, and
+# one period counts the longer ones as several (a job slowed 2x mid-window: 333 steps of 30 ms for its 196
+# of 30 and 60, -50% on the median). Each side is then counted on its own period (``clock.by_regimes``)
+SHIFT_RATIO = 1.5
+SHIFT_FILLED = 0.5
+SHIFT_APART = 3.0
+SHIFT_SEVERAL = 0.8
+# (2 ranks of 13-ms steps at 400 Hz, 5 samples a step, many boundaries unseen, had 5-interval stretches
+# pass the rest by chance)
+SHIFT_CHANCE = 1e-4
+# ...or, boundaries mostly unseen, SHIFT_WHOLE of a stretch's counts whole multiples of 2 (or 3), the rest's
+# at most SHIFT_APART_WHOLE less: that stretch's steps are 2 (3) periods long
+SHIFT_WHOLE = 0.9
+SHIFT_APART_WHOLE = 0.3
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
 NEAR_SHARE = 0.25     # 38% of the steps are)

@@ -50,6 +50,8 @@ class Clock:
     suggested_rate_hz: int | None     # a --rate that would tell it
     step_upper_ms: float | None       # what the step is known to be shorter than
     mean: bool = False                # the step time is the steps' mean, not their median (steps/mean.py)
+    # the steps changed length within the window: each side's period (ms), each side counted on its own
+    shift_ms: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

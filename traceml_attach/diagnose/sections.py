@@ -100,14 +100,25 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
 
 def mean_note(stats: Sequence[RankStepStats]) -> str | None:
     """Which ranks' step time is the steps' mean (steps/mean.py), and why; None where none is."""
-    ranks = [r.rank for r in stats if r.clock is not None and r.clock.mean]
-    if not ranks:
-        return None
-    which = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(ranks)}"
-    return (f"step ms on {which} is the mean step: every boundary (of a step, or of a micro-batch) was seen, and "
-            "the steps vary too much "
-            "for a typical one (steps of two lengths or more, as input delivered in bursts makes, or steps slowed "
-            "at random by other work on the cores)")
+    meant = [r for r in stats if r.clock is not None and r.clock.mean]
+    varied = [r.rank for r in meant if r.clock is not None and r.clock.shift_ns is None]
+    changed = [r for r in meant if r.clock is not None and r.clock.shift_ns is not None]
+    notes = []
+    if varied:
+        notes.append(f"step ms on {_which(varied)} is the mean step: every boundary (of a step, or of a micro-batch) "
+                     "was seen, and the steps vary too much for a typical one (steps of two lengths or more, as input "
+                     "delivered in bursts makes, or steps slowed at random by other work on the cores)")
+    if changed:
+        shift = changed[0].clock.shift_ns if changed[0].clock is not None else None
+        assert shift is not None
+        notes.append(f"step ms on {_which([r.rank for r in changed])} is the mean step: the steps changed length "
+                     f"within the window (about {shift[0] / 1e6:.1f} ms, then {shift[1] / 1e6:.1f} ms), each side "
+                     "counted on its own period; no typical step holds over both")
+    return "; ".join(notes) or None
+
+
+def _which(ranks: Sequence[str]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(ranks)}"
 
 
 def _joined(*notes: str | None) -> str | None:
@@ -143,7 +154,8 @@ def _clock(c: StepClock | None) -> Clock | None:
     if c is None:
         return None
     return Clock(c.method, _round(c.visible), _round(c.concentration), c.reason, c.suggested_rate_hz,
-                 _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1), c.mean)
+                 _round(None if c.step_upper_ns is None else c.step_upper_ns / 1e6, 1), c.mean,
+                 None if c.shift_ns is None else (round(c.shift_ns[0] / 1e6, 3), round(c.shift_ns[1] / 1e6, 3)))
 
 
 def rank_status(rec: Recording, timelines: dict[str, Timeline], pids: dict[str, int],

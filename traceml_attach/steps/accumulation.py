@@ -400,7 +400,9 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     # ...or, every optimizer step seen (``clock_of`` held their median steady), two lengths by turns
     # whose gap jitter and the samples' lag fill, the median in the valley between them (``in_valley``),
     # or between the lengths of every other step (``by_turns``)
-    if seen is not None and (uneven or in_valley(whole, seen) or by_turns(lengths, counts, seen)):
+    # ...or where the optimizer steps changed length within the window (``clock.by_regimes``)
+    if clock.shift_ns is not None or (seen is not None and (uneven or in_valley(whole, seen)
+                                                             or by_turns(lengths, counts, seen))):
         typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
     return replace(tl, steps=steps, clock=clock, micro_batches=None)
@@ -1346,7 +1348,7 @@ def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: fl
     if long > ALIGNED_LONG * len(counts):
         return f"{long} of the {len(counts)} are as long as several"
     durations = sorted(float(s.dur_ns) for s in steps)
-    mean = not steady_median(durations, len(steps))
+    mean = clock.shift_ns is not None or not steady_median(durations, len(steps))   # (``clock.by_regimes``)
     if mean and mean_at_risk(len(steps), unseen):
         return "too few of them were seen for their mean to hold within 5%"
     return clock, sum(durations) / len(durations) if mean else statistics.median(durations), mean

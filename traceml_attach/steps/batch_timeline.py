@@ -390,9 +390,11 @@ def build_timeline(
         # up to twice as long) put 6.8% beyond the median; nor where slow steps beyond chance were
         # counted as several short ones (a loader's garbage collections of 2.7 steps every few
         # steps made the period 2-4% short of the job's median step)
-        typical = statistics.median(s.dur_ns for s in steps)
+        # (a clock whose steps changed length gives their mean where no median holds: ``clock.by_regimes``)
+        typical = clock.period_ns if clock.mean else statistics.median(s.dur_ns for s in steps)
         clock = replace(clock, typical_ns=typical,
-                        edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz, clock.unseen))
+                        edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz, clock.unseen,
+                                              clock.shift_ns))
     return Timeline(pid, tid, name, loop, tuple(segments), steps, clock,
                     dict(labels), tuple(bounds), _stuck_since(mine), last,
                     _coverage(mine), tuple(intervals), rate_hz, first, framework_of(loop, frameworks),

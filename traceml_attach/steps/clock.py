@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from traceml_attach.policy import (
     CHANCE_UNSEEN,
     DROPOUT_UNSEEN,
+    INLIER,
     MAX_STEP_ERROR,
     MAX_UNSEEN,
     MEAN_RISK,
@@ -29,6 +30,7 @@ from traceml_attach.policy import (
     MOSTLY_UNSEEN,
     ON_CPU,
     SEVERAL_WORK,
+    SHIFT_RATIO,
     SPLIT_MARKED,
     STEADY_OUTSIDE,
     STEADY_WORK,
@@ -40,6 +42,7 @@ from traceml_attach.steps.period import (
     holds_over,
     pinned,
     refine_map,
+    shift_cut,
     split_pairs,
     steady_median,
     suggested_rate_hz,
@@ -140,6 +143,9 @@ class StepClock:
     # counted on the comb of the boundaries its synchronized peers saw too (``union.by_union``): its
     # own returns' e^-λ, which a faster rate would lower (``unseen`` is then the union's)
     own_unseen: float | None = None
+    # the steps changed length within the window: each side's period (before, after), each side
+    # counted on its own (``by_regimes``); period_ns is then their mean step
+    shift_ns: tuple[float, float] | None = None
 
     @property
     def known(self) -> bool:
@@ -155,7 +161,8 @@ class StepClock:
         """This clock as another synchronized rank's ("joint"): its own visibility, chance of an
         unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
         return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
-                         self.step_upper_ns, self.typical_ns, unseen, edge_steps, mean=self.mean)
+                         self.step_upper_ns, self.typical_ns, unseen, edge_steps, mean=self.mean,
+                         shift_ns=self.shift_ns)
 
 
 def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:
@@ -178,23 +185,27 @@ def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:
 
 
 def edge_steps(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
-               rate_hz: int, unseen: float | None = None) -> int:
+               rate_hz: int, unseen: float | None = None, shift_ns: tuple[float, float] | None = None) -> int:
     """Whole steps between the window's edges and the first and last wrap seen. Each edge ends
     or starts at a boundary, so it holds floor(length / period) of them; a wrap is seen on
     average one sampling interval after its boundary, which moves that boundary back. An edge
     that would hide more boundaries than chance can (``hidden_by_chance``) holds none: it is the
-    rest of one slow step (a DataLoader's workers starting, a stall the window began in)."""
-    return sum(edge_sides(bounds, first_ns, last_ns, period_ns, rate_hz, unseen))
+    rest of one slow step (a DataLoader's workers starting, a stall the window began in). Where
+    the steps changed length within the window (``shift_ns``: ``StepClock.shift_ns``), each edge
+    is counted on its own side's period."""
+    return sum(edge_sides(bounds, first_ns, last_ns, period_ns, rate_hz, unseen, shift_ns))
 
 
 def edge_sides(bounds: Sequence[int], first_ns: int | None, last_ns: int | None, period_ns: float | None,
-               rate_hz: int, unseen: float | None = None) -> tuple[int, int]:
+               rate_hz: int, unseen: float | None = None, shift_ns: tuple[float, float] | None = None
+               ) -> tuple[int, int]:
     """``edge_steps`` before the first wrap seen and after the last, each."""
     if not bounds or first_ns is None or last_ns is None or not period_ns:
         return 0, 0
     lag = 1e9 / max(rate_hz, 1)
-    before = int(max(bounds[0] - lag - first_ns, 0) // period_ns)
-    after = int(max(last_ns - bounds[-1] + lag, 0) // period_ns)
+    head, tail = shift_ns if shift_ns is not None else (period_ns, period_ns)
+    before = int(max(bounds[0] - lag - first_ns, 0) // head)
+    after = int(max(last_ns - bounds[-1] + lag, 0) // tail)
     return before if hidden_by_chance(before, unseen) else 0, after if hidden_by_chance(after, unseen) else 0
 
 
@@ -701,7 +712,127 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
     """The step clock of the intervals between observed wraps, and each one's step count;
     ``unseen`` is the chance that sampling misses a boundary (``_unseen``); ``marked``: the
     optimizer ran in practically every interval (``optimizer_marked``), so an interval without it
-    is no step, and intervals split in pairs are a step split, not steps whose boundaries hid."""
+    is no step, and intervals split in pairs are a step split, not steps whose boundaries hid.
+    Where the steps changed length within the window (``period.shift_cut``), each side is counted
+    on its own (``by_regimes``), whether one period holds over both or not."""
+    clock, counts = one_clock(durations, unseen, rate_hz, marked)
+    floats = [float(d) for d in durations]
+    if clock.known:
+        cut = shift_cut(floats, counts, clock.period_ns or 0.0)
+        return (clock, counts) if cut is None else by_regimes(durations, cut, unseen, rate_hz, marked, clock, counts)
+    if len(floats) < MIN_INTERVALS:
+        return clock, counts
+    # no one period holds, perhaps as the steps changed length (30-ms steps, then as many of 60: no
+    # median holds over both): each side's own, where both have one (else the unknown stands, its reason)
+    median = statistics.median(floats)
+    cut = shift_cut(floats, [max(1, round(f / median)) for f in floats], median)
+    if cut is None:
+        return clock, counts
+    regimes = by_regimes(durations, cut, unseen, rate_hz, marked, clock, counts)
+    return regimes if regimes[0].known else (clock, counts)
+
+
+def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz: int, marked: bool,
+               clock: StepClock, counts: tuple[int, ...]) -> tuple[StepClock, tuple[int, ...]]:
+    """The intervals on either side of ``cut``, where the steps changed length, each counted on
+    a clock of its own (``one_clock``): a job slowed 2x mid-window, its 60-ms steps counted as two
+    each on the 30-ms steps' period (333 steps for its 196, -50% on the median), is counted 30 ms,
+    then 60. Where both sides agree within SHIFT_RATIO, the one clock (``clock``, ``counts``) stands;
+    where either side has no clock of its own, the step time is unknown, and says why.
+
+    A side of under MIN_INTERVALS intervals (a change near the window's edge) is too short for a
+    clock of its own: the one clock stands where its steps as that clock counts them cannot move the
+    rest's median beyond MAX_STEP_ERROR (``holds_over``), else the step time is unknown. (The first
+    input_slows recording's live window that ended 5 intervals into its slowdown, 320-400 ms each,
+    kept its step time so: two steps each on the one clock's 164-ms period. Counted one step each,
+    as the split says they are, the draw that tells slow steps from several (``guesses``) found
+    them too many slow steps, and the window's step time unknown.)
+
+    The steps' typical length is then their mean (``_regimes_clock``)."""
+    first, second = (statistics.median(part) for part in (durations[:cut], durations[cut:]))
+    change = (f"the steps changed length within the window (intervals of about {first / 1e6:.0f} ms, then "
+              f"{second / 1e6:.0f} ms), which no one period counts")
+    if min(cut, len(durations) - cut) < MIN_INTERVALS:
+        early = cut < MIN_INTERVALS
+        edge, rest = (slice(0, cut), slice(cut, None)) if early else (slice(cut, None), slice(0, cut))
+        steps = sorted(d / n for d, n in zip(durations[rest], counts[rest], strict=True) for _ in range(n))
+        if steps and holds_over(steps, sum(counts[edge])):
+            return clock, counts
+        which = "before" if early else "after"
+        fit = PeriodFit(None, tuple(1 for _ in durations), None, why="shifted")
+        reason = (f"{change}, and too few intervals {which} the change for a period of their own (a period needs "
+                  f"{MIN_INTERVALS}): sample longer")
+        return replace(unknown_clock(fit, len(durations), rate_hz, unseen), reason=reason, unseen=unseen,
+                       suggested_rate_hz=None), tuple(1 for _ in durations)
+    (before, a, pa), (after, b, pb) = (_side(part, unseen, rate_hz, marked)
+                                       for part in (durations[:cut], durations[cut:]))
+    if pa and pb:
+        if max(pa, pb) / min(pa, pb) < SHIFT_RATIO:
+            return clock, counts
+        moved = refined_cut(durations, cut, pa, pb)
+        if moved != cut:
+            cut = moved
+            (before, a, pa), (after, b, pb) = (_side(part, unseen, rate_hz, marked)
+                                               for part in (durations[:cut], durations[cut:]))
+            if not (pa and pb):
+                return clock, counts
+        method = before.method if before.method == after.method else "comb"
+        return _regimes_clock(method, durations, a + b, unseen, (pa, pb)), a + b
+    which, failed = ("before", before) if not pa else ("after", after)
+    return replace(failed, reason=f"{change}; of those {which} the change: {failed.reason}", unseen=unseen), \
+        tuple(1 for _ in durations)
+
+
+def _side(part: Sequence[int], unseen: float | None, rate_hz: int, marked: bool
+          ) -> tuple[StepClock, tuple[int, ...], float | None]:
+    """One side of a change of the steps' length (``by_regimes``): its own clock (``one_clock``),
+    its counts, and its period (None: unknown). Not counted where its own clock is unknown, even
+    where the window's e^-λ says every boundary was seen: that is the other side's too. (Counted so,
+    10 intervals of 600-800 ms after the recorded input_slows job's input doubled were one step each
+    on the window's e^-λ of 0.3%, though the job's next windows timed its steps at 320-350 ms.)"""
+    clock, counts = one_clock(part, unseen, rate_hz, marked)
+    return clock, counts, clock.period_ns
+
+
+def refined_cut(durations: Sequence[int], cut: int, before_ns: float, after_ns: float) -> int:
+    """``cut`` moved to where the longer period's side fits its comb as far as it can: the split
+    (``period.shift_cut``) is looked for every m / 40 intervals, and the shorter period fits the
+    longer one's intervals too (an interval of one 200-ms step is two of 100), so only the longer
+    one's comb tells where it ends. Within two strides either way, the cut whose longer side holds
+    the most intervals on its comb (within INLIER of a whole number of periods) less 3 for each off
+    it (one that is, on the shorter comb, an odd number of its periods). 120 steps of 200 ms, then
+    300 of 100, half their boundaries seen at 100 Hz (tests/test_regimes.py, seed 2): the split,
+    some 10 intervals before the change, counted 444 steps for the job's 418 (+6%, the mean -5.8%);
+    moved, 424 (+1.4%); over 10 seeds, counts within 1.4% and means within 1.4%."""
+    m = len(durations)
+    stride = 2 * max(1, m // 40) + 1   # (the best split's marks can sit a stride off the change: a stretch's ends blur)
+    late = after_ns > before_ns   # the longer steps after the cut
+    period = max(before_ns, after_ns)
+    scores = [1 if abs(d / period - max(1, round(d / period))) <= INLIER else -3 for d in durations]
+    best: tuple[int, int] | None = None
+    for c in range(max(MIN_INTERVALS, cut - stride), min(m - MIN_INTERVALS, cut + stride) + 1):
+        score = sum(scores[c:]) if late else sum(scores[:c])
+        if best is None or score > best[0]:
+            best = (score, c)
+    return cut if best is None else best[1]
+
+
+def _regimes_clock(method: str, durations: Sequence[int], counts: tuple[int, ...], unseen: float | None,
+                   shift_ns: tuple[float, float]) -> StepClock:
+    """``by_regimes``' clock of the ``durations`` counted as ``counts``: their mean step, given as
+    the typical one (``StepClock.mean``). No median of steps of two lengths is one to give: where
+    neither length holds the most steps by far, a few steps more or fewer move it from one to the
+    other; where one does, it lies off the middle of that side's steps, where the samples' lag at
+    each end widens them most (200 steps of 30 ms, then 100 of 60, every boundary seen at 400 Hz:
+    a median 3.4-5.7% over the job's, which ``period.blur_moves`` put at 2.0-3.8%). Their mean,
+    the window's time over its steps, is what the counts give whole."""
+    return StepClock(method, sum(durations) / sum(counts), len(counts) / sum(counts), None, unseen=unseen,
+                     mean=True, shift_ns=shift_ns)
+
+
+def one_clock(durations: Sequence[int], unseen: float | None, rate_hz: int, marked: bool = False
+              ) -> tuple[StepClock, tuple[int, ...]]:
+    """``clock_of`` at one speed: one period for every interval."""
     ones = tuple(1 for _ in durations)
     split = False
     if len(durations) >= 2 and unseen is not None and unseen <= MAX_UNSEEN:

@@ -63,6 +63,7 @@ from traceml_attach.steps.period import (
     count_spread,
     jitter,
     pins_median,
+    shift_cut,
     split_pairs,
     strays,
     too_ambiguous,
@@ -195,6 +196,7 @@ class IntervalWindow:
         self.last_cold_ns: int | None = None
         self.cold_m = 0
         self.cold_due = False
+        self.shift_key = (0, 0)                   # (newest interval, intervals) when a change was last looked for
         self.fitted = False                       # fitted since this window began
         self._reset_own_sums()
 
@@ -458,14 +460,28 @@ class IntervalWindow:
         ``unseen`` measures the chance that a boundary goes unseen, when needed."""
         self.measure, self.tick_ns = unseen, now_ns
         m = len(self.records)
-        if m < MIN_INTERVALS:
+        if m < MIN_INTERVALS or self.clock.shift_ns is not None:
+            # (a clock of two periods, the steps' length changed within the window: no carried period
+            # counts the intervals that come and go, and the change leaves the window in time)
             self.cold(now_ns, unseen())
         elif self.clock.known:
             if self.next_warm_ns is None or now_ns >= self.next_warm_ns:
                 self._warm(now_ns, unseen())
+            elif (self.rid, m) != self.shift_key and self._shifted():
+                self.cold_due = True
         elif m != self.cold_m and (m < CHEAP_FIT or m >= RETRY_GROWTH * self.cold_m or self.last_cold_ns is None
                                    or now_ns - self.last_cold_ns >= RETRY_S * NS):
             self.cold_due = True
+
+    def _shifted(self) -> bool:
+        """Whether the steps changed length within the window (``period.shift_cut`` on the intervals as
+        counted): asked at each tick whose intervals came or went, as the batch asks it of every window,
+        so the live view counts each side on its own (a full fit) when the batch does."""
+        self.shift_key = (self.rid, len(self.records))
+        if self.count_period is None:
+            return False
+        return shift_cut([float(r.dur) for r in self.records], [r.n_own for r in self.records],
+                         self.count_period) is not None
 
     @property
     def cold_cost(self) -> int:
@@ -480,7 +496,9 @@ class IntervalWindow:
         self.clock = clock
         self.last_cold_ns, self.cold_m, self.cold_due, self.fitted = now_ns, len(durations), False, True
         self.next_warm_ns = now_ns + int(REFIT_S * NS * (1 + self.stagger))
-        self._recount_own(clock.period_ns, counts, comb=clock.method == "comb")
+        # (two periods, ``clock.by_regimes``: its counts stand, the newest side's period counts what comes)
+        period = clock.period_ns if clock.shift_ns is None else clock.shift_ns[1]
+        self._recount_own(period, counts, comb=clock.method == "comb")
 
     def _warm(self, now_ns: int, unseen: float | None) -> None:
         """Check the carried clock on the window's intervals; a failed check asks for a full fit."""
@@ -527,6 +545,9 @@ class IntervalWindow:
             ok = (ok and not harmonic and period >= MIN_SAMPLES_PER_STEP * self.interval_ns
                   and r_bar >= MIN_CONCENTRATION and m * r_bar * r_bar >= MIN_RAYLEIGH_Z
                   and not too_ambiguous(self.ambiguous, m, self.short_ambiguous, self.short, self.own_total))
+        # ...and no change of the steps' length within the window (``period.shift_cut``), which a full
+        # fit counts on each side
+        ok = ok and shift_cut(durs, [r.n_own for r in self.records], period) is None
         if not ok:
             self.cold_due = True
             return

@@ -449,8 +449,8 @@ class RankTracker(SpanWindow):
         clock = self.window.clock
         if not clock.known or clock.period_ns is None:
             return clock
-        typical = self.window.median_step()   # as build_timeline takes it
-        edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen)
+        typical = clock.period_ns if clock.mean else self.window.median_step()   # as build_timeline takes it
+        edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen, clock.shift_ns)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)
         return clock

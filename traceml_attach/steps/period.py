@@ -47,6 +47,13 @@ from traceml_attach.policy import (
     NEAR_MEDIAN,
     NEAR_SHARE,
     OVERDISPERSED,
+    SHIFT_APART,
+    SHIFT_APART_WHOLE,
+    SHIFT_CHANCE,
+    SHIFT_FILLED,
+    SHIFT_RATIO,
+    SHIFT_SEVERAL,
+    SHIFT_WHOLE,
     SPLIT_PART,
     SPLIT_SHARE,
     SPLIT_SLACK,
@@ -482,6 +489,90 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
     if not pinned(full, counts, period, rate_hz):
         return PeriodFit(None, ones, r_bar, upper, why="jittery")
     return PeriodFit(period, counts, r_bar, upper)
+
+
+def shift_cut(intervals_ns: Sequence[float], counts: Sequence[int], period_ns: float) -> int | None:
+    """Where the steps changed length within the window, which no one period (``period_ns``)
+    counts: the index of a split of the intervals where those counted as several steps
+    (``counts``) crowd one side, whose steps are longer (``crowded``), or those of one step under
+    ``period_ns`` / SHIFT_RATIO crowd one side, whose steps are shorter; of both, the split where
+    the sides differ most; else None. A job slowed 2x mid-window (bench/sim_grid.py's drifting
+    family): its 60-ms steps, every one seen, counted as two of 30 ms; one that sped up from 16-ms
+    steps to 8 at 400 Hz: the 16-ms period took its last 2 s of intervals of 3-27 ms as one step each."""
+    floats = list(intervals_ns)
+    several = crowded(floats, [n > 1 for n in counts], longer=True)
+    short = crowded(floats, [n == 1 and i < period_ns / SHIFT_RATIO for i, n in zip(floats, counts, strict=True)],
+                    longer=False)
+    # ...or, boundaries mostly unseen (intervals of many steps), one side's counts all whole multiples of
+    # j, where the rest's are not: that side's steps are j periods long (4 ranks whose optimizer steps
+    # went from 40 to 20 ms, an optimizer visit seen one step in eight: 40-ms steps counted two each)
+    whole = [crowded(floats, [n % j == 0 for n in counts], longer=None, fill=SHIFT_WHOLE) for j in (2, 3)]
+    found = [c for c in (several, short, *whole) if c is not None]
+    return max(found)[1] if found else None
+
+
+def crowded(intervals_ns: Sequence[float], marked: Sequence[bool], longer: bool | None, fill: float = SHIFT_FILLED
+            ) -> tuple[float, int] | None:
+    """A split of the intervals (each side MIN_INTERVALS / 2 of them or more) where the ``marked``
+    ones (MIN_INTERVALS / 2 or more in all) fill ``fill`` or more of one side and of either half
+    of it, SHIFT_APART times the other side's share or SHIFT_SEVERAL of them all (where ``fill``
+    is SHIFT_FILLED; beyond it, the other side's share SHIFT_APART_WHOLE below it), that many there
+    at most SHIFT_CHANCE likely by chance, and that side's median interval is SHIFT_RATIO times the
+    other's or more (``longer``) or less (None: either): (how far the sides' marked shares are apart, the
+    index of the split) of the split where they are furthest apart (the medians are about as far
+    apart at many splits), else None. Boundaries that went unseen, or slow steps here and there,
+    leave as many intervals of several steps on either side; a stretch of slow steps that ended
+    inside the window fills one half only (tests/fixtures/truth_hand_written_slowed: 20 of 22
+    intervals for 2 s, then 8 of 22). The medians are taken only at the splits whose marks
+    qualify (a live tick asks this of every rank's clock)."""
+    m = len(intervals_ns)
+    side = MIN_INTERVALS // 2
+    marks = list(itertools.accumulate(marked, initial=0))
+    total = marks[-1]
+    if total < side or m < MIN_INTERVALS + side:
+        return None
+    best: tuple[float, int] | None = None
+    for cut in range(side, m - side + 1, max(1, m // 40)):
+        for late in (True, False):   # the marked after the cut, or before it
+            inside, outside = (m - cut, cut) if late else (cut, m - cut)
+            hits = total - marks[cut] if late else marks[cut]
+            filled = hits / inside
+            rest = (total - hits) / outside
+            if filled < fill:
+                continue
+            if fill > SHIFT_FILLED and rest > fill - SHIFT_APART_WHOLE:
+                continue
+            if fill <= SHIFT_FILLED and filled < SHIFT_APART * rest and hits < SHIFT_SEVERAL * total:
+                continue
+            # ...and in either half of that side: a stretch of slow steps that ended (or began)
+            # inside it is no change of length (a hand-written loader's steps slowed for 2 s of 10)
+            lo, hi = (cut, m) if late else (0, cut)
+            mid = (lo + hi) // 2
+            if marks[mid] - marks[lo] < fill * (mid - lo) or marks[hi] - marks[mid] < fill * (hi - mid):
+                continue
+            apart = filled - rest
+            if best is not None and apart <= best[0]:
+                continue
+            if _drawn_at_most(m, total, inside, hits) > SHIFT_CHANCE:
+                continue   # that many on one side by chance, where boundaries go unseen anywhere
+            if longer is not None:
+                before, after = statistics.median(intervals_ns[:cut]), statistics.median(intervals_ns[cut:])
+                mine, others = (after, before) if late else (before, after)
+                if (mine / max(others, 1.0) if longer else others / max(mine, 1.0)) < SHIFT_RATIO:
+                    continue
+            best = (apart, cut)
+    return best
+
+
+def _drawn_at_most(n: int, marked: int, drawn: int, hits: int) -> float:
+    """The chance of ``hits`` or more marked among ``drawn`` of ``n`` items of which ``marked`` are
+    (the hypergeometric upper tail, summed in logs: exact integers took 9 ms at 2,000 intervals)."""
+    def log_comb(a: int, b: int) -> float:
+        return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+    whole = log_comb(n, drawn)
+    return sum(math.exp(log_comb(marked, k) + log_comb(n - marked, drawn - k) - whole)
+               for k in range(hits, min(marked, drawn) + 1) if drawn - k <= n - marked)
 
 
 def fit_at(intervals_ns: Sequence[int], period: float, rate_hz: float) -> PeriodFit:

@@ -128,6 +128,10 @@ def share_period(timelines: dict[str, Timeline]) -> tuple[dict[str, Timeline], s
     note = apart({rank: (tl.clock, len(tl.intervals)) for rank, tl in own.items()}, ref)
     if note is not None:
         return timelines, note
+    if reference.clock.shift_ns is not None:
+        # the steps changed length within the window (``clock.by_regimes``): no one period counts the
+        # others' intervals, and each rank counted its own on each side of the change
+        return timelines, None
     ref_bounds = [s.start_ns for s in reference.steps] + ([reference.steps[-1].end_ns] if reference.steps else [])
     if reference.clock.typical_ns:   # (the typical step the ranks share: the median of theirs)
         typical = ranks_median(reference.clock, [(tl.clock, tl.clock.typical_ns) for tl in own.values()])
@@ -343,7 +347,7 @@ def share_tracked(trackers: dict[str, RankTracker], ref: str | None = None
             return {r: each.timeline(unknown) for r, each in trackers.items()}, ref, None
     # after the check above, as the batch: two ranks that each saw every boundary are a contradiction
     note = apart({rank: (t.clock, t.intervals) for rank, t in own.items()}, ref)
-    if note is not None:
+    if note is not None or reference.clock.shift_ns is not None:   # (as the batch: each rank's own clock)
         for t in trackers.values():
             t.count_own()
         return {rank: t.timeline() for rank, t in trackers.items()}, ref, note

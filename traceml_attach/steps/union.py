@@ -157,8 +157,9 @@ def _counted(tl: Timeline, peers: PeerBounds, comb: bool, uneven: bool = False) 
     # own counted its last piece again in the edge: 53 steps of 48)
     bounds = sorted({*tl.bounds, *(p.start_ns for p in pieces), pieces[-1].end_ns})
     # the median step, as ``build_timeline`` takes it on every clock
-    typical = statistics.median(s.dur_ns for s in steps)
-    edges = edge_steps(bounds, tl.start_seen_ns, tl.end_ns, clock.period_ns, tl.rate_hz, clock.unseen)
+    # (where the steps changed length, their mean: ``clock.by_regimes``)
+    typical = clock.period_ns if clock.mean else statistics.median(s.dur_ns for s in steps)
+    edges = edge_steps(bounds, tl.start_seen_ns, tl.end_ns, clock.period_ns, tl.rate_hz, clock.unseen, clock.shift_ns)
     own = tl.clock.unseen if clock.method == "comb" else None
     return replace(tl, intervals=tuple(pieces), steps=steps, bounds=tuple(bounds), guessed=guessed,
                    clock=replace(clock, typical_ns=typical, edge_steps=edges, own_unseen=own), step_floor=None)
