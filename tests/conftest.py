@@ -54,9 +54,11 @@ def honestly_unknown(summary: dict, rank: int | str, truth: Truth) -> bool:
     # rank, "the intervals between them vary too much for a typical step" (sync.varied_clock): the same
     # test's rank 1 in a suite run of stop 64, spread 0.21, its mean not given either; or, for
     # accumulation, "the optimizer steps they make vary too much for a typical one": a loaded
-    # grad_accum job of stop 79 here, spread 0.15)
+    # grad_accum job of stop 79 here, spread 0.15; or "the steps changed length within the window", a
+    # side of the change too short for a clock of its own: clock.by_regimes, since stop 80)
     varying = any(why in reason for why in ("the steps vary too much", "too uneven for their median",
-                                            "the steps are irregular", "vary too much for a typical"))
+                                            "the steps are irregular", "vary too much for a typical",
+                                            "the steps changed length within the window"))
     return row["step_ms"] is None and varying and truth.spread >= VARIED
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -164,6 +165,46 @@ def record_truthed(name: str, tmp: str) -> None:
                                                             indent=2) + "\n")
 
 
+# Jobs slowed 2x mid-window (tests/test_recorded_steps.py SLOWED): the job on CPU 0, the attacher on CPU 1,
+# a busy loop joining CPU 0 5 s into a 12-s snapshot; truth as record_truthed's, with the mean step
+SLOWED = {"truth_grad_accum_slowed": ("grad_accum", ("--accum", "4")),
+          "truth_compute_bound_slowed": ("compute_bound", ())}
+
+
+def record_slowed(name: str, tmp: str) -> None:
+    example, args = SLOWED[name]
+    out = Path(tmp) / f"{name}.jsonl"
+    job = subprocess.Popen(["taskset", "-c", "0", sys.executable, str(ROOT / "examples" / f"{example}.py"), *args],
+                           env={**os.environ, "TRACEML_GROUND_TRUTH": str(out)}, cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    hog = None
+    try:
+        assert job.stdout is not None
+        for line in job.stdout:   # (it prints "ready" once it steps)
+            if "ready" in line:
+                break
+        time.sleep(2)
+        snap = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-m", "traceml_attach", "snapshot", "--pid",
+                                 str(job.pid), "--seconds", "12", "--quiet", "--logs-dir", tmp, "--run-name", name],
+                                cwd=ROOT)
+        time.sleep(5)
+        hog = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"])
+        snap.wait()
+    finally:
+        for proc in (hog, job):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+    shutil.copy(Path(tmp) / name / "frames.msgpack", FIXTURES / f"{name}.msgpack")
+    summary = json.loads((Path(tmp) / name / "final_summary.json").read_text())
+    t = read_truth(out, steps_from(summary, 0), summary["sampling"]["window"]["end"])
+    truth = {"0": {"steps": t.steps, "step_ms": round(t.step_ms, 3), "mean_ms": round(t.mean_ms, 3),
+                   "spread": round(t.spread, 3), "shares": {p: round(v, 4) for p, v in t.shares.items()}}}
+    (FIXTURES / f"{name}.truth.json").write_text(json.dumps({"example": [example, *args], "ranks": truth},
+                                                            indent=2) + "\n")
+    print(f"recorded {name}")
+
+
 def snapshot(pid: int, name: str, tmp: str, seconds: float, attach: tuple[str, ...] = ()) -> None:
     subprocess.run([sys.executable, "-m", "traceml_attach", "snapshot", "--pid", str(pid),
                     "--seconds", str(seconds), "--quiet", "--logs-dir", tmp, "--run-name", name, *attach],
@@ -176,7 +217,7 @@ def main() -> None:
     only = set(sys.argv[1:])   # fixture names to re-record (default: all)
     with tempfile.TemporaryDirectory() as tmp:
         for names, record in ((PERSISTENCE, record_persistence), (CHANGES, record_change),
-                              (TRUTHED, record_truthed), (MEMORY, record_memory)):
+                              (TRUTHED, record_truthed), (SLOWED, record_slowed), (MEMORY, record_memory)):
             for name in names:
                 if not only or name in only:
                     record(name, tmp)

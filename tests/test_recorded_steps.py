@@ -46,6 +46,11 @@ UNEVEN = {"truth_hand_written_slowed"}
 # of stop 78: the frameworks test's grad_accum job, twice); grouped by that period, it was 596 ms for
 # the job's median of 706 (-16%)
 DRIFTING = {"truth_grad_accum_drifting"}
+# Jobs slowed 2x mid-window by a busy loop joining their CPU (tests/record_fixtures.py SLOWED): each side
+# of the change counted on its own period, the mean step given (clock.by_regimes). grad_accum's
+# micro-batches went from ~80 to ~156 ms: one period counted them 8 to the optimizer step (+92% on
+# another run of it) or its visits' comb counted the slow steps twice (39 steps for 26, -33% on the mean)
+SLOWED = {"truth_grad_accum_slowed", "truth_compute_bound_slowed"}
 
 
 def marked(name: str, known: dict[str, str] = KNOWN_WRONG) -> object:
@@ -69,13 +74,19 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
             assert 0.9 * want["steps"] <= got.steps <= want["steps"], (rank, got.steps, want)
             continue
         if name in DRIFTING:
-            # no step time, saying the true why: the steps varied, no return went unseen
+            # no step time, saying the true why: the steps varied, no return went unseen (since stop 80 the
+            # micro-batches are counted on each side of the speed-up, 4 a step, as the job has: their
+            # optimizer steps, 12, too few for their mean)
             reason = (got.clock and got.clock.reason) or ""
-            assert got.step_ms is None and "vary too much for a typical step" in reason, (rank, got.clock)
-            assert "went unseen" not in reason and got.micro_batches is None, (rank, got.clock)
+            assert got.step_ms is None and "vary too much for a typical" in reason, (rank, got.clock)
+            assert "went unseen" not in reason and got.micro_batches in (None, 4), (rank, got.clock)
             continue
+        if name in SLOWED:
+            # the steps changed length: the mean step, said so, with the two lengths
+            assert got.clock is not None and got.clock.mean and got.clock.shift_ns is not None, (rank, got.clock)
         assert got.step_ms is not None, (rank, got.clock)
-        assert abs(got.step_ms / want["step_ms"] - 1) <= 0.05, (rank, got.step_ms, want)
+        want_ms = want["mean_ms"] if got.clock is not None and got.clock.mean and "mean_ms" in want else want["step_ms"]
+        assert abs(got.step_ms / want_ms - 1) <= 0.05, (rank, got.step_ms, want)
         assert abs(got.steps - want["steps"]) <= max(1, 0.03 * want["steps"]), (rank, got.steps, want)
 
 
@@ -88,7 +99,8 @@ DIAGNOSES = {"truth_hand_written": "COMPUTE_BOUND", "truth_hand_written_input": 
              "truth_workers32": "COMPUTE_BOUND", "truth_hand_written_slowed": "INPUT_BOUND",
              "truth_ddp_starved": "COMPUTE_STRAGGLER", "truth_ddp_raised": "COMPUTE_STRAGGLER",
              "truth_lightning_ddp_accum2": "INPUT_STRAGGLER", "truth_hf_trainer_accum4_micro": "COMPUTE_BOUND",
-             "truth_hf_trainer_accum4_input": "INPUT_BOUND", "truth_grad_accum_drifting": "COMPUTE_BOUND"}
+             "truth_hf_trainer_accum4_input": "INPUT_BOUND", "truth_grad_accum_drifting": "COMPUTE_BOUND",
+             "truth_grad_accum_slowed": "COMPUTE_BOUND", "truth_compute_bound_slowed": "COMPUTE_BOUND"}
 @pytest.mark.parametrize("name", [marked(n, SHARES_WRONG) for n in SHARED])
 def test_a_recorded_job_gets_its_own_phase_shares(name: str):
     truth = json.loads((FIXTURES / f"{name}.truth.json").read_text())["ranks"]

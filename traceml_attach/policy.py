@@ -380,6 +380,7 @@ SHIFT_SEVERAL = 0.8
 # (2 ranks of 13-ms steps at 400 Hz, 5 samples a step, many boundaries unseen, had 5-interval stretches
 # pass the rest by chance)
 SHIFT_CHANCE = 1e-4
+SHIFT_CHANCE_LONG = 1e-3   # ...for a side of MIN_INTERVALS or more, SHIFT_WHOLE of it longer (or shorter)
 # ...or, boundaries mostly unseen, SHIFT_WHOLE of a stretch's counts whole multiples of 2 (or 3), the rest's
 # at most SHIFT_APART_WHOLE less: that stretch's steps are 2 (3) periods long
 SHIFT_WHOLE = 0.9

@@ -100,18 +100,17 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
 
 def mean_note(stats: Sequence[RankStepStats]) -> str | None:
     """Which ranks' step time is the steps' mean (steps/mean.py), and why; None where none is."""
-    meant = [r for r in stats if r.clock is not None and r.clock.mean]
-    varied = [r.rank for r in meant if r.clock is not None and r.clock.shift_ns is None]
-    changed = [r for r in meant if r.clock is not None and r.clock.shift_ns is not None]
+    meant = [(r.rank, r.clock.shift_ns) for r in stats if r.clock is not None and r.clock.mean]
+    varied = [rank for rank, shift in meant if shift is None]
+    changed = [(rank, shift) for rank, shift in meant if shift is not None]
     notes = []
     if varied:
         notes.append(f"step ms on {_which(varied)} is the mean step: every boundary (of a step, or of a micro-batch) "
                      "was seen, and the steps vary too much for a typical one (steps of two lengths or more, as input "
                      "delivered in bursts makes, or steps slowed at random by other work on the cores)")
     if changed:
-        shift = changed[0].clock.shift_ns if changed[0].clock is not None else None
-        assert shift is not None
-        notes.append(f"step ms on {_which([r.rank for r in changed])} is the mean step: the steps changed length "
+        shift = changed[0][1]
+        notes.append(f"step ms on {_which([rank for rank, _ in changed])} is the mean step: the steps changed length "
                      f"within the window (about {shift[0] / 1e6:.1f} ms, then {shift[1] / 1e6:.1f} ms), each side "
                      "counted on its own period; no typical step holds over both")
     return "; ".join(notes) or None

@@ -818,9 +818,18 @@ def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = N
     period = tl.clock.period_ns
     if not period:
         return [], 0.0
-    intervals = [iv for iv in tl.intervals
-                 if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
+    inside = [i for i, iv in enumerate(tl.intervals)
+              if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
+    intervals = [tl.intervals[i] for i in inside]
     return _gaps(intervals, period, unseen=tl.clock.unseen)
+
+
+def counted_in(tl: Timeline) -> list[int]:
+    """How many of ``tl``'s steps begin in each of its intervals (at least 1): the counts its clock
+    made, where no one period gives them again (a clock of two periods, ``clock.by_regimes``)."""
+    starts = sorted(s.start_ns for s in tl.steps)
+    return [max(1, bisect.bisect_left(starts, iv.end_ns) - bisect.bisect_left(starts, iv.start_ns))
+            for iv in tl.intervals]
 
 
 def _counted_whole(tl: Timeline, counted: tuple[list[int], float]) -> tuple[list[int], float, int] | None:
@@ -1518,7 +1527,9 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
         return judged_uneven(tl)
     clock = tl.clock
     micro = clock.period_ns or 0.0
-    counts = micro_counts(tl.intervals, micro, clock.unseen)
+    # (micro-batches whose length changed within the window: as their clock counted them, each side on
+    # its own period, not on the mean of both: ``clock.by_regimes``)
+    counts = counted_in(tl) if clock.shift_ns is not None else micro_counts(tl.intervals, micro, clock.unseen)
     worked = _micro_work(tl.intervals)
     micro_steps = expand(worked, counts, clock.unseen, work=one_work(worked, counts))
     steps = group(micro_steps, k)
@@ -1530,7 +1541,8 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
     period = sum(s.dur_ns for s in steps) / len(steps)
     slow = len(micro_steps) < sum(counts)
     typical = statistics.median(s.dur_ns for s in steps) if clock.method == "wraps" or slow else period
-    mean = clock.method == "wraps" and not steady_median(sorted(s.dur_ns for s in steps), len(steps))
+    mean = clock.shift_ns is not None or (
+        clock.method == "wraps" and not steady_median(sorted(s.dur_ns for s in steps), len(steps)))
     if mean:
         # every micro-batch seen, the optimizer steps too uneven for a median (a DataLoader's workers
         # delivering in bursts: 2 micro-batches a step, steps of ~100 and ~290 ms, whose median of 49

@@ -11,6 +11,7 @@ what would help: a higher rate only where it would (``unknown_clock``).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import statistics
 from collections import Counter
@@ -788,8 +789,8 @@ def _side(part: Sequence[int], unseen: float | None, rate_hz: int, marked: bool
     """One side of a change of the steps' length (``by_regimes``): its own clock (``one_clock``),
     its counts, and its period (None: unknown). Not counted where its own clock is unknown, even
     where the window's e^-λ says every boundary was seen: that is the other side's too. (Counted so,
-    10 intervals of 600-800 ms after the recorded input_slows job's input doubled were one step each
-    on the window's e^-λ of 0.3%, though the job's next windows timed its steps at 320-350 ms.)"""
+    10 intervals of 600-800 ms after the first input_slows recording's input doubled were one step
+    each on the window's e^-λ of 0.3%, though the job's next windows timed its steps at 320-350 ms.)"""
     clock, counts = one_clock(part, unseen, rate_hz, marked)
     return clock, counts, clock.period_ns
 
@@ -809,9 +810,10 @@ def refined_cut(durations: Sequence[int], cut: int, before_ns: float, after_ns: 
     late = after_ns > before_ns   # the longer steps after the cut
     period = max(before_ns, after_ns)
     scores = [1 if abs(d / period - max(1, round(d / period))) <= INLIER else -3 for d in durations]
+    upto = list(itertools.accumulate(scores, initial=0))   # (a two-period clock is fitted at every live tick)
     best: tuple[int, int] | None = None
     for c in range(max(MIN_INTERVALS, cut - stride), min(m - MIN_INTERVALS, cut + stride) + 1):
-        score = sum(scores[c:]) if late else sum(scores[:c])
+        score = upto[m] - upto[c] if late else upto[c]
         if best is None or score > best[0]:
             best = (score, c)
     return cut if best is None else best[1]

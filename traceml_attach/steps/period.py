@@ -50,6 +50,7 @@ from traceml_attach.policy import (
     SHIFT_APART,
     SHIFT_APART_WHOLE,
     SHIFT_CHANCE,
+    SHIFT_CHANCE_LONG,
     SHIFT_FILLED,
     SHIFT_RATIO,
     SHIFT_SEVERAL,
@@ -494,18 +495,23 @@ def fit_period(intervals_ns: Sequence[int], rate_hz: float, unseen: float | None
 def shift_cut(intervals_ns: Sequence[float], counts: Sequence[int], period_ns: float) -> int | None:
     """Where the steps changed length within the window, which no one period (``period_ns``)
     counts: the index of a split of the intervals where those counted as several steps
-    (``counts``) crowd one side, whose steps are longer (``crowded``), or those of one step under
+    (``counts``), or as long as SHIFT_RATIO periods, crowd one side, whose steps are longer
+    (``crowded``), or those of one step under
     ``period_ns`` / SHIFT_RATIO crowd one side, whose steps are shorter; of both, the split where
     the sides differ most; else None. A job slowed 2x mid-window (bench/sim_grid.py's drifting
     family): its 60-ms steps, every one seen, counted as two of 30 ms; one that sped up from 16-ms
     steps to 8 at 400 Hz: the 16-ms period took its last 2 s of intervals of 3-27 ms as one step each."""
     floats = list(intervals_ns)
-    several = crowded(floats, [n > 1 for n in counts], longer=True)
+    # (an interval SHIFT_RATIO periods long or more counted as one step is a slow step to the period,
+    # and one of two lengths to the window: 4 micro-batches of ~85 ms, then of ~150 once another
+    # process took half the job's core, every return seen, were a comb of 85 ms and slow steps)
+    several = crowded(floats, [n > 1 or i >= SHIFT_RATIO * period_ns for i, n in zip(floats, counts, strict=True)],
+                      longer=True)
     short = crowded(floats, [n == 1 and i < period_ns / SHIFT_RATIO for i, n in zip(floats, counts, strict=True)],
                     longer=False)
     # ...or, boundaries mostly unseen (intervals of many steps), one side's counts all whole multiples of
     # j, where the rest's are not: that side's steps are j periods long (4 ranks whose optimizer steps
-    # went from 40 to 20 ms, an optimizer visit seen one step in eight: 40-ms steps counted two each)
+    # went from 40 to 20 ms, an optimizer visit seen about one step in seven: 40-ms steps counted two each)
     whole = [crowded(floats, [n % j == 0 for n in counts], longer=None, fill=SHIFT_WHOLE) for j in (2, 3)]
     found = [c for c in (several, short, *whole) if c is not None]
     return max(found)[1] if found else None
@@ -553,8 +559,15 @@ def crowded(intervals_ns: Sequence[float], marked: Sequence[bool], longer: bool 
             apart = filled - rest
             if best is not None and apart <= best[0]:
                 continue
-            if _drawn_at_most(m, total, inside, hits) > SHIFT_CHANCE:
-                continue   # that many on one side by chance, where boundaries go unseen anywhere
+            # that many on one side by chance, where boundaries go unseen anywhere; a side as long as a
+            # period's fit needs, nearly all marked, whose median the other's is SHIFT_RATIO from (below),
+            # may be ten times likelier (22 optimizer steps of a loaded job, 300 then 600 ms: the last 11
+            # all counted as two, 2 of the first 11: 1.1e-4). Not for whole multiples alone: a bursty
+            # job's first 14 visit gaps, all even multiples of its 107-ms comb, were so by chance (<1e-3)
+            long_side = longer is not None and inside >= MIN_INTERVALS and filled >= SHIFT_WHOLE
+            chance = SHIFT_CHANCE_LONG if long_side else SHIFT_CHANCE
+            if _drawn_at_most(m, total, inside, hits) > chance:
+                continue
             if longer is not None:
                 before, after = statistics.median(intervals_ns[:cut]), statistics.median(intervals_ns[cut:])
                 mine, others = (after, before) if late else (before, after)
