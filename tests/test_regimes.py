@@ -79,8 +79,8 @@ def test_steps_of_one_length_show_no_change(seed, period_ms, visible, rate_hz):
     clock, counts = one_clock(intervals, 0.001 if visible == 1.0 else None, rate_hz)
     # THEN no split is read into them (boundaries missed anywhere leave as many intervals of several
     # steps on either side)
-    if clock.known:
-        assert shift_cut([float(i) for i in intervals], counts, clock.period_ns) is None
+    assert clock.known and clock.period_ns is not None
+    assert shift_cut([float(i) for i in intervals], counts, clock.period_ns) is None
 
 
 def test_a_change_a_few_intervals_before_the_end_leaves_the_step_known():

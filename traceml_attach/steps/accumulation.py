@@ -818,9 +818,8 @@ def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = N
     period = tl.clock.period_ns
     if not period:
         return [], 0.0
-    inside = [i for i, iv in enumerate(tl.intervals)
-              if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
-    intervals = [tl.intervals[i] for i in inside]
+    intervals = [iv for iv in tl.intervals
+                 if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
     return _gaps(intervals, period, unseen=tl.clock.unseen)
 
 
@@ -1566,9 +1565,13 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
         # made steps of 160, 160 and 80 ms by turns; the visits, every one at a run's end, fitted
         # 78 ms, the divisor of their gaps (-49%), and the runs' median was the job's (-0.5%)
         return replace(visits, micro_batches=None)
+    # (the micro-batches' two periods said as the optimizer steps', each scaled as the mean of both is:
+    # the summary and its note speak of steps)
+    shift = None if clock.shift_ns is None or not micro else (clock.shift_ns[0] * period / micro,
+                                                               clock.shift_ns[1] * period / micro)
     clock = replace(clock, period_ns=period, typical_ns=typical, mean=mean,
                     step_upper_ns=clock.step_upper_ns * k if clock.step_upper_ns is not None else None,
-                    edge_steps=_edges(tl, steps, period))
+                    edge_steps=_edges(tl, steps, period), shift_ns=shift)
     return replace(tl, steps=steps, clock=clock,
                    micro_batches=_said_k(tl, k, not _split_in_place(tl.intervals, counts, k)))
 

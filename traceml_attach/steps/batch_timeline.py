@@ -50,6 +50,7 @@ from traceml_attach.steps.clock import (
     expand_counted,
     median_holds,
     optimizer_marked,
+    typical_step,
     uneven_clock,
 )
 from traceml_attach.steps.dataflow import feeding_lines
@@ -390,8 +391,8 @@ def build_timeline(
         # up to twice as long) put 6.8% beyond the median; nor where slow steps beyond chance were
         # counted as several short ones (a loader's garbage collections of 2.7 steps every few
         # steps made the period 2-4% short of the job's median step)
-        # (a clock whose steps changed length gives their mean where no median holds: ``clock.by_regimes``)
-        typical = clock.period_ns if clock.mean else statistics.median(s.dur_ns for s in steps)
+        # (a clock whose steps changed length gives their mean: ``clock.by_regimes``)
+        typical = typical_step(clock, lambda: statistics.median(s.dur_ns for s in steps))
         clock = replace(clock, typical_ns=typical,
                         edge_steps=edge_steps(bounds, first, last, clock.period_ns, rate_hz, clock.unseen,
                                               clock.shift_ns))

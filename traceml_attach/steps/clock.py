@@ -733,6 +733,13 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
     return regimes if regimes[0].known else (clock, counts)
 
 
+def typical_step(clock: StepClock, median: Callable[[], float]) -> float:
+    """A known clock's typical step: its steps' ``median``, or, where it gives their mean (a clock of
+    two periods, ``by_regimes``), its period, their mean. As build_timeline, the live tracker and the
+    union of peers' boundaries take it."""
+    return clock.period_ns if clock.mean and clock.period_ns else median()
+
+
 def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz: int, marked: bool,
                clock: StepClock, counts: tuple[int, ...]) -> tuple[StepClock, tuple[int, ...]]:
     """The intervals on either side of ``cut``, where the steps changed length, each counted on
@@ -765,16 +772,21 @@ def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz
                   f"{MIN_INTERVALS}): sample longer")
         return replace(unknown_clock(fit, len(durations), rate_hz, unseen), reason=reason, unseen=unseen,
                        suggested_rate_hz=None), tuple(1 for _ in durations)
-    (before, a, pa), (after, b, pb) = (_side(part, unseen, rate_hz, marked)
-                                       for part in (durations[:cut], durations[cut:]))
+    # Each side on its own clock only: not its intervals counted as they stand where its clock is
+    # unknown, though the window's e^-λ says every boundary was seen (that is the other side's too:
+    # 10 intervals of 600-800 ms after the first input_slows recording's input doubled were one step
+    # each on the window's e^-λ of 0.3%, though the job's next windows timed its steps at 320-350 ms)
+    (before, a), (after, b) = (one_clock(part, unseen, rate_hz, marked) for part in (durations[:cut], durations[cut:]))
+    pa, pb = before.period_ns, after.period_ns
     if pa and pb:
         if max(pa, pb) / min(pa, pb) < SHIFT_RATIO:
             return clock, counts
         moved = refined_cut(durations, cut, pa, pb)
         if moved != cut:
             cut = moved
-            (before, a, pa), (after, b, pb) = (_side(part, unseen, rate_hz, marked)
-                                               for part in (durations[:cut], durations[cut:]))
+            (before, a), (after, b) = (one_clock(part, unseen, rate_hz, marked)
+                                       for part in (durations[:cut], durations[cut:]))
+            pa, pb = before.period_ns, after.period_ns
             if not (pa and pb):
                 return clock, counts
         method = before.method if before.method == after.method else "comb"
@@ -782,17 +794,6 @@ def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz
     which, failed = ("before", before) if not pa else ("after", after)
     return replace(failed, reason=f"{change}; of those {which} the change: {failed.reason}", unseen=unseen), \
         tuple(1 for _ in durations)
-
-
-def _side(part: Sequence[int], unseen: float | None, rate_hz: int, marked: bool
-          ) -> tuple[StepClock, tuple[int, ...], float | None]:
-    """One side of a change of the steps' length (``by_regimes``): its own clock (``one_clock``),
-    its counts, and its period (None: unknown). Not counted where its own clock is unknown, even
-    where the window's e^-λ says every boundary was seen: that is the other side's too. (Counted so,
-    10 intervals of 600-800 ms after the first input_slows recording's input doubled were one step
-    each on the window's e^-λ of 0.3%, though the job's next windows timed its steps at 320-350 ms.)"""
-    clock, counts = one_clock(part, unseen, rate_hz, marked)
-    return clock, counts, clock.period_ns
 
 
 def refined_cut(durations: Sequence[int], cut: int, before_ns: float, after_ns: float) -> int:

@@ -63,7 +63,7 @@ from traceml_attach.steps.batch_timeline import (
     stalled,
 )
 from traceml_attach.steps.classify import Rules, classify
-from traceml_attach.steps.clock import StepClock, edge_steps
+from traceml_attach.steps.clock import StepClock, edge_steps, typical_step
 from traceml_attach.steps.hotframes import HotFrame, hot_frames_of
 from traceml_attach.steps.live_counters import CounterJoin
 from traceml_attach.steps.live_intervals import IntervalWindow
@@ -449,7 +449,7 @@ class RankTracker(SpanWindow):
         clock = self.window.clock
         if not clock.known or clock.period_ns is None:
             return clock
-        typical = clock.period_ns if clock.mean else self.window.median_step()   # as build_timeline takes it
+        typical = typical_step(clock, self.window.median_step)   # as build_timeline takes it
         edges = edge_steps(self.bounds, first, last, clock.period_ns, self.rate_hz, clock.unseen, clock.shift_ns)
         if clock.typical_ns != typical or clock.edge_steps != edges:
             clock = self.window.clock = replace(clock, typical_ns=typical, edge_steps=edges)

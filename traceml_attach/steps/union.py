@@ -63,7 +63,16 @@ from dataclasses import replace
 from traceml_attach.policy import BLUR_SKEW, CHANCE_UNSEEN, DEFAULT_RATE_POLICY, MAX_UNSEEN
 from traceml_attach.steps.accumulation import plan_of
 from traceml_attach.steps.batch_timeline import Timeline
-from traceml_attach.steps.clock import IRREGULAR, UNEVEN, Step, StepClock, clock_of, edge_steps, expand_counted
+from traceml_attach.steps.clock import (
+    IRREGULAR,
+    UNEVEN,
+    Step,
+    StepClock,
+    clock_of,
+    edge_steps,
+    expand_counted,
+    typical_step,
+)
 from traceml_attach.steps.mean import PeerBounds, filled_in, peer_bounds, peers_of, piece, unseen_by_all
 from traceml_attach.steps.sync import beyond_chance
 
@@ -156,9 +165,8 @@ def _counted(tl: Timeline, peers: PeerBounds, comb: bool, uneven: bool = False) 
     # the edge after it starts there, not at its start (a rank whose last 3 s held no boundary of its
     # own counted its last piece again in the edge: 53 steps of 48)
     bounds = sorted({*tl.bounds, *(p.start_ns for p in pieces), pieces[-1].end_ns})
-    # the median step, as ``build_timeline`` takes it on every clock
-    # (where the steps changed length, their mean: ``clock.by_regimes``)
-    typical = clock.period_ns if clock.mean else statistics.median(s.dur_ns for s in steps)
+    # the median step (where the steps changed length, their mean), as ``build_timeline`` takes it
+    typical = typical_step(clock, lambda: statistics.median(s.dur_ns for s in steps))
     edges = edge_steps(bounds, tl.start_seen_ns, tl.end_ns, clock.period_ns, tl.rate_hz, clock.unseen, clock.shift_ns)
     own = tl.clock.unseen if clock.method == "comb" else None
     return replace(tl, intervals=tuple(pieces), steps=steps, bounds=tuple(bounds), guessed=guessed,
