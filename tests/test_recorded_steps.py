@@ -84,6 +84,8 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
         if name in SLOWED:
             # the steps changed length: the mean step, said so, with the two lengths
             assert got.clock is not None and got.clock.mean and got.clock.shift_ns is not None, (rank, got.clock)
+            # ...lengths of steps, the mean between them (not the micro-batches')
+            assert got.step_ms is not None and min(got.clock.shift_ns) < got.step_ms * 1e6 < max(got.clock.shift_ns)
         assert got.step_ms is not None, (rank, got.clock)
         want_ms = want["mean_ms"] if got.clock is not None and got.clock.mean and "mean_ms" in want else want["step_ms"]
         assert abs(got.step_ms / want_ms - 1) <= 0.05, (rank, got.step_ms, want)
