@@ -84,6 +84,7 @@ from traceml_attach.policy import (
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline, judged_uneven
 from traceml_attach.steps.clock import (
     IRREGULAR,
+    SHIFTED,
     SHORT,
     UNDECIDED,
     UNEVEN,
@@ -358,8 +359,15 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     # counted between the visits' own ends, which end their optimizer steps to within a sample: the
     # returns after them lag by however many micro-batches went by unseen
     clock, counts = clock_of(lengths, unseen, tl.rate_hz)
-    if not clock.known and clock.cause is None and unseen is not None:
-        return _visits_mean(tl, groups, lengths, unseen)
+    if not clock.known and clock.cause in (None, SHIFTED) and unseen is not None:
+        averaged = _visits_mean(tl, groups, lengths, unseen)
+        if averaged is not None or clock.cause is None:
+            return averaged
+    if clock.cause == SHIFTED:
+        # the optimizer steps changed length beyond chance, one side too short to count: no period
+        # of the job's holds (8 ranks, 6 optimizer steps of 700 ms, then 13 of 350: the visits'
+        # 350-ms comb of the other paths counted 27 steps for 20, -26% on the mean)
+        return replace(tl, steps=tuple(groups), clock=clock, micro_batches=None, step_floor=len(groups))
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None
     strays = _short_strays(lengths, counts, clock.period_ns or 0.0, tl.rate_hz) if clock.method == "comb" else None
@@ -1169,7 +1177,27 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
         # interval of theirs holds a step at least
         out = {rank: replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.intervals)) if tl.clock.known
                else tl for rank, tl in out.items()}
+    if synchronized:
+        out = _shifted_on_peers(out)
     return _visits_on_peers(timelines, out, agreeing(out, aligned)) if synchronized else out
+
+
+def _shifted_on_peers(out: dict[str, Timeline]) -> dict[str, Timeline]:
+    """Synchronized ranks take the same steps: where one rank saw them change length beyond chance
+    with a side too short to count (cause SHIFTED, ``clock.by_regimes``), a peer's one period over the
+    whole window (its own test did not find the change, its samples fell otherwise) counts the other
+    side's steps as several or as parts, and none of them is given. 8 ranks, 6 optimizer steps of
+    700 ms, then 13 of 350 at 50 Hz: two ranks found the change, the six others' 350-ms comb counted
+    27 steps for 20 (-26% on the mean), which ``_visits_on_peers`` then gave the two. A peer counted
+    on each side of the change (``StepClock.shift_ns``) keeps its own, as does one that saw every
+    step and gives their mean (``_visits_mean``, steps/mean.py), which holds across a change."""
+    shifted = next((tl.clock for tl in out.values() if tl.clock.cause == SHIFTED), None)
+    if shifted is None:
+        return out
+    return {rank: replace(tl, clock=replace(shifted, unseen=tl.clock.unseen), micro_batches=None,
+                          step_floor=len(tl.steps))
+            if tl.clock.known and tl.clock.shift_ns is None and not (tl.clock.mean and tl.clock.method == "wraps")
+            else tl for rank, tl in out.items()}
 
 
 def _strays_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -> dict[str, Timeline]:
@@ -1503,7 +1531,7 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
             return replace(stepped, micro_batches=_said_k(tl, plan.k) if plan.k > 1 else None)
     if not tl.clock.known:
         stepped = by_optimizer(tl)
-        if stepped is not None and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
+        if stepped is not None and stepped.clock.known and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
                                     or not _whole_intervals(tl, stepped) or _visits_too_few(tl, stepped)):
             stepped = None
         return stepped or _floor(_short_returns(tl, micro_batched))

@@ -102,6 +102,10 @@ SPLIT = "split intervals"
 # a rank that saw every boundary by its e^-λ missed many that its peers saw (``peersplit._vouched``):
 # a faster rate shows them (diagnose/rate.py)
 MISSED = "boundaries missed"
+# the steps changed length within the window beyond chance, and a side of the change too short for a
+# period of its own (``by_regimes``): synchronized peers, which take the same steps, have no one
+# period that holds either (``accumulation.accumulated``)
+SHIFTED = "steps changed length"
 
 
 # (visits of one sample, of two, all seen): ``hidden_share``'s counts
@@ -771,7 +775,7 @@ def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz
         reason = (f"{change}, and too few intervals {which} the change for a period of their own (a period needs "
                   f"{MIN_INTERVALS}): sample longer")
         return replace(unknown_clock(fit, len(durations), rate_hz, unseen), reason=reason, unseen=unseen,
-                       suggested_rate_hz=None), tuple(1 for _ in durations)
+                       suggested_rate_hz=None, cause=SHIFTED), tuple(1 for _ in durations)
     # Each side on its own clock only: not its intervals counted as they stand where its clock is
     # unknown, though the window's e^-λ says every boundary was seen (that is the other side's too:
     # 10 intervals of 600-800 ms after the first input_slows recording's input doubled were one step
