@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from traceml_attach.steps.clock import clock_of, one_clock
+from traceml_attach.steps.clock import clock_of, drift_clock, one_clock
 from traceml_attach.steps.period import shift_cut
 
 MS = 1_000_000
@@ -101,3 +101,64 @@ def test_a_change_too_near_the_edge_to_count_and_big_enough_to_matter_is_unknown
     assert not clock.known
     assert clock.reason is not None and "changed length" in clock.reason and "sample longer" in clock.reason
     assert clock.suggested_rate_hz is None   # long steps: no faster rate would help
+
+
+def ramp(start_ms: float, end_ms: float, steps: int, pieces: int = 40) -> list[tuple[float, int]]:
+    """Steps whose length moves from ``start_ms`` to ``end_ms`` through the window, as stretches."""
+    each = steps // pieces
+    return [(start_ms + (end_ms - start_ms) * i / (pieces - 1), each) for i in range(pieces)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("start", "end", "visible"), [(34, 17, 0.97), (17, 34, 0.97), (40, 16, 0.92), (14, 30, 0.98)])
+def test_steps_that_drift_in_length_are_counted_on_their_local_step(seed, start, end, visible):
+    # GIVEN steps that drift in length through the window (another process taking a shrinking or
+    # growing part of the job's cores), nearly every boundary seen at 400 Hz
+    intervals, truth = intervals_of(ramp(start, end, 400), visible, 400, seed, jitter=0.1)
+    unseen = 1 - visible
+    # WHEN its clock is read
+    clock, counts = clock_of(intervals, unseen, 400)
+    # THEN every step is counted, and the step given is within 3% of theirs: the mean, said so, with
+    # where it began and ended, where one comb does not hold them (it may, where no interval is
+    # half a period off it: then their median)
+    assert clock.known, clock.reason
+    assert abs(sum(counts) - len(truth)) <= 0.03 * len(truth)
+    if clock.mean:
+        assert abs(clock.period_ns / MS / statistics.fmean(truth) - 1) < 0.03
+    else:
+        steps = [d / n for d, n in zip(intervals, counts, strict=True) for _ in range(n)]
+        assert abs(statistics.median(steps) / MS / statistics.median(truth) - 1) < 0.05
+    if clock.shift_ns is not None:
+        first, last = (x / MS for x in clock.shift_ns)
+        assert (first > last) == (start > end) and abs(max(first, last) / min(first, last) - 1) > 0.5
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_drifting_steps_with_slow_ones_among_them_are_not_counted_on_their_local_step(seed):
+    # GIVEN the same drift, and one step in eight twice as slow (which a count cannot tell from two steps)
+    rng = random.Random(seed)
+    stretches = [(ms * (2 if rng.random() < 0.125 else 1), 1) for ms, n in ramp(34, 17, 400) for _ in range(n)]
+    intervals, _ = intervals_of(stretches, 0.97, 400, seed, jitter=0.1)
+    clock, _ = clock_of(intervals, 0.03, 400)
+    # THEN no count of them is given as the steps'
+    assert not (clock.known and clock.shift_ns is not None and clock.method == "comb"), clock
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("stretches", "unseen"), [([(25, 400)], 0.03), ([(34, 200), (17, 400)], 0.4)])
+def test_no_drift_is_read_into_steady_steps_nor_where_many_boundaries_go_unseen(seed, stretches, unseen):
+    # GIVEN steady steps (jitter 20%), or a drift whose boundaries mostly go unseen
+    intervals, _ = intervals_of(stretches, 1 - unseen, 400, seed, jitter=0.2)
+    # THEN no local-step clock is made of them
+    assert drift_clock([float(i) for i in intervals], unseen, 400) is None
+
+
+def test_slow_steps_that_crowd_one_end_by_chance_are_no_drift():
+    # GIVEN a job whose steps are slowed 1.3-2.2 times at random, one in ten (the grid's
+    # uneven:200:0.1:50:1:480000), a few of its boundaries unseen: its 36 intervals (ms), more of
+    # the slow ones late, so that the local step reads 201 ms in the first quarter and 266 in the last
+    intervals = [611, 201, 182, 246, 161, 219, 187, 201, 189, 190, 212, 220, 170, 339, 560, 216, 148, 434, 190,
+                 245, 267, 123, 420, 359, 306, 230, 340, 421, 186, 266, 494, 107, 396, 219, 233, 169]
+    durations = [float(ms * MS) for ms in intervals]
+    # THEN they are not read as steps drifting in length (whose mean it would give, saying they changed)
+    assert drift_clock(durations, 0.086, 50) is None

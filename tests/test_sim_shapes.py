@@ -131,6 +131,26 @@ def test_a_job_whose_steps_changed_length_is_counted_on_each_side_and_given_its_
     assert all(r.clock is not None and r.clock.shift_ms is not None for r in an.report.step_time.ranks.values())
 
 
+def test_a_job_whose_steps_drift_in_length_is_counted_on_its_local_step_and_given_its_mean():
+    # GIVEN 8 ranks whose 13-ms steps run 2.5 times slower at the start of the window, nearly every
+    # boundary seen at 400 Hz: no one period fits them ("steps may be shorter than 5 samples"), and
+    # the one rank that saw every boundary found no typical step, which left every rank unknown
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("drifting:13:ramp/2.5:100:8:147000")
+    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
+    for r, truth in zip(an.ranks, truths, strict=True):
+        # THEN every step is counted, and the step given is their mean, said so
+        assert r.clock is not None and r.clock.mean, r.clock
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
+        assert r.step_ms is not None and abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.02
+    # ...with where the steps began and ended, on the ranks counted on their local step
+    drifted = [r.clock.shift_ns for r in an.ranks if r.clock is not None and r.clock.shift_ns is not None]
+    assert len(drifted) >= 4 and all(first / last > 1.4 for first, last in drifted), drifted
+
+
 def test_a_change_one_synchronized_rank_saw_leaves_its_peers_no_step_of_one_period():
     # GIVEN 8 ranks of 2 micro-batches, 6 optimizer steps of ~700 ms, then 13 of ~350, at 50 Hz:
     # some ranks' tests find the change (too few steps before it for a period of their own), the

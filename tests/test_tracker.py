@@ -399,3 +399,15 @@ def test_synchronized_ranks_share_the_median_of_their_own_typical_steps_live_as_
     assert len(known) >= 7
     assert all(abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05 for r, t in known), [r.step_ms for r, _ in known]
 
+
+
+def test_steps_that_drift_in_length_are_counted_on_their_local_step_live_as_in_the_batch():
+    # GIVEN 8 synchronized ranks whose 13-ms steps run 2.5 times slower at the start (another process
+    # giving back the job's cores), at 400 Hz: no one period fits; one rank sees every boundary and
+    # no typical step, the 7 others nearly every one (clock.drift_clock, test_regimes)
+    # WHEN the live view looks at the whole window at once THEN it gives what the batch gives: every
+    # rank's mean step, said so, every step counted
+    got = live_at_once("drifting:13:ramp/2.5:100:8:147000", 400)
+    assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
+    counted = [r.steps for r in got.ranks]
+    assert max(counted) - min(counted) <= 0.03 * max(counted), counted

@@ -384,6 +384,17 @@ SHIFT_CHANCE_LONG = 1e-3   # ...for a side of MIN_INTERVALS or more, SHIFT_WHOLE
 # ...or, boundaries mostly unseen, SHIFT_WHOLE of a stretch's counts whole multiples of 2 (or 3), the rest's
 # at most SHIFT_APART_WHOLE less: that stretch's steps are 2 (3) periods long
 SHIFT_WHOLE = 0.9
+# A job whose steps drift in length through the window (another process takes a growing or
+# shrinking part of its cores: the grid's ramp), nearly every boundary seen (e^-λ at most DRIFT_UNSEEN)
+# but not all (MAX_UNSEEN), fits no one period: each interval is counted on the median of the
+# DRIFT_HALF intervals either side of it (``clock.drift_clock``), where the first and last quarters'
+# local steps are DRIFT_RATIO apart or more (else the one period's refusal stands: its cause is no drift)
+DRIFT_UNSEEN = 0.1
+DRIFT_HALF = 8
+DRIFT_RATIO = 1.25
+DRIFT_SLACK = 0.02    # ...drifting one way: the quarters' medians in order, back by at most this
+DRIFT_Z = 3.3         # ...and the last quarter beyond the first by a rank-sum test's z of this (1 in 2,000)
+DRIFT_CHANCE = 1e-3   # ...and no more intervals of several steps than unseen boundaries make, beyond this
 SHIFT_APART_WHOLE = 0.3
 MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the steps either side,
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
