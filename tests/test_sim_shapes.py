@@ -113,12 +113,7 @@ def test_a_job_whose_steps_changed_length_is_counted_on_each_side_and_given_its_
     # GIVEN a job slowed 2x at a moment inside the window (30 ms, then 60; 20, then 40), every
     # boundary seen. One period counted each longer step as two of the shorter (333 steps for the
     # job's 196, -49.6%), or each shorter as half of the longer (+23.4%)
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse(spec)
-    rec, truths = simulate(build(pt)[0], rate_hz, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
+    an, truths, lo, hi = grid_window(spec, rate_hz)
     for r, truth in zip(an.ranks, truths, strict=True):
         # THEN every step is counted, and the step given is their mean, said so, with the two lengths
         assert r.clock is not None and r.clock.mean and r.clock.shift_ns is not None, r.clock
@@ -135,12 +130,7 @@ def test_a_job_whose_steps_drift_in_length_is_counted_on_its_local_step_and_give
     # GIVEN 8 ranks whose 13-ms steps run 2.5 times slower at the start of the window, nearly every
     # boundary seen at 400 Hz: no one period fits them ("steps may be shorter than 5 samples"), and
     # the one rank that saw every boundary found no typical step, which left every rank unknown
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("drifting:13:ramp/2.5:100:8:147000")
-    rec, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
+    an, truths, lo, hi = grid_window("drifting:13:ramp/2.5:100:8:147000", 400)
     for r, truth in zip(an.ranks, truths, strict=True):
         # THEN every step is counted, and the step given is their mean, said so
         assert r.clock is not None and r.clock.mean, r.clock
@@ -156,11 +146,8 @@ def test_a_change_one_synchronized_rank_saw_leaves_its_peers_no_step_of_one_peri
     # some ranks' tests find the change (too few steps before it for a period of their own), the
     # others' do not, and their 350-ms comb counted 27 steps for 20 (-26% on the mean), which the
     # ranks that found it were then given
-    from bench.sim_grid import Point, build
-
-    pt = Point.parse("drifting:320:shift/2:50:8:583000")
-    rec, truths = simulate(build(pt)[0], pt.rate_hz, 10.0, seed=pt.seed)
-    an = analyze(rec, RULES)
+    spec = "drifting:320:shift/2:50:8:583000"
+    an, _, _, _ = grid_window(spec, 50)
     # THEN no rank is given a step time: those whose one period the change made wrong say the change,
     # and every rank asks for a longer window, none for a rate
     reasons = [(r.clock.reason or "") if r.clock else "" for r in an.ranks]
@@ -170,9 +157,7 @@ def test_a_change_one_synchronized_rank_saw_leaves_its_peers_no_step_of_one_peri
     assert all(r.clock is not None and r.clock.suggested_rate_hz is None for r in an.ranks)
     # ...and sampled on (as the snapshot does where too few boundaries were seen), each side is
     # counted on its own: the mean within 5%, every step counted
-    rec, truths = simulate(build(pt)[0], pt.rate_hz, 30.0, seed=pt.seed)
-    an = analyze(rec, RULES)
-    lo, hi = an.start_ns or 0, an.end_ns or 0
+    an, truths, lo, hi = grid_window(spec, 50, 30.0)
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.05, r.rank
         assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
