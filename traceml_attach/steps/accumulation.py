@@ -1531,8 +1531,10 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
             return replace(stepped, micro_batches=_said_k(tl, plan.k) if plan.k > 1 else None)
     if not tl.clock.known:
         stepped = by_optimizer(tl)
-        if stepped is not None and stepped.clock.known and ((seen_step_ns is not None and _below(stepped, seen_step_ns))
-                                    or not _whole_intervals(tl, stepped) or _visits_too_few(tl, stepped)):
+        # (an unknown one, the optimizer steps changed length, is the answer: ``SHIFTED``)
+        if stepped is not None and stepped.clock.known and (
+                (seen_step_ns is not None and _below(stepped, seen_step_ns))
+                or not _whole_intervals(tl, stepped) or _visits_too_few(tl, stepped)):
             stepped = None
         return stepped or _floor(_short_returns(tl, micro_batched))
     if plan.doubt is not None:

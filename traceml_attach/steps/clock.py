@@ -790,18 +790,18 @@ def trends(values: Sequence[float], rising: bool) -> bool:
 def drift_clock(durations: Sequence[float], unseen: float | None, rate_hz: int
                 ) -> tuple[StepClock, tuple[int, ...]] | None:
     """The clock of steps that drift in length through the window, nearly every boundary seen
-    (e^-λ at most DRIFT_UNSEEN, over MAX_UNSEEN), where no one period fits: each interval counted on its local
-    step, the median of the DRIFT_HALF intervals either side (``running_median``: nearly all of
-    them one step each, it is one step's length). Given as their mean (``StepClock.mean``), with
-    the local steps at the start and the end (the first and last quarters' medians) as
-    ``shift_ns``. None unless: at least 3 x MIN_INTERVALS intervals; the local step at least
-    MIN_SAMPLES_PER_STEP samples throughout; the two quarters DRIFT_RATIO apart or more (a steady
-    job whose comb was refused was refused for a cause a local step does not mend), the intervals
-    drifting that way throughout (``trends``); at most
-    MAX_AMBIGUOUS of the intervals astray of their count (``period.strays``); and no more counted
-    as several than boundaries unseen by chance make (DRIFT_CHANCE: slow steps are not told from
-    several here). A job 2.5 times slower at the start, its 34-ms steps 17 ms by the end at 400 Hz,
-    e^-λ 1.5%: 412 intervals, no period ("steps may be shorter than 5 samples")."""
+    (e^-λ at most DRIFT_UNSEEN, over MAX_UNSEEN), where no one period fits: each interval counted
+    on its local step, the median of the DRIFT_HALF intervals either side (``running_median``:
+    nearly all of them one step each, it is one step's length). Given as their mean
+    (``StepClock.mean``), with the local steps at the start and the end (the first and last
+    quarters' medians) as ``shift_ns``. None unless: at least 3 x MIN_INTERVALS intervals; the
+    local step at least MIN_SAMPLES_PER_STEP samples throughout; the two quarters DRIFT_RATIO apart
+    or more (a steady job whose comb was refused was refused for a cause a local step does not
+    mend), the intervals drifting that way throughout (``trends``); at most MAX_AMBIGUOUS of the
+    intervals astray of their count (``period.strays``); and no more counted as several than
+    boundaries unseen by chance make (DRIFT_CHANCE: slow steps are not told from several here). A
+    job 2.5 times slower at the start, its 34-ms steps 17 ms by the end at 400 Hz, e^-λ 1.5%: 412
+    intervals, no period ("steps may be shorter than 5 samples")."""
     m = len(durations)
     # (every boundary seen, e^-λ at most MAX_UNSEEN: the intervals are the steps, and steps/mean.py
     # gives their mean where no median holds)
