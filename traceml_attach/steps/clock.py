@@ -818,7 +818,7 @@ def drift_clock(durations: Sequence[float], unseen: float | None, rate_hz: int
     if sum(1 for d, n, p in zip(durations, counts, local, strict=True) if strays(d, n, p, rate_hz)) > MAX_AMBIGUOUS * m:
         return None
     hidden = sum(n - 1 for n in counts)
-    if poisson_tail(hidden, max(unseen, 1e-9) * sum(counts)) <= DRIFT_CHANCE:
+    if poisson_tail(hidden, unseen * sum(counts)) <= DRIFT_CHANCE:   # (unseen > MAX_UNSEEN here)
         return None
     clock = StepClock("comb", sum(durations) / sum(counts), m / sum(counts), None, unseen=unseen, mean=True,
                       shift_ns=(first, last))
