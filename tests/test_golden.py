@@ -6,6 +6,7 @@ Regenerate after an intended change with: UPDATE_GOLDEN=1 pytest tests/test_gold
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -57,9 +58,16 @@ def replay(name: str) -> Summary:
     return build_summary(pipeline.rec, pipeline.window_analysis(), name)
 
 
+@functools.cache
+def golden_summary(name: str) -> Summary:
+    """``replay(name)``, once a process: the golden comparison, the framework checks and the
+    schema's tests (tests/test_summary_schema.py) read the same summary (a frozen dataclass)."""
+    return replay(name)
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_replay_matches_golden(name: str):
-    summary = replay(name)
+    summary = golden_summary(name)
     doc = to_json(summary)
     text = render_text(summary)
     golden_json = FIXTURES / f"{name}.summary.json"
@@ -78,7 +86,7 @@ def test_replay_matches_golden(name: str):
 
 @pytest.mark.parametrize("name", list(LOOPS))
 def test_a_framework_stream_finds_its_loop_names_its_framework_and_counts_optimizer_steps(name: str):
-    rank = replay(name).report.step_time.ranks[0]
+    rank = golden_summary(name).report.step_time.ranks[0]
     loop, framework, micro = LOOPS[name]
     assert rank.loop is not None and rank.loop.startswith(f"{loop} (")
     assert (rank.framework, rank.micro_batches) == (framework, micro)

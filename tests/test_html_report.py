@@ -128,6 +128,7 @@ def test_chromium_draws_every_part_of_a_2_rank_run(run2: Path, tmp_path: Path):
     assert png_size(shot) == (1400, 2400) and len(shot) > 60_000   # a blank page of that size is a few KB
 
 
+@pytest.mark.slow   # its recording's analysis, 64 ranks over 60 s, takes 7 s of CPU
 def test_at_64_ranks_the_series_are_heatmaps_with_a_row_per_rank(run64: Path):
     status = render_status(run64 / "report.html")
     assert status["done"] and status["errors"] == []

@@ -10,6 +10,7 @@ import json
 import random
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,6 +95,12 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
     return out
 
 
+def heavy(*names: str) -> list[Any]:
+    """Cases whose batch analysis at every tick takes 5-30 s of CPU: ``slow``, out of the inner
+    loop (``-m "not slow"``), in every full run."""
+    return [pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
 # truth_hand_written_text: Python's garbage collections hold one stack for 2-3 steps' time while
 # py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live);
 # truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging);
@@ -101,8 +108,9 @@ def differences(live: Analysis, batch: Analysis) -> list[str]:
 # truth_hf_trainer_accum4_input: HF's 4 micro-batches fetched before the first, its steps begun by the
 # fetches (accumulation.by_fetch)
 @pytest.mark.parametrize("name", ["balanced", "compute_bound", "input_bound", "wait_heavy", "ddp_input_straggler",
-                                  "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_text",
-                                  "truth_hand_written_log", "truth_ddp_raised", "truth_hf_trainer_accum4_input"])
+                                  "fw_lightning_input", "truth_hand_written_eval", "truth_hand_written_log",
+                                  *heavy("truth_hand_written_text", "truth_ddp_raised",
+                                         "truth_hf_trainer_accum4_input")])
 def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
     # GIVEN a recorded stream fed frame by frame (75 s of it, the recording repeated)
     rec, live = Recording(), IncrementalAnalyzer(RULES)
@@ -165,9 +173,10 @@ JOBS = {
     # (clock.by_regimes: each side on its own period)
     "shifted": (build(Point.parse("drifting:30:shift/2:100:2:285000"))[0], 400, {}),
 }
+HEAVY_JOBS = ("bursty_ddp", "outer_returns", "nested_ddp", "shifted")   # 5-8 s each
 
 
-@pytest.mark.parametrize("name", list(JOBS))
+@pytest.mark.parametrize("name", [*(n for n in JOBS if n not in HEAVY_JOBS), *heavy(*HEAVY_JOBS)])
 def test_simulated_jobs_get_the_batch_analysis_at_every_tick(name):
     the_job, rate_hz, faults = JOBS[name]
     full, _ = simulate(the_job, rate_hz, 40.0, seed=7, **faults)
