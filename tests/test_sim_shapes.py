@@ -163,6 +163,51 @@ def test_a_change_one_synchronized_rank_saw_leaves_its_peers_no_step_of_one_peri
         assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
 
 
+def test_a_comb_of_the_optimizers_visits_that_breaks_on_one_side_of_a_change_counts_nothing():
+    # GIVEN 2 ranks of 4 micro-batches over 30 s (a live view's window), 26-ms optimizer steps for 22
+    # s and then 13-ms ones, at 400 Hz: the optimizer seen in 16% of the steps, its visits' 26-ms
+    # comb held through the first 138 gaps and took the faster steps after them for half as many
+    # (1,155 steps for the job's 1,454, +26% on the mean), and every test of the one period passed
+    an, _, _, _ = grid_window("drifting:13:shift/2:200:2:169000", 400, 30.0)
+    # THEN no rank is given a step time, and the reason says where the comb broke
+    reasons = [(r.clock.reason or "") if r.clock else "" for r in an.ranks]
+    assert all(r.step_ms is None for r in an.ranks), [(r.rank, r.step_ms, r.steps) for r in an.ranks]
+    assert all("gaps between them fall between its steps" in why and "the steps changed length within the window"
+               in why for why in reasons), reasons
+    # (over the first 10 s the comb broke on the last 15 of 62 gaps, 6 off where 2 of the 47 before
+    # were: as often by chance as steady jobs' off gaps bunch up, and the comb is given, +24%)
+
+
+def test_a_comb_broken_where_the_optimizer_is_seen_seldom_asks_for_twice_the_rate():
+    # GIVEN 2 ranks whose 40-ms steps turn 20 ms long within a 30-s window, at 200 Hz: the optimizer's
+    # visits (1.3 samples each) fit a 39-ms comb that breaks after the change
+    from bench.sim_grid import Point, build
+
+    pt = Point.parse("drifting:20:shift/2:200:2:229000")
+    rec, _ = simulate(build(pt)[0], 200, 30.0, seed=pt.seed)
+    an = analyze(rec, RULES)
+    assert all(r.step_ms is None and "fall between its steps" in (r.clock.reason or "") for r in an.ranks)
+    # THEN twice the rate is advised, where the optimizer is seen twice as often
+    assert {a.rate_hz for a in advise_rates(rec, an.pids, an.timelines, an.end_ns or 0)} == {400}
+    # ...and there every boundary is seen: every step counted, their mean given within 1%
+    an, truths, lo, hi = grid_window(pt.spec, 400, 30.0)
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.01, r.clock
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
+
+
+@pytest.mark.parametrize("spec", ["drifting:30:ramp/1.5:200:1:248000", "drifting:13:ramp/1.5:300:4:134000"])
+def test_a_comb_of_the_optimizers_visits_through_steps_that_drift_holds(spec):
+    # GIVEN steps that slow down 1.5x through the window, the optimizer's visits on one comb: the
+    # gaps at the slow end sit off its teeth by the drift, on their own period (one rank), or the
+    # drift runs through most of the window (4 ranks)
+    an, truths, lo, hi = grid_window(spec, 400)
+    # THEN the comb stands: each rank's step within 5%, its steps counted within 3%
+    for r, truth in zip(an.ranks, truths, strict=True):
+        assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.05, r.clock
+        assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03
+
+
 # --- gradient accumulation: the truth's steps are optimizer steps ----------------------------
 
 @pytest.mark.parametrize(("shape", "extra"), [("for", {}), ("nested", {}), ("wrapper", {"fetch": "loop"}),

@@ -420,3 +420,17 @@ def test_steps_that_drift_in_length_are_counted_on_their_local_step_live_as_in_t
     assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
     counted = [r.steps for r in got.ranks]
     assert max(counted) - min(counted) <= 0.03 * max(counted), counted
+
+
+def test_a_comb_of_the_optimizers_visits_broken_after_a_change_gives_no_step_live_as_in_the_batch():
+    # GIVEN 2 ranks of 4 micro-batches whose 26-ms optimizer steps turn 13 ms long for the last 8 s of
+    # a 30-s window, at 400 Hz: the visits' 26-ms comb held before and broke after
+    # (accumulation._comb_breaks, tests/test_sim_shapes.py)
+    # WHEN the live view looks at the whole window at once THEN it says what the batch says: no step
+    # time, the change named
+    pt = Point.parse("drifting:13:shift/2:200:2:169000")
+    rec, _ = simulate(build(pt)[0], 400, 30.0, seed=pt.seed)
+    got = IncrementalAnalyzer(RULES).tick(rec)
+    assert not differences(got, analyze(rec, RULES, start_ns=rec.time_range()[1] - WINDOW_NS))
+    assert all(r.step_ms is None for r in got.ranks), [(r.steps, r.step_ms) for r in got.ranks]
+    assert any("the steps changed length within the window" in (r.clock.reason or "") for r in got.ranks)

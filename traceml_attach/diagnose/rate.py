@@ -75,7 +75,7 @@ from traceml_attach.policy import (
     round_up,
 )
 from traceml_attach.steps.batch_timeline import Timeline, step_skew
-from traceml_attach.steps.clock import IRREGULAR, MISSED, SHORT, UNDECIDED, UNEVEN, unseen_share
+from traceml_attach.steps.clock import IRREGULAR, MISSED, SHIFTED, SHORT, UNDECIDED, UNEVEN, unseen_share
 
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
@@ -291,6 +291,10 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
     if clock.cause == MISSED and clock.suggested_rate_hz:   # (peersplit._missed_faster)
         rate = min(clock.suggested_rate_hz, policy.most_hz)
         why = "the ranks it steps with saw boundaries it missed, far more often than its e^-λ says"
+        return (rate, why) if rate > tl.rate_hz else None
+    if clock.cause == SHIFTED and clock.suggested_rate_hz:   # (accumulation._comb_breaks)
+        rate = min(clock.suggested_rate_hz, policy.most_hz)
+        why = "the optimizer is seen too rarely on one side of a change in the steps' length to count it"
         return (rate, why) if rate > tl.rate_hz else None
     if not clock.suggested_rate_hz:
         return None

@@ -46,6 +46,7 @@ from traceml_attach.ingest.model import Span, Stack
 from traceml_attach.policy import (
     ADJACENT_ODDS,
     ALIGNED_LONG,
+    BREAK_CHANCE,
     COUNTED_ODDS,
     ENDS_SHARE,
     FETCH_PLACE,
@@ -114,7 +115,7 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import by_turns, fit_at, in_valley, jitter, steady_median, step_counts
+from traceml_attach.steps.period import by_turns, drawn_by_chance, fit_at, in_valley, jitter, steady_median, step_counts
 from traceml_attach.steps.phases import PHASES
 
 
@@ -340,7 +341,7 @@ def _marked_unknown(tl: Timeline) -> StepClock:
     return StepClock("unknown", None, None, tl.clock.concentration, reason, unseen=tl.clock.unseen)
 
 
-def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
+def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = False) -> Timeline | None:
     """Optimizer steps from the optimizer's own visits: micro-batches too short to be told apart,
     the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch loop), or
     an optimizer seen in every step while the returns are micro-batches. Each return right after
@@ -348,7 +349,9 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     times between the ends of those visits are whole numbers of optimizer steps (a short optimizer
     step goes unseen now and then), and the step period is fitted to them as to any loop's returns,
     with ``unseen`` the chance that an optimizer step goes unseen (``optimizer_unseen``: every step
-    is then seen when it is small). None when no period fits."""
+    is then seen when it is small). None when no period fits. ``breaks``: a comb that holds on one
+    side of a moment and breaks on the other (``_comb_breaks``) counts no steps, where the comb
+    would be the step's answer."""
     if tl.loop is None:
         return None
     groups, lengths = _visit_groups(tl)
@@ -374,6 +377,18 @@ def by_optimizer(tl: Timeline, unseen: float | None = None) -> Timeline | None:
     if strays is not None:
         unknown = StepClock("unknown", None, None, clock.concentration,
                             _strays_reason(clock.period_ns or 0.0, strays, "between them"))
+        return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
+    # (a comb counted on each side of a change, ``clock.by_regimes``, is not one period's)
+    broken = (_comb_breaks(lengths, counts, clock.period_ns or 0.0)
+              if breaks and clock.method == "comb" and clock.shift_ns is None else None)
+    if broken is not None:
+        # as a change ``clock.by_regimes`` found with a side too short to count: its peers' one
+        # period does not hold either (``_shifted_on_peers``); twice the rate shows the optimizer
+        # twice as often there (diagnose/rate.py ``faster``)
+        faster = min(MAX_RATE_HZ, math.ceil(2 * tl.rate_hz / 50) * 50)
+        unknown = StepClock("unknown", None, None, clock.concentration,
+                            _breaks_reason(clock.period_ns or 0.0, broken, len(lengths)),
+                            suggested_rate_hz=faster if faster > tl.rate_hz else None, cause=SHIFTED)
         return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
     # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
     # one slow step each (``clock.slow_share``)
@@ -445,6 +460,58 @@ def _short_strays(intervals: Sequence[float], counts: Sequence[int], period: flo
         total += w * (0.5 * math.exp(t / blur) if t < 0 else 1 - 0.5 * math.exp(-t / blur))
         weights += w
     return (short, len(whole)) if binom_tail(len(whole), short, total / weights) <= MAX_CHANCE else None
+
+
+def _comb_breaks(intervals: Sequence[float], counts: Sequence[int], period: float
+                 ) -> tuple[int, int, int, bool] | None:
+    """(off, gaps, others_off, late): a stretch of ``gaps`` at either end of the visits' gaps
+    (``intervals`` in time order, counted as ``counts`` periods), the last ones where ``late``, of
+    which ``off`` fall INLIER of ``period`` or more off their multiple of it, so many more than the
+    gaps before or after it (at least as many, ``others_off`` of them off) that the window's off gaps
+    fall there that often at most BREAK_CHANCE likely over every stretch looked at (the
+    hypergeometric tail: the window's own off gaps are the measure, whatever made them), as many of
+    them off the stretch's own period too (its median step); None where no such stretch is. A comb
+    holds through a window where the steps keep their length; where they change, on the side whose
+    steps differ the visits fall between its teeth (steps half as long put every other visit half a
+    period off), however well the other side, with most of the visits, fits it."""
+    n = len(intervals)
+    off = [abs(i - c * period) >= INLIER * period for i, c in zip(intervals, counts, strict=True)]
+    total = sum(off)
+    if n < 2 * MIN_GAPS or total < 3:
+        return None
+    before = list(itertools.accumulate(off, initial=0))
+    cuts = range(MIN_GAPS, n - MIN_GAPS + 1, max(1, n // 40))   # (as ``period.shift_cut`` looks)
+    limit = BREAK_CHANCE / (2 * len(cuts))
+    best: tuple[float, tuple[int, int, int, int]] | None = None
+    for cut in cuts:
+        for k, m, span in ((total - before[cut], n - cut, (cut, n - 1)), (before[cut], cut, (0, cut - 1))):
+            if k < 3 or 2 * m > n or k * (n - m) <= (total - k) * m:   # (the comb is the longer side's)
+                continue
+            chance = drawn_by_chance(n, total, m, k)
+            if chance <= limit and (best is None or chance < best[0]):
+                best = (chance, (k, m, *span))
+    if best is None:
+        return None
+    # ...and still so on that stretch's own period (its median step per period): steps that drift in
+    # length (the grid's ramp) put a stretch's gaps off a period fitted to the whole window, but on
+    # one of their own; steps of another length, half as long, put them off any period near it
+    k, m, first, last = best[1]
+    stretch = range(first, last + 1)
+    own = statistics.median(intervals[i] / counts[i] for i in stretch)
+    k_own = sum(1 for i in stretch if abs(intervals[i] - max(1, round(intervals[i] / own)) * own) >= INLIER * own)
+    if drawn_by_chance(n, total - k + k_own, m, k_own) > limit:
+        return None
+    return k_own, m, total - k, first > 0
+
+
+def _breaks_reason(period: float, broken: tuple[int, int, int, bool], total: int) -> str:
+    """Why a comb of the optimizer's visits counts no steps: ``broken`` (``_comb_breaks``) of the
+    ``total`` gaps between them."""
+    off, gaps, others_off, late = broken
+    return (f"the optimizer's visits fit a period of {period / 1e6:.1f} ms, but {off} of the "
+            f"{'last' if late else 'first'} {gaps} of the {total} gaps between them fall between its steps, where "
+            f"{others_off} of the {total - gaps} {'before' if late else 'after'} them do: the steps changed length "
+            "within the window, and the visits are too few on that side to count it")
 
 
 def _strays_reason(period: float, strays: tuple[int, int], where: str) -> str:
@@ -1526,7 +1593,7 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
     plan = plan or decided(plan_of(tl))
     if plan.marks is not None or (plan.doubt is not None and not plan.no_visit_step):
         # the optimizer's visits mark the steps: with none missed, or fitted like any returns
-        stepped = by_optimizer(tl, plan.marks)
+        stepped = by_optimizer(tl, plan.marks, breaks=True)
         if stepped is not None:
             return replace(stepped, micro_batches=_said_k(tl, plan.k) if plan.k > 1 else None)
     if not tl.clock.known:
@@ -1536,6 +1603,9 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
                 (seen_step_ns is not None and _below(stepped, seen_step_ns))
                 or not _whole_intervals(tl, stepped) or _visits_too_few(tl, stepped)):
             stepped = None
+        elif stepped is not None and stepped.clock.method == "comb":
+            # (a comb that stands is the step's answer: unless it breaks on one side of a change)
+            stepped = by_optimizer(tl, breaks=True)
         return stepped or _floor(_short_returns(tl, micro_batched))
     if plan.doubt is not None:
         odds = plan.odds if plan.undecided else None

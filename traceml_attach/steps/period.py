@@ -566,7 +566,7 @@ def crowded(intervals_ns: Sequence[float], marked: Sequence[bool], longer: bool 
             # job's first 14 visit gaps, all even multiples of its 107-ms comb, were so by chance (<1e-3)
             long_side = longer is not None and inside >= MIN_INTERVALS and filled >= SHIFT_WHOLE
             chance = SHIFT_CHANCE_LONG if long_side else SHIFT_CHANCE
-            if _drawn_at_most(m, total, inside, hits) > chance:
+            if drawn_by_chance(m, total, inside, hits) > chance:
                 continue
             if longer is not None:
                 before, after = statistics.median(intervals_ns[:cut]), statistics.median(intervals_ns[cut:])
@@ -577,7 +577,7 @@ def crowded(intervals_ns: Sequence[float], marked: Sequence[bool], longer: bool 
     return best
 
 
-def _drawn_at_most(n: int, marked: int, drawn: int, hits: int) -> float:
+def drawn_by_chance(n: int, marked: int, drawn: int, hits: int) -> float:
     """The chance of ``hits`` or more marked among ``drawn`` of ``n`` items of which ``marked`` are
     (the hypergeometric upper tail, summed in logs: exact integers took 9 ms at 2,000 intervals)."""
     def log_comb(a: int, b: int) -> float:
