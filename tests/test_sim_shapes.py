@@ -198,10 +198,10 @@ def test_a_comb_broken_where_the_optimizer_is_seen_seldom_asks_for_twice_the_rat
 
 @pytest.mark.parametrize("spec", ["drifting:30:ramp/1.5:200:1:248000", "drifting:13:ramp/1.5:300:4:134000"])
 def test_a_comb_of_the_optimizers_visits_through_steps_that_drift_holds(spec):
-    # GIVEN steps that slow down 1.5x through the window, the optimizer's visits on one comb: the
+    # GIVEN steps that slow down 1.5x through a 30-s window, the optimizer's visits on one comb: the
     # gaps at the slow end sit off its teeth by the drift, on their own period (one rank), or the
     # drift runs through most of the window (4 ranks)
-    an, truths, lo, hi = grid_window(spec, 400)
+    an, truths, lo, hi = grid_window(spec, 400, 30.0)
     # THEN the comb stands: each rank's step within 5%, its steps counted within 3%
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.05, r.clock

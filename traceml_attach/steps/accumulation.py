@@ -352,44 +352,53 @@ def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = Fa
     is then seen when it is small). None when no period fits. ``breaks``: a comb that holds on one
     side of a moment and breaks on the other (``_comb_breaks``) counts no steps, where the comb
     would be the step's answer."""
+    stepped, broken = _visit_steps(tl, unseen, breaks)
+    return broken if broken is not None else stepped
+
+
+def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Timeline | None, Timeline | None]:
+    """``by_optimizer``'s steps, and where ``breaks``, the unknown its comb gives instead where it
+    breaks (``_comb_breaks``): (the steps, that unknown or None). Both from one fit: a caller that
+    vets the steps first (``_with_accumulation``) takes the unknown only where they stand."""
     if tl.loop is None:
-        return None
+        return None, None
     groups, lengths = _visit_groups(tl)
     if unseen is None and _ends_every_interval(tl, groups):
         # its visits are the returns already fitted, and a period fitted to them without the
         # returns' own chance of going unseen would split every slow step into several
-        return None
+        return None, None
     # counted between the visits' own ends, which end their optimizer steps to within a sample: the
     # returns after them lag by however many micro-batches went by unseen
     clock, counts = clock_of(lengths, unseen, tl.rate_hz)
     if not clock.known and clock.cause in (None, SHIFTED) and unseen is not None:
         averaged = _visits_mean(tl, groups, lengths, unseen)
         if averaged is not None or clock.cause is None:
-            return averaged
+            return averaged, None
     if clock.cause == SHIFTED:
         # the optimizer steps changed length beyond chance, one side too short to count: no period
         # of the job's holds (8 ranks, 6 optimizer steps of 700 ms, then 13 of 350: the visits'
         # 350-ms comb of the other paths counted 27 steps for 20, -26% on the mean)
-        return replace(tl, steps=tuple(groups), clock=clock, micro_batches=None, step_floor=len(groups))
+        return replace(tl, steps=tuple(groups), clock=clock, micro_batches=None, step_floor=len(groups)), None
     if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
-        return None
+        return None, None
     strays = _short_strays(lengths, counts, clock.period_ns or 0.0, tl.rate_hz) if clock.method == "comb" else None
     if strays is not None:
         unknown = StepClock("unknown", None, None, clock.concentration,
                             _strays_reason(clock.period_ns or 0.0, strays, "between them"))
-        return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
+        return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups)), None
     # (a comb counted on each side of a change, ``clock.by_regimes``, is not one period's)
-    broken = (_comb_breaks(lengths, counts, clock.period_ns or 0.0)
-              if breaks and clock.method == "comb" and clock.shift_ns is None else None)
-    if broken is not None:
+    breaking = (_comb_breaks(lengths, counts, clock.period_ns or 0.0)
+                if breaks and clock.method == "comb" and clock.shift_ns is None else None)
+    broken = None
+    if breaking is not None:
         # as a change ``clock.by_regimes`` found with a side too short to count: its peers' one
         # period does not hold either (``_shifted_on_peers``); twice the rate shows the optimizer
         # twice as often there (diagnose/rate.py ``faster``)
         faster = min(MAX_RATE_HZ, math.ceil(2 * tl.rate_hz / 50) * 50)
         unknown = StepClock("unknown", None, None, clock.concentration,
-                            _breaks_reason(clock.period_ns or 0.0, broken, len(lengths)),
+                            _breaks_reason(clock.period_ns or 0.0, breaking, len(lengths)),
                             suggested_rate_hz=faster if faster > tl.rate_hz else None, cause=SHIFTED)
-        return replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
+        broken = replace(tl, steps=tuple(groups), clock=unknown, micro_batches=None, step_floor=len(groups))
     # more groups as long as several steps than the optimizer goes unseen by chance: the rest are
     # one slow step each (``clock.slow_share``)
     chance = Counter(n for group, n in zip(groups, counts, strict=True) if not group.swallowing)
@@ -406,7 +415,8 @@ def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = Fa
     typical = statistics.median(_timed(groups, lengths, counts, steps))
     moved, added = guesses(zip(groups, counts, strict=True), None, None, None, None, holding, work)
     if not median_holds(sorted(s.dur_ns for s in steps), moved):
-        return replace(tl, steps=steps, clock=uneven_clock(clock), micro_batches=None, step_floor=len(steps) - added)
+        return replace(tl, steps=steps, clock=uneven_clock(clock), micro_batches=None,
+                       step_floor=len(steps) - added), broken
     # the optimizer steps seen whole (one visit to the next) too uneven for their median to hold
     # (``steady_median``: micro-batches whose input a DataLoader's workers deliver in bursts make
     # optimizer steps of two lengths or more): the mean of the steps counted, said so (as
@@ -428,7 +438,7 @@ def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = Fa
                                                              or by_turns(lengths, counts, seen))):
         typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
     clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
-    return replace(tl, steps=steps, clock=clock, micro_batches=None)
+    return replace(tl, steps=steps, clock=clock, micro_batches=None), broken
 
 
 def _short_strays(intervals: Sequence[float], counts: Sequence[int], period: float, rate_hz: float
@@ -1597,7 +1607,7 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
         if stepped is not None:
             return replace(stepped, micro_batches=_said_k(tl, plan.k) if plan.k > 1 else None)
     if not tl.clock.known:
-        stepped = by_optimizer(tl)
+        stepped, broken = _visit_steps(tl, None, True)
         # (an unknown one, the optimizer steps changed length, is the answer: ``SHIFTED``)
         if stepped is not None and stepped.clock.known and (
                 (seen_step_ns is not None and _below(stepped, seen_step_ns))
@@ -1605,7 +1615,7 @@ def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | No
             stepped = None
         elif stepped is not None and stepped.clock.method == "comb":
             # (a comb that stands is the step's answer: unless it breaks on one side of a change)
-            stepped = by_optimizer(tl, breaks=True)
+            stepped = broken if broken is not None else stepped
         return stepped or _floor(_short_returns(tl, micro_batched))
     if plan.doubt is not None:
         odds = plan.odds if plan.undecided else None
