@@ -397,7 +397,7 @@ DRIFT_Z = 3.3         # ...and the last quarter beyond the first by a rank-sum t
 DRIFT_CHANCE = 1e-3   # ...and no more intervals of several steps than unseen boundaries make, beyond this
 SHIFT_APART_WHOLE = 0.3
 # A comb of the optimizer's visits that holds on one side of a moment and breaks on the other
-# (``accumulation._comb_breaks``): the gaps of a stretch at either end, fewer than the rest, fall INLIER of
+# (``accumulation._comb_breaks``): the gaps of a stretch at either end fall INLIER of
 # a period or more off the comb's multiples so much more often than the rest's that the window's off
 # gaps fall there that often at most BREAK_CHANCE likely over every stretch looked at: the steps changed
 # length there, and the visits are too few on that side to count it (2 ranks, 4 micro-batches, 22 s of

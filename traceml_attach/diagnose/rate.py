@@ -77,6 +77,13 @@ from traceml_attach.policy import (
 from traceml_attach.steps.batch_timeline import Timeline, step_skew
 from traceml_attach.steps.clock import IRREGULAR, MISSED, SHIFTED, SHORT, UNDECIDED, UNEVEN, unseen_share
 
+# Why an unknown clock of these causes asks for the faster rate it suggests (peersplit._missed_faster,
+# accumulation._comb_breaks)
+_RATE_FOR = {
+    MISSED: "the ranks it steps with saw boundaries it missed, far more often than its e^-λ says",
+    SHIFTED: "the optimizer is seen too rarely on one side of a change in the steps' length to count it",
+}
+
 # The reason a ``futile`` return to the base rate is recorded with (its rate frame's ``why``)
 GAVE_UP = "its steps are too short for every rate the sampler may take"
 GAVE_UP_UNSEEN = "its step boundaries mostly go unseen at every rate the sampler may take"
@@ -288,14 +295,9 @@ def faster(tl: Timeline, policy: RatePolicy = DEFAULT_RATE_POLICY) -> tuple[int,
         return _known_faster(tl, policy) or _unseen_faster(tl, policy, clock.own_unseen)
     if clock.cause == UNEVEN and not clock.suggested_rate_hz:
         return _hidden_faster(tl, policy)
-    if clock.cause == MISSED and clock.suggested_rate_hz:   # (peersplit._missed_faster)
+    if clock.cause in _RATE_FOR and clock.suggested_rate_hz:
         rate = min(clock.suggested_rate_hz, policy.most_hz)
-        why = "the ranks it steps with saw boundaries it missed, far more often than its e^-λ says"
-        return (rate, why) if rate > tl.rate_hz else None
-    if clock.cause == SHIFTED and clock.suggested_rate_hz:   # (accumulation._comb_breaks)
-        rate = min(clock.suggested_rate_hz, policy.most_hz)
-        why = "the optimizer is seen too rarely on one side of a change in the steps' length to count it"
-        return (rate, why) if rate > tl.rate_hz else None
+        return (rate, _RATE_FOR[clock.cause]) if rate > tl.rate_hz else None
     if not clock.suggested_rate_hz:
         return None
     # a median the samples' lag moves (batch_timeline.judged_blurred), or a comb of steps so uneven

@@ -477,7 +477,7 @@ def _comb_breaks(intervals: Sequence[float], counts: Sequence[int], period: floa
     """(off, gaps, others_off, late): a stretch of ``gaps`` at either end of the visits' gaps
     (``intervals`` in time order, counted as ``counts`` periods), the last ones where ``late``, of
     which ``off`` fall INLIER of ``period`` or more off their multiple of it, so many more than the
-    gaps before or after it (at least as many, ``others_off`` of them off) that the window's off gaps
+    gaps before or after it (``others_off`` of them off) that the window's off gaps
     fall there that often at most BREAK_CHANCE likely over every stretch looked at (the
     hypergeometric tail: the window's own off gaps are the measure, whatever made them), as many of
     them off the stretch's own period too (its median step); None where no such stretch is. A comb
@@ -495,7 +495,7 @@ def _comb_breaks(intervals: Sequence[float], counts: Sequence[int], period: floa
     best: tuple[float, tuple[int, int, int, int]] | None = None
     for cut in cuts:
         for k, m, span in ((total - before[cut], n - cut, (cut, n - 1)), (before[cut], cut, (0, cut - 1))):
-            if k < 3 or 2 * m > n or k * (n - m) <= (total - k) * m:   # (the comb is the longer side's)
+            if k < 3 or k * (n - m) <= (total - k) * m:   # (more often off than the rest)
                 continue
             chance = drawn_by_chance(n, total, m, k)
             if chance <= limit and (best is None or chance < best[0]):
