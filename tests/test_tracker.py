@@ -394,6 +394,14 @@ def test_ranks_counted_on_the_comb_of_the_boundaries_any_of_them_saw_live_as_in_
         [(r.steps, r.step_ms) for r in got.ranks]
 
 
+
+def test_ranks_timed_on_the_optimizers_visits_any_of_them_saw_live_as_in_the_batch():
+    # 4 ranks accumulating 3 micro-batches of bursty ~230-ms optimizer steps at 400 Hz, micro-batches
+    # too short to tell apart, each rank's own visits fitting no period (tests/test_sim_shapes.py,
+    # steps/union.by_visits): the live view too times each on the visits any of them saw, every rank
+    # known and within 3% of the job's 44 steps (unknown on every rank without it)
+    counted_live("accum_bursty:200:3/4:50:4:1542000", 400, 44, known=True)
+
 def test_synchronized_ranks_share_the_median_of_their_own_typical_steps_live_as_in_the_batch():
     # GIVEN 8 ranks of ~34-ms steps, 40% of them slowed, at 400 Hz, each seeing every boundary: the
     # reference's own median is 35.4 ms for the job's 33.6, the ranks' median 34.8 (test_sim_shapes,

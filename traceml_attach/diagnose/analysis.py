@@ -41,7 +41,7 @@ from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, rank_stats, step_spread_ms, without_device
 from traceml_attach.steps.sync import counted_of, noted, share_period, slow_clock
-from traceml_attach.steps.union import by_union, uneven
+from traceml_attach.steps.union import by_union, by_visits, uneven
 
 __all__ = ["Analysis", "analyze", "rank_key", "rank_of", "rank_pids"]
 
@@ -125,7 +125,7 @@ def _counted(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[int],
             again, _ = _counted_once(timelines, earlier, sync, unioned)
             if any(tl.clock.known for tl in again.values()):
                 return again
-    return out
+    return by_visits(out, timelines, sync)
 
 
 def _counted_once(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[int], float]], sync: bool,

@@ -47,7 +47,7 @@ from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
 from traceml_attach.steps.steptime import RankStepStats, stats_of, step_totals
 from traceml_attach.steps.sync import noted, share_period, share_tracked, slow_clock
-from traceml_attach.steps.union import by_union, uneven
+from traceml_attach.steps.union import by_union, by_visits, uneven
 
 FIT_BUDGET = 200       # intervals of full clock fits per tick (~8 ms), beyond the ones that cannot wait
 GOLDEN = 0.6180339887  # spreads the ranks' warm checks evenly over REFIT_S
@@ -177,6 +177,7 @@ class IncrementalAnalyzer:
                 again = self._counted(union, shared, note, by_rank, pids, start, end, sync)
                 if any(tl.clock.known for tl in again[2].values()):
                     unioned, counted, timelines, slowed = again
+        timelines = by_visits(timelines, shared, sync)
         stats = []
         for rank, tl in timelines.items():
             step_ms = tl.clock.typical_ns / 1e6 if tl.clock.typical_ns is not None else None

@@ -362,7 +362,7 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Time
     vets the steps first (``_with_accumulation``) takes the unknown only where they stand."""
     if tl.loop is None:
         return None, None
-    groups, lengths = _visit_groups(tl)
+    groups, lengths = visit_groups(tl)
     if unseen is None and _ends_every_interval(tl, groups):
         # its visits are the returns already fitted, and a period fitted to them without the
         # returns' own chance of going unseen would split every slow step into several
@@ -568,7 +568,7 @@ def _hidden_visits(tl: Timeline, groups: Sequence[Step]) -> int | None:
 
 
 def _timed(groups: Sequence[Step], lengths: Sequence[int], counts: Sequence[int], steps: Sequence[Step]) -> list[float]:
-    """The optimizer steps' lengths between the visits' own ends (``_visit_groups``' ``lengths``), as
+    """The optimizer steps' lengths between the visits' own ends (``visit_groups``' ``lengths``), as
     ``expand`` made ``steps`` of the ``groups``: a group kept whole one step of its length, one split
     in n, n of a nth. The groups end at the returns after the visits, which lag by the micro-batches
     that went by unseen: 3 workers delivering in bursts, 4 micro-batches of a 470-700-ms step, nested
@@ -587,7 +587,7 @@ def _timed(groups: Sequence[Step], lengths: Sequence[int], counts: Sequence[int]
 
 
 def _ends_every_interval(tl: Timeline, groups: Sequence[Step]) -> bool:
-    """Whether the optimizer's visits (``_visit_groups``) end (nearly) every interval between the
+    """Whether the optimizer's visits (``visit_groups``) end (nearly) every interval between the
     returns: then they are the returns themselves, no step of their own."""
     return len(groups) >= SAME_GROUPS * sum(1 for iv in tl.intervals if iv.covered)
 
@@ -603,7 +603,7 @@ def _returns_close(tl: Timeline) -> bool:
     return period is not None and period * tl.rate_hz / 1e9 <= TARGET_SAMPLES_PER_STEP
 
 
-def _visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
+def visit_groups(tl: Timeline) -> tuple[list[Step], list[int]]:
     """The runs of intervals between the optimizer's visits (``by_optimizer``), and each one's
     length between its visits' ends, less its eval and checkpoints."""
     groups: list[Step] = []
@@ -685,7 +685,7 @@ def _visits_too_few(tl: Timeline, stepped: Timeline) -> bool:
     expected = optimizer_unseen(tl.intervals, tl.rate_hz)
     if expected is None or not stepped.step_count:
         return False
-    missed = 1 - len(_visit_groups(tl)[0]) / stepped.step_count
+    missed = 1 - len(visit_groups(tl)[0]) / stepped.step_count
     return missed > max(VISITS_MISSED, 3 * expected)
 
 
@@ -1087,7 +1087,7 @@ def _pooled_visits(timelines: dict[str, Timeline], plans: dict[str, Plan]) -> di
         period = tl.clock.period_ns
         if tl.loop is None or not period or not _returns_close(tl):
             return plans
-        groups, own = _visit_groups(tl)
+        groups, own = visit_groups(tl)
         if _ends_every_interval(tl, groups):
             continue
         lengths += own
@@ -1289,7 +1289,7 @@ def _strays_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -
               and tl.clock.period_ns != timelines[rank].clock.period_ns]
     if not fitted:
         return out
-    visits = {rank: _visit_groups(tl)[1] for rank, tl in timelines.items() if tl.loop is not None}
+    visits = {rank: visit_groups(tl)[1] for rank, tl in timelines.items() if tl.loop is not None}
     out = dict(out)
     for rank in fitted:
         tl = out[rank]
@@ -1336,7 +1336,7 @@ def _visits_at(tl: Timeline, period: float, mean: bool = False) -> Timeline | No
     where they are the returns themselves."""
     if tl.loop is None:
         return None
-    groups, lengths = _visit_groups(tl)
+    groups, lengths = visit_groups(tl)
     if _ends_every_interval(tl, groups) and not _seen_whole(tl):
         return None
     fit = fit_at(lengths, period, tl.rate_hz)
