@@ -235,32 +235,30 @@ def test_steps_timed_on_the_visits_any_rank_saw_under_30_samples_are_given_as_th
     an, truths, lo, hi = grid_window("accum_bursty:20:2/3:50:8:263000", 400)
     timed = [(r, truth) for r, truth in zip(an.ranks, truths, strict=True) if r.step_ms is not None]
     assert len(timed) >= 6
-    # THEN each gives its steps' mean, said so, within 2% of the job's mean step
+    # THEN each gives its steps' mean, said so, within 3% of the job's mean step
     for r, truth in timed:
         assert r.clock is not None and r.clock.mean, r.clock
-        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.02, (r.step_ms, truth.mean_step_ms(lo, hi))
+        assert abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.03, (r.step_ms, truth.mean_step_ms(lo, hi))
 
 
-def test_a_rank_that_counts_other_steps_than_its_peers_on_their_visits_is_not_timed_on_them():
+def test_a_rank_that_sees_the_optimizer_seldom_is_cut_at_its_peers_visits_one_step_apart():
     # GIVEN 4 ranks accumulating 2 micro-batches of bursty ~440-ms optimizer steps at 300 Hz, timed on
-    # the visits any of them saw: one rank's pieces kept a peer's visit uncut (too near one end of
-    # its own run), 17 steps of the window's 23 where its peers counted 22-23, its step +7.8%
+    # the visits any of them saw: one rank's own runs between its visits were 800 ms or more, and
+    # a margin read from them left its pieces of two steps uncut (17 steps of the window's 23, +7.8%)
     an, truths, lo, hi = grid_window("accum_bursty:320:2/3:300:4:1714000", 300)
-    # THEN that rank is not timed on them; those that are count within a step of the job
-    assert an.ranks[3].step_ms is None, (an.ranks[3].steps, an.ranks[3].step_ms)
-    for r, truth in zip(an.ranks[:3], truths, strict=False):
+    # THEN cut one step's margin apart (read from every rank's runs), every rank counts within a step
+    for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None and abs(r.step_ms / _truth_ms(r, truth, lo, hi) - 1) <= 0.05, r.clock
-        assert abs(r.steps - truth.steps_in(lo, hi)) <= 1
+        assert abs(r.steps - truth.steps_in(lo, hi)) <= 1, (r.rank, r.steps, truth.steps_in(lo, hi))
 
 def test_steps_timed_on_the_visits_any_rank_saw_count_those_before_a_ranks_first_visit():
-    # GIVEN 4 ranks accumulating 16 micro-batches of 1.3-s optimizer steps at 50 Hz, timed on the
-    # visits any of them saw: a rank's first visit seen 1.8 s into the window, its peers' at 0.5 s
-    an, truths, lo, hi = grid_window("accum:1300:16/short:50:4:3042000", 50)
-    # THEN the steps before its first are its peers' there: every rank counts the window's 7 steps
-    # (5-7 without)
-    assert [r.steps for r in an.ranks] == [truth.steps_in(lo, hi) for truth in truths] == [7] * 4
-    assert all(r.clock is not None and r.clock.method == "wraps" for r in an.ranks)
-
+    # GIVEN the 4 ranks above at 400 Hz, timed on the visits any of them saw: two ranks' first visit
+    # comes a step after their peers' first (without the peers' visits there, 43 of 44)
+    an, truths, lo, hi = grid_window("accum_bursty:200:3/4:50:4:1542000", 400)
+    # THEN the steps before a rank's first visit and after its last are its peers' there: every rank
+    # counts the window's steps
+    assert all(r.clock is not None and r.clock.method == "wraps" for r in an.ranks), [r.clock for r in an.ranks]
+    assert [r.steps for r in an.ranks] == [truth.steps_in(lo, hi) for truth in truths]
 
 # --- gradient accumulation: the truth's steps are optimizer steps ----------------------------
 

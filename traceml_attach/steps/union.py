@@ -65,7 +65,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import BLUR_SAMPLES, BLUR_SKEW, CHANCE_UNSEEN, DEFAULT_RATE_POLICY, MAX_UNSEEN, PEER_COUNT
+from traceml_attach.policy import (
+    BLUR_SAMPLES,
+    BLUR_SKEW,
+    CHANCE_UNSEEN,
+    DEFAULT_RATE_POLICY,
+    MAX_UNSEEN,
+    MIN_INTERVALS,
+    PEER_COUNT,
+)
 from traceml_attach.steps.accumulation import plan_of, visit_groups
 from traceml_attach.steps.batch_timeline import Timeline, judged_uneven
 from traceml_attach.steps.clock import (
@@ -248,7 +256,9 @@ def by_visits(counted: dict[str, Timeline], raw: dict[str, Timeline], synchroniz
     last micro-batch, so each rank's visits (``accumulation.visit_groups``, from its ``raw`` timeline)
     mark the same optimizer steps; and a short optimizer that one rank sees in two steps of three,
     four ranks see in practically every one. Each rank's runs between its own visits are split at
-    the visits its peers saw (``_counted``, as for ranks left unknown for uneven steps: Chao's
+    the visits its peers saw, one step's margin apart (half the tenth percentile of every rank's
+    runs: a rank that sees the optimizer seldom has no run of one step of its own), at least
+    MIN_INTERVALS of them (``_counted``, as for ranks left unknown for uneven steps: Chao's
     estimate of the visits all of them missed at most CHANCE_UNSEEN of the pieces, taken as every
     one seen, no more steps hidden in them than it allows, their median one the blur of their ends
     does not move), and where those pieces are the steps (``clock_of``: "wraps") and their median
@@ -273,16 +283,21 @@ def by_visits(counted: dict[str, Timeline], raw: dict[str, Timeline], synchroniz
     if len(visits) < 2:
         return counted
     order = list(visits)
+    # one step's margin: a rank that sees the optimizer seldom has no run of one step of its own (its
+    # own runs' tenth percentile, as for returns, was 1.7 s on 880-ms steps at 50 Hz: pieces of two
+    # steps could not be cut, and a rank was given twice the job's step, +98%)
+    runs = sorted(g.dur_ns for v in visits.values() for g in v.intervals)
+    margin = runs[len(runs) // 10] / 2
     timed: dict[str, Timeline] = {}
     for rank, tl in counted.items():
         if rank not in visits or tl.loop is None:
             continue
         mine = visits[rank]
-        peers = peer_bounds(mine, peers_of(order, rank, visits))
+        peers = replace(peer_bounds(mine, peers_of(order, rank, visits)), margin=margin)
         if not peers.bounds:
             continue
         on = _counted(mine, peers, comb=False, uneven=True)
-        if on is None or on.clock.method != "wraps":
+        if on is None or on.clock.method != "wraps" or len(on.steps) < MIN_INTERVALS:
             continue
         on = judged_uneven(on)
         if on.clock.known:
@@ -332,8 +347,8 @@ def _visit_edges(tl: Timeline, peers: PeerBounds) -> int:
     sample from the window's edge), and whole periods between the window's edges and the first and
     last of those (``edge_steps``, any number: the visit that began a window's first step falls
     before the first return, in no interval of any rank). The pieces' own edges left out the
-    peers' visits within a margin of the window's start: 4 ranks of 1.3-s steps, 16 micro-batches,
-    counted 5-7 of the window's 7."""
+    peers' visits within a margin of the window's start: 2 of the 4 ranks of ``by_visits``' case
+    counted 43 of the window's 44."""
     if not tl.steps or tl.start_seen_ns is None or tl.end_ns is None:
         return tl.clock.edge_steps
     m, lag = peers.margin, 1e9 / max(tl.rate_hz, 1)
