@@ -274,9 +274,8 @@ def by_visits(counted: dict[str, Timeline], raw: dict[str, Timeline], synchroniz
     of 5 ms among ones of 150 and more, too short to tell apart, and a 2.3-ms optimizer each rank saw
     in 30 of 44 steps, its own visits fitting no period (gaps of 168-282 ms for one step); every rank
     was unknown, at 50 Hz and at 400. Their visits together: 40 pieces, Chao's estimate 1.3 missed by
-    all; every rank 44 steps of the job's 44, its step within 2.1%. Quick grid (stop 83): 27 more
-    rank-windows known (4,257 -> 4,284 of 4,490, 95.4%), each within 1.6%, the counts beyond 3% as
-    they were (97)."""
+    all; every rank 44 steps of the job's 44, its step within 2.1%. Quick grid (stop 83): 28 more
+    rank-windows known (4,257 -> 4,285 of 4,490, 95.4%), each within 2.9%, counts beyond 3% 97 -> 100."""
     if not synchronized or len(raw) < 2 or any(tl.clock.known for tl in counted.values()):
         return counted
     visits = {rank: v for rank, tl in raw.items() if (v := _visits_timeline(tl)) is not None}
