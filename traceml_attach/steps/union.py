@@ -334,7 +334,6 @@ def _visits_timeline(tl: Timeline) -> Timeline | None:
     groups, _ = visit_groups(tl)
     if tl.loop is None or len(groups) < 2:
         return None
-    groups = [replace(g, swallowing=False) for g in groups]
     bounds = sorted({*(g.start_ns for g in groups), *(g.end_ns for g in groups)})
     return replace(tl, bounds=tuple(bounds), intervals=tuple(groups), steps=tuple(groups),
                    clock=StepClock("unknown", None), micro_batches=1, step_floor=None)
