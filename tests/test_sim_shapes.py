@@ -230,7 +230,7 @@ def test_synchronized_ranks_whose_own_visits_fit_no_step_are_timed_on_the_visits
 
 def test_steps_timed_on_the_visits_any_rank_saw_under_30_samples_are_given_as_their_mean():
     # GIVEN 8 ranks accumulating 2 micro-batches of bursty ~23-ms optimizer steps at 400 Hz (9.3
-    # samples a step), timed on the visits any of them saw: the pieces' medians sat 3.9-5.0% under
+    # samples a step), timed on the visits any of them saw: the pieces' medians sat 1.9-5.3% under
     # the job's median, the blur of ends that different ranks saw at their own lags
     an, truths, lo, hi = grid_window("accum_bursty:20:2/3:50:8:263000", 400)
     timed = [(r, truth) for r, truth in zip(an.ranks, truths, strict=True) if r.step_ms is not None]

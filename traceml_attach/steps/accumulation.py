@@ -81,6 +81,7 @@ from traceml_attach.policy import (
     VISITS_MISSED,
     WHOLE_APART,
     WHOLE_SLACK,
+    round_up,
 )
 from traceml_attach.steps.batch_timeline import Segment, SegmentView, Timeline, judged_uneven
 from traceml_attach.steps.clock import (
@@ -394,7 +395,7 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Time
         # as a change ``clock.by_regimes`` found with a side too short to count: its peers' one
         # period does not hold either (``_shifted_on_peers``); twice the rate shows the optimizer
         # twice as often there (diagnose/rate.py ``faster``)
-        faster = min(MAX_RATE_HZ, math.ceil(2 * tl.rate_hz / 50) * 50)
+        faster = min(MAX_RATE_HZ, round_up(2 * tl.rate_hz, 50))
         unknown = StepClock("unknown", None, None, clock.concentration,
                             _breaks_reason(clock.period_ns or 0.0, breaking, len(lengths)),
                             suggested_rate_hz=faster if faster > tl.rate_hz else None, cause=SHIFTED)
