@@ -402,6 +402,12 @@ def test_ranks_timed_on_the_optimizers_visits_any_of_them_saw_live_as_in_the_bat
     # known and within 3% of the job's 44 steps (unknown on every rank without it)
     counted_live("accum_bursty:200:3/4:50:4:1542000", 400, 44, known=True)
 
+def test_short_steps_one_rank_shows_far_more_of_than_its_peers_are_joined_live_as_in_the_batch():
+    # 8 ranks accumulating 2 bursty micro-batches of 20-ms steps at 400 Hz, a 1-ms micro-batch's
+    # return splitting a step now and then on some ranks (tests/test_sim_shapes.py,
+    # extra_returns.without_peers_returns): live too, every rank counts the job's 501 steps within 3%
+    counted_live("accum_bursty:20:2/2:300:8:255000", 400, 501, known=True)
+
 def test_synchronized_ranks_share_the_median_of_their_own_typical_steps_live_as_in_the_batch():
     # GIVEN 8 ranks of ~34-ms steps, 40% of them slowed, at 400 Hz, each seeing every boundary: the
     # reference's own median is 35.4 ms for the job's 33.6, the ranks' median 34.8 (test_sim_shapes,

@@ -35,7 +35,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepT
 from traceml_attach.steps.accumulation import accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline, build_timeline, without_period
 from traceml_attach.steps.classify import Rules
-from traceml_attach.steps.extra_returns import without_extra_returns
+from traceml_attach.steps.extra_returns import without_returns
 from traceml_attach.steps.hotframes import HotFrame, hot_frames
 from traceml_attach.steps.mean import with_mean
 from traceml_attach.steps.peersplit import split_by_peers
@@ -142,7 +142,7 @@ def _counted_once(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[
     if slow is not None:
         timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
     timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)
-    return {rank: without_extra_returns(tl) for rank, tl in timelines.items()}, slow is not None
+    return without_returns(timelines, sync), slow is not None
 
 
 def _timeline(rec: Recording, rules: Rules, pid: int, rate_hz: int, start_ns: int, end_ns: int) -> Timeline:

@@ -40,7 +40,7 @@ from traceml_attach.policy import DEFAULT_STEP_TIME_POLICY, LIVE_WINDOW_S, StepT
 from traceml_attach.steps.accumulation import Plan, accumulated, plan_of, visit_gaps, with_earlier
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.classify import Rules
-from traceml_attach.steps.extra_returns import without_extra_returns
+from traceml_attach.steps.extra_returns import without_returns
 from traceml_attach.steps.hotframes import HotFrame
 from traceml_attach.steps.live_tracker import RankTracker
 from traceml_attach.steps.mean import with_mean
@@ -216,7 +216,7 @@ class IncrementalAnalyzer:
                 tracker.count_ones()
             timelines = {rank: t.timeline(replace(slow, unseen=t.clock.unseen)) for rank, t in by_rank.items()}
         counted = split_by_peers(noted(with_mean(timelines, sync), note), sync)
-        return unioned, counted, {rank: without_extra_returns(tl) for rank, tl in counted.items()}, slow is not None
+        return unioned, counted, without_returns(counted, sync), slow is not None
 
     def _plan(self, tracker: RankTracker, tl: Timeline, now_ns: int) -> Plan:
         """``accumulation.plan_of``, made again every MICRO_RECHECK_S of data (staggered over the

@@ -18,7 +18,11 @@ the median) show the optimizer as often as the long ones, and are kept: nearly a
 their ends blur (4 synchronized ranks of 30-ms steps, 4 workers, at 400 Hz: 76% of 91 short steps
 against 87% of 277, by chance 1.1%), and the share keeps a difference that small from deciding.
 Quick grid (docs/steps.md, "Returns that begin no step"): counts beyond 3% 148 -> 120, the live
-view's 30-s windows 102 -> 75; 28 rank-windows mended, none broken, no step time changed."""
+view's 30-s windows 102 -> 75; 28 rank-windows mended, none broken, no step time changed.
+
+Where the piece after such a return ends the step, it holds the optimizer as often as a whole step
+and the visits cannot tell; synchronized peers can (``without_peers_returns``): they take the same
+steps, so short steps that one rank shows far more often than a peer are returns inside a step."""
 
 from __future__ import annotations
 
@@ -26,12 +30,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from traceml_attach.policy import EXTRA_RETURN_CHANCE, EXTRA_RETURN_SHARE, SHORT_RETURN
+from traceml_attach.policy import AGREE, EXTRA_RETURN_CHANCE, EXTRA_RETURN_SHARE, INLIER, SHORT_RETURN
 from traceml_attach.steps.accumulation import merged_steps
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import Step
 
 MIN_STEPS = 10   # fewer steps say too little of how often the optimizer is seen
+
+
+def without_returns(timelines: dict[str, Timeline], sync: bool) -> dict[str, Timeline]:
+    """The ranks' ``timelines`` without the returns that begin no step: each rank's that the
+    optimizer's visits tell (``without_extra_returns``), then those its synchronized peers do
+    (``without_peers_returns``)."""
+    return without_peers_returns({rank: without_extra_returns(tl) for rank, tl in timelines.items()}, sync)
 
 
 def without_extra_returns(tl: Timeline) -> Timeline:
@@ -57,6 +68,13 @@ def without_extra_returns(tl: Timeline) -> Timeline:
 
 def _visited(step: Step) -> bool:
     return step.phases_ns.get("optimizer", 0) > 0
+
+
+def _completes(steps: Sequence[Step], i: int, typical: float) -> bool:
+    """Whether ``steps[i]`` and an adjoining step make one ``typical`` step, within INLIER of it."""
+    step = steps[i]
+    return any(0 <= j < len(steps) and (steps[j].end_ns == step.start_ns if j < i else steps[j].start_ns == step.end_ns)
+               and abs(steps[j].dur_ns + step.dur_ns - typical) <= INLIER * typical for j in (i - 1, i + 1))
 
 
 def fewer_by_chance(visited: int, of: int, others_visited: int, others: int) -> float:
@@ -94,3 +112,56 @@ def _joined(steps: Sequence[Step], extra: set[int], typical: float) -> list[Step
             i += 1
     return out
 
+
+
+
+def without_peers_returns(timelines: dict[str, Timeline], sync: bool) -> dict[str, Timeline]:
+    """The synchronized ranks' ``timelines`` with the short steps of a rank that shows far more of
+    them than a peer joined to a neighbour (``_joined``), as ``without_extra_returns`` joins those
+    the optimizer's visits tell. Synchronized ranks take the same steps: a step under SHORT_RETURN of
+    the typical one on one rank is as short on every rank, and a peer that sees its boundaries shows
+    it as often. Where a rank's short steps are more common than on the peers that show fewest of
+    them, of their steps seen whole (``StepClock.visible``), by chance at most EXTRA_RETURN_CHANCE
+    (Fisher's exact test), they are returns inside a step. 8 ranks accumulating 2 micro-batches of
+    20-ms steps whose 2 workers deliver in bursts, at 400 Hz: the 1-ms micro-batch's return, seen
+    now and then, split a step in two, and the piece after it holds the optimizer as often as a
+    whole step does (the piece ends the step), so the visits cannot tell; rank 0 showed 107 short
+    steps in 602 for the job's 501 (+20%), ranks 2 and 4 one and none of ~500."""
+    if not sync:
+        return timelines
+    short: dict[str, tuple[set[int], int]] = {}   # rank -> (its short steps, its steps seen whole)
+    for rank, tl in timelines.items():
+        typical = tl.clock.typical_ns
+        # (not where the steps drift or changed length, given as their mean: a short step there may be
+        # one of the fast stretch's, 0.4 of the typical on a 2.5x ramp)
+        if typical is None or tl.step_floor is not None or tl.clock.mean or tl.clock.shift_ns is not None:
+            continue
+        covered = sum(1 for s in tl.steps if s.covered)
+        whole = round(covered * (tl.clock.visible or 0.0))
+        if whole >= MIN_STEPS:
+            short[rank] = ({i for i, s in enumerate(tl.steps) if s.covered and s.dur_ns < SHORT_RETURN * typical},
+                           whole)
+    if len(short) < 2:
+        return timelines
+    # the peers that show fewest, pooled where they tie (4 ranks of 230-ms steps at 300 Hz: three with
+    # none of 43, the fourth with 5 of 48: one of the three alone, 4% by chance; the three, 0.15%)
+    least = min(len(extra) / whole for extra, whole in short.values())
+    refs = [rank for rank, (extra, whole) in short.items() if len(extra) / whole == least]
+    typical = timelines[refs[0]].clock.typical_ns or 0.0
+    fewest, seen = sum(len(short[rank][0]) for rank in refs), sum(short[rank][1] for rank in refs)
+    out = dict(timelines)
+    for rank, (extra, whole) in short.items():
+        tl = timelines[rank]
+        # (a rank whose steps group its returns by k, or by the optimizer's visits, may show the way,
+        # as its steps are the job's; only the returns of one counted a micro-batch a step are joined)
+        if (rank in refs or not extra or tl.micro_batches != 1
+                or abs((tl.clock.typical_ns or 0.0) / typical - 1) > AGREE
+                or fewer_by_chance(fewest, seen, len(extra), whole) > EXTRA_RETURN_CHANCE):
+            continue
+        # ...each one that makes one typical step with a neighbour (within INLIER of it): a short step
+        # that is the blur of where the samples fell (a boundary seen late) makes two with the long
+        # one before it, and one and a half with the next (8 ranks of 13-ms steps at 400 Hz, 5.2
+        # samples a step: 41 short on a rank that counted 785 for the job's 768; all joined, 744)
+        extra = {i for i in extra if _completes(tl.steps, i, tl.clock.typical_ns or typical)}
+        out[rank] = replace(tl, steps=tuple(_joined(tl.steps, extra, tl.clock.typical_ns or typical)))
+    return out
