@@ -59,6 +59,10 @@ TRUTHED = {
     # the micro-batches' period, those read as slow steps (doubts.lumped), and the step was unknown
     # until the optimizer's visits, in about half the steps, were let mark them (stop 72)
     "truth_hf_trainer_accum4_input": ("hf_trainer", ("--grad-accum", "4", "--input-share", "0.2"), 1),
+    # the first again (bench/frameworks_bench.py's run of 2026-12-07): the fetch, 5% of the step, missed
+    # in a tenth of the steps, the optimizer seen in 41 of 92, 5 of its visits mid-step: the runs between
+    # the fetches seen, on a comb (accumulation._fetch_comb; unknown before)
+    "truth_hf_trainer_accum4_fetch": ("hf_trainer", ("--grad-accum", "4"), 1),
     # nanoGPT's shape: micro-batches too short for 100 Hz, so the attacher raises its rate
     "truth_module_accum4": ("module_loop", ("--accum", "4"), 1),
     # issue "Phases on code nobody here wrote": a hand-written get_batch over np.memmap, zero_grad

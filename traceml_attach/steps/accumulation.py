@@ -50,6 +50,7 @@ from traceml_attach.policy import (
     COUNTED_ODDS,
     ENDS_SHARE,
     FETCH_PLACE,
+    FETCH_VISITS,
     INLIER,
     MARKS_UNSEEN,
     MAX_ADJACENT,
@@ -1468,18 +1469,20 @@ def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: fl
     return clock, sum(durations) / len(durations) if mean else statistics.median(durations), mean
 
 
-def by_fetch(tl: Timeline) -> Timeline | None:
+def by_fetch(tl: Timeline, comb: bool = False) -> Timeline | None:
     """``tl`` in optimizer steps that each begin at an interval holding input time, where the loop
     fetches an optimizer step's micro-batches before the first of them (HF Trainer's
     ``get_batch_samples``): the input is then seen once an optimizer step, a return or more apart
     (at least FETCH_PLACE of the gaps between fetches 2 intervals or more), and the optimizer,
-    wherever it is seen, ends the step before a fetch: at least FETCH_PLACE of its visits (MIN_GAPS
-    or more) in the interval right before one. A DataLoader whose workers deliver in bursts shows
+    wherever it is seen, ends the step before a fetch: at least FETCH_VISITS of its visits (MIN_GAPS
+    or more) in the interval right before one, or a whole number of steps' returns before one (the
+    fetch after it unseen). A DataLoader whose workers deliver in bursts shows
     its waits in some micro-batches too, but the optimizer then falls elsewhere among them, or in
     the fetch's own interval (3 workers, 3 micro-batches a step: the last micro-batch of each step
     waited for its input, then stepped the optimizer, and two gaps in five were one). The steps are
     counted on the fetches' clock (``clock_of``, every fetch seen but for MAX_UNSEEN), each measured
-    whole, as ``by_counted_returns``. HF Trainer with 4 micro-batches and a tokenizer taking 20% of
+    whole, as ``by_counted_returns``; where more fetches went unseen, on the comb of the runs between
+    those seen (``_fetch_comb``). HF Trainer with 4 micro-batches and a tokenizer taking 20% of
     the step (one interval in four holding the fetch, twice the others): the micro-batches' period
     read the long ones as slow steps (``lumped``), and its optimizer, in half the steps, fitted no
     period of its own (``by_optimizer``). None where the fetches mark no steps."""
@@ -1493,11 +1496,11 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     gaps = [b - a for _, fetches in runs for a, b in itertools.pairwise(fetches)]
     before = elsewhere = 0
     for run, fetches in runs:
-        marks = set(fetches)
         for i in _visits_in(run):
             if fetches and fetches[0] <= i < fetches[-1]:   # inside a step begun and ended by fetches
-                before, elsewhere = (before + 1, elsewhere) if i + 1 in marks else (before, elsewhere + 1)
-    if len(gaps) < MIN_INTERVALS or before + elsewhere < MIN_GAPS or before < FETCH_PLACE * (before + elsewhere):
+                after = fetches[bisect.bisect_right(fetches, i)] - i
+                before, elsewhere = (before + 1, elsewhere) if (after - 1) % k == 0 else (before, elsewhere + 1)
+    if len(gaps) < MIN_INTERVALS or before + elsewhere < MIN_GAPS or before < FETCH_VISITS * (before + elsewhere):
         return None
     # each run between two fetches ends with the optimizer, seen in some of them; where the fetches
     # come twice or more an optimizer step (a loader whose 2 workers deliver in bursts makes every
@@ -1510,10 +1513,10 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     if 1 not in apart or _counted(*_multiples_in(apart, min(sum(map(len, ended)) / len(gaps), 0.999))) > 1:
         return None
     steps = [merged_steps(run[a:b]) for run, fetches in runs for a, b in itertools.pairwise(fetches)]
-    timed = _whole_steps_clock(steps, [s.counted_ns for s in steps], phase_unseen(tl.intervals, tl.rate_hz, "input"),
-                               tl.rate_hz)
+    unseen = phase_unseen(tl.intervals, tl.rate_hz, "input")
+    timed = _whole_steps_clock(steps, [s.counted_ns for s in steps], unseen, tl.rate_hz)
     if isinstance(timed, str):
-        return None
+        return _fetch_comb(tl, runs, steps, unseen) if comb else None
     clock, typical, mean = timed
     # k where the returns between the fetches were all seen, and nearly every gap is k of them
     k, most = Counter(gaps).most_common(1)[0]
@@ -1521,6 +1524,24 @@ def by_fetch(tl: Timeline) -> Timeline | None:
     said = k if seen_all and most >= FETCH_PLACE * len(gaps) else None
     clock = replace(clock, typical_ns=typical, edge_steps=_fetch_edges(tl, runs, clock.period_ns or typical), mean=mean)
     return replace(tl, steps=tuple(steps), clock=clock, micro_batches=said, step_floor=None)
+
+
+def _fetch_comb(tl: Timeline, runs: Sequence[tuple[Sequence[Step], Sequence[int]]], steps: Sequence[Step],
+                unseen: float | None) -> Timeline | None:
+    """``by_fetch``'s optimizer steps where fetches went unseen too often for every run between two
+    seen to be one step (``_whole_steps_clock`` wants them all seen): the runs counted on their comb
+    (``clock_of``, at the chance that a fetch goes unseen), each of n steps as n equal ones, the
+    median of those the typical step. None where no comb holds (nor one on each side of a change,
+    which gives a mean). HF Trainer with 4 micro-batches at
+    400 Hz, its fetch 5% of the step: 75 runs for 92 steps (13 of two, 2 of three), 97.8 ms apart;
+    92 steps of 96.4 ms for the job's 92 of 96.1, where the step was unknown."""
+    clock, counts = clock_of([s.counted_ns for s in steps], unseen, tl.rate_hz)
+    if clock.method != "comb" or clock.period_ns is None or clock.shift_ns is not None or clock.mean:
+        return None
+    expanded = expand(steps, counts, unseen)
+    typical = statistics.median(s.dur_ns for s in expanded)
+    clock = replace(clock, typical_ns=typical, edge_steps=_fetch_edges(tl, runs, clock.period_ns))
+    return replace(tl, steps=tuple(expanded), clock=clock, micro_batches=None, step_floor=None)
 
 
 def _step_fetches(fetches: Sequence[int], k: int) -> list[int]:
@@ -1594,9 +1615,18 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     """The timeline counted in optimizer steps when its loop accumulates gradients (``plan``: as
     ``plan_of`` makes it, when already known; ``seen_step_ns``: ``_seen_step`` of its job's ranks;
     ``micro_batched``: a rank of its job shows its returns as micro-batches, ``_micro_returns``);
-    first, where its fetches begin its optimizer steps (``by_fetch``), in those."""
+    first, where its fetches begin its optimizer steps (``by_fetch``), in those; last, where nothing
+    counted them, on the comb of the runs between the fetches seen."""
     fetched = by_fetch(tl) if tl.loop is not None else None
-    return fetched or _with_accumulation(tl, plan, seen_step_ns, micro_batched)
+    if fetched is not None:
+        return fetched
+    counted = _with_accumulation(tl, plan, seen_step_ns, micro_batched)
+    # where nothing else counts them, the runs between the fetches seen on their comb (``by_fetch``'s
+    # ``comb``): last, as the fetches' own edges are less sure than the rules' above (ranks of 2
+    # micro-batches of 800-ms steps, a fetch missed at times: 12 steps for the job's 11 on the comb)
+    if not counted.clock.known and counted.clock.cause != SHIFTED and tl.loop is not None:
+        return by_fetch(tl, comb=True) or counted
+    return counted
 
 
 def _with_accumulation(tl: Timeline, plan: Plan | None, seen_step_ns: float | None,
