@@ -1469,7 +1469,7 @@ def _whole_steps_clock(steps: Sequence[Step], lengths: Sequence[int], unseen: fl
     return clock, sum(durations) / len(durations) if mean else statistics.median(durations), mean
 
 
-def by_fetch(tl: Timeline, comb: bool = False) -> Timeline | None:
+def by_fetch(tl: Timeline) -> Timeline | None:
     """``tl`` in optimizer steps that each begin at an interval holding input time, where the loop
     fetches an optimizer step's micro-batches before the first of them (HF Trainer's
     ``get_batch_samples``): the input is then seen once an optimizer step, a return or more apart
@@ -1486,6 +1486,19 @@ def by_fetch(tl: Timeline, comb: bool = False) -> Timeline | None:
     the step (one interval in four holding the fetch, twice the others): the micro-batches' period
     read the long ones as slow steps (``lumped``), and its optimizer, in half the steps, fitted no
     period of its own (``by_optimizer``). None where the fetches mark no steps."""
+    found = _fetch_runs(tl)
+    return None if found is None else _fetched_whole(tl, found)
+
+
+# ``_fetch_runs``: the runs of intervals with the places of the fetches that begin a step in each, the
+# gaps between those fetches in returns, the steps from one fetch to the next, and the chance that a
+# fetch goes unseen
+FetchRuns = tuple[list[tuple[list[Step], list[int]]], list[int], list[Step], float | None]
+
+
+def _fetch_runs(tl: Timeline) -> FetchRuns | None:
+    """``by_fetch``'s tests of the fetches and the optimizer's visits, and what passes them; None where
+    the fetches mark no steps."""
     runs = [(run, [i for i, iv in enumerate(run) if iv.phases_ns.get("input", 0) > 0])
             for run in _covered_runs(tl.intervals)]
     gaps = [b - a for _, fetches in runs for a, b in itertools.pairwise(fetches)]
@@ -1513,10 +1526,15 @@ def by_fetch(tl: Timeline, comb: bool = False) -> Timeline | None:
     if 1 not in apart or _counted(*_multiples_in(apart, min(sum(map(len, ended)) / len(gaps), 0.999))) > 1:
         return None
     steps = [merged_steps(run[a:b]) for run, fetches in runs for a, b in itertools.pairwise(fetches)]
-    unseen = phase_unseen(tl.intervals, tl.rate_hz, "input")
+    return runs, gaps, steps, phase_unseen(tl.intervals, tl.rate_hz, "input")
+
+
+def _fetched_whole(tl: Timeline, found: FetchRuns) -> Timeline | None:
+    """``by_fetch``'s steps where every fetch was seen (``_whole_steps_clock``), else None."""
+    runs, gaps, steps, unseen = found
     timed = _whole_steps_clock(steps, [s.counted_ns for s in steps], unseen, tl.rate_hz)
     if isinstance(timed, str):
-        return _fetch_comb(tl, runs, steps, unseen) if comb else None
+        return None
     clock, typical, mean = timed
     # k where the returns between the fetches were all seen, and nearly every gap is k of them
     k, most = Counter(gaps).most_common(1)[0]
@@ -1526,8 +1544,7 @@ def by_fetch(tl: Timeline, comb: bool = False) -> Timeline | None:
     return replace(tl, steps=tuple(steps), clock=clock, micro_batches=said, step_floor=None)
 
 
-def _fetch_comb(tl: Timeline, runs: Sequence[tuple[Sequence[Step], Sequence[int]]], steps: Sequence[Step],
-                unseen: float | None) -> Timeline | None:
+def _fetch_comb(tl: Timeline, found: FetchRuns) -> Timeline | None:
     """``by_fetch``'s optimizer steps where fetches went unseen too often for every run between two
     seen to be one step (``_whole_steps_clock`` wants them all seen): the runs counted on their comb
     (``clock_of``, at the chance that a fetch goes unseen), each of n steps as n equal ones, the
@@ -1535,6 +1552,7 @@ def _fetch_comb(tl: Timeline, runs: Sequence[tuple[Sequence[Step], Sequence[int]
     which gives a mean). HF Trainer with 4 micro-batches at
     400 Hz, its fetch 5% of the step: 75 runs for 92 steps (13 of two, 2 of three), 97.8 ms apart;
     92 steps of 96.4 ms for the job's 92 of 96.1, where the step was unknown."""
+    runs, _, steps, unseen = found
     clock, counts = clock_of([s.counted_ns for s in steps], unseen, tl.rate_hz)
     if clock.method != "comb" or clock.period_ns is None or clock.shift_ns is not None or clock.mean:
         return None
@@ -1617,15 +1635,16 @@ def with_accumulation(tl: Timeline, plan: Plan | None = None, seen_step_ns: floa
     ``micro_batched``: a rank of its job shows its returns as micro-batches, ``_micro_returns``);
     first, where its fetches begin its optimizer steps (``by_fetch``), in those; last, where nothing
     counted them, on the comb of the runs between the fetches seen."""
-    fetched = by_fetch(tl) if tl.loop is not None else None
+    found = _fetch_runs(tl) if tl.loop is not None else None
+    fetched = _fetched_whole(tl, found) if found is not None else None
     if fetched is not None:
         return fetched
     counted = _with_accumulation(tl, plan, seen_step_ns, micro_batched)
-    # where nothing else counts them, the runs between the fetches seen on their comb (``by_fetch``'s
-    # ``comb``): last, as the fetches' own edges are less sure than the rules' above (ranks of 2
-    # micro-batches of 800-ms steps, a fetch missed at times: 12 steps for the job's 11 on the comb)
-    if not counted.clock.known and counted.clock.cause != SHIFTED and tl.loop is not None:
-        return by_fetch(tl, comb=True) or counted
+    # where nothing else counts them, the runs between the fetches seen on their comb (``_fetch_comb``):
+    # last, as the fetches' own edges are less sure than the rules' above (ranks of 2 micro-batches of
+    # 800-ms steps, a fetch missed at times: 12 steps for the job's 11 on the comb)
+    if found is not None and not counted.clock.known and counted.clock.cause != SHIFTED:
+        return _fetch_comb(tl, found) or counted
     return counted
 
 

@@ -113,8 +113,6 @@ def _joined(steps: Sequence[Step], extra: set[int], typical: float) -> list[Step
     return out
 
 
-
-
 def without_peers_returns(timelines: dict[str, Timeline], sync: bool) -> dict[str, Timeline]:
     """The synchronized ranks' ``timelines`` with the short steps of a rank that shows far more of
     them than a peer joined to a neighbour (``_joined``), as ``without_extra_returns`` joins those
@@ -129,39 +127,38 @@ def without_peers_returns(timelines: dict[str, Timeline], sync: bool) -> dict[st
     steps in 602 for the job's 501 (+20%), ranks 2 and 4 one and none of ~500."""
     if not sync:
         return timelines
-    short: dict[str, tuple[set[int], int]] = {}   # rank -> (its short steps, its steps seen whole)
+    # rank -> (its typical step, its short steps, its steps seen whole)
+    short: dict[str, tuple[float, set[int], int]] = {}
     for rank, tl in timelines.items():
         typical = tl.clock.typical_ns
         # (not where the steps drift or changed length, given as their mean: a short step there may be
         # one of the fast stretch's, 0.4 of the typical on a 2.5x ramp)
         if typical is None or tl.step_floor is not None or tl.clock.mean or tl.clock.shift_ns is not None:
             continue
-        covered = sum(1 for s in tl.steps if s.covered)
-        whole = round(covered * (tl.clock.visible or 0.0))
+        whole = round(sum(1 for s in tl.steps if s.covered) * (tl.clock.visible or 0.0))
         if whole >= MIN_STEPS:
-            short[rank] = ({i for i, s in enumerate(tl.steps) if s.covered and s.dur_ns < SHORT_RETURN * typical},
-                           whole)
+            extra = {i for i, s in enumerate(tl.steps) if s.covered and s.dur_ns < SHORT_RETURN * typical}
+            short[rank] = (typical, extra, whole)
     if len(short) < 2:
         return timelines
     # the peers that show fewest, pooled where they tie (4 ranks of 230-ms steps at 300 Hz: three with
     # none of 43, the fourth with 5 of 48: one of the three alone, 4% by chance; the three, 0.15%)
-    least = min(len(extra) / whole for extra, whole in short.values())
-    refs = [rank for rank, (extra, whole) in short.items() if len(extra) / whole == least]
-    typical = timelines[refs[0]].clock.typical_ns or 0.0
-    fewest, seen = sum(len(short[rank][0]) for rank in refs), sum(short[rank][1] for rank in refs)
+    least = min(len(extra) / whole for _, extra, whole in short.values())
+    refs = [rank for rank, (_, extra, whole) in short.items() if len(extra) / whole == least]
+    theirs = short[refs[0]][0]
+    fewest, seen = sum(len(short[rank][1]) for rank in refs), sum(short[rank][2] for rank in refs)
     out = dict(timelines)
-    for rank, (extra, whole) in short.items():
+    for rank, (typical, extra, whole) in short.items():
         tl = timelines[rank]
         # (a rank whose steps group its returns by k, or by the optimizer's visits, may show the way,
         # as its steps are the job's; only the returns of one counted a micro-batch a step are joined)
-        if (rank in refs or not extra or tl.micro_batches != 1
-                or abs((tl.clock.typical_ns or 0.0) / typical - 1) > AGREE
+        if (rank in refs or not extra or tl.micro_batches != 1 or abs(typical / theirs - 1) > AGREE
                 or fewer_by_chance(fewest, seen, len(extra), whole) > EXTRA_RETURN_CHANCE):
             continue
         # ...each one that makes one typical step with a neighbour (within INLIER of it): a short step
         # that is the blur of where the samples fell (a boundary seen late) makes two with the long
         # one before it, and one and a half with the next (8 ranks of 13-ms steps at 400 Hz, 5.2
         # samples a step: 41 short on a rank that counted 785 for the job's 768; all joined, 744)
-        extra = {i for i in extra if _completes(tl.steps, i, tl.clock.typical_ns or typical)}
-        out[rank] = replace(tl, steps=tuple(_joined(tl.steps, extra, tl.clock.typical_ns or typical)))
+        completing = {i for i in extra if _completes(tl.steps, i, typical)}
+        out[rank] = replace(tl, steps=tuple(_joined(tl.steps, completing, typical)))
     return out
