@@ -32,7 +32,7 @@ from traceml_attach.diagnose.report import (
 from traceml_attach.diagnose.step import unknown_step_note
 from traceml_attach.ingest.model import node_of, os_pid
 from traceml_attach.ingest.stream import Recording
-from traceml_attach.policy import StepTimePolicy
+from traceml_attach.policy import BLUR_SAMPLES, StepTimePolicy
 from traceml_attach.steps.batch_timeline import Timeline
 from traceml_attach.steps.clock import StepClock
 from traceml_attach.steps.phases import PHASES
@@ -100,14 +100,22 @@ def step_time_section(stats: list[RankStepStats], findings: list[Finding], seen:
 
 def mean_note(stats: Sequence[RankStepStats]) -> str | None:
     """Which ranks' step time is the steps' mean (steps/mean.py), and why; None where none is."""
-    meant = [(r.rank, r.clock.shift_ns) for r in stats if r.clock is not None and r.clock.mean]
-    varied = [rank for rank, shift in meant if shift is None]
-    changed = [(rank, shift) for rank, shift in meant if shift is not None]
+    meant = [(r.rank, r.clock) for r in stats if r.clock is not None and r.clock.mean]
+    blurred = [rank for rank, clock in meant if clock.blurred and clock.shift_ns is None]
+    varied = [(rank, clock.method == "wraps") for rank, clock in meant if not clock.blurred and clock.shift_ns is None]
+    changed = [(rank, shift) for rank, clock in meant if (shift := clock.shift_ns) is not None]
     notes = []
-    if varied:
-        notes.append(f"step ms on {_which(varied)} is the mean step: every boundary (of a step, or of a micro-batch) "
-                     "was seen, and the steps vary too much for a typical one (steps of two lengths or more, as input "
-                     "delivered in bursts makes, or steps slowed at random by other work on the cores)")
+    if blurred:
+        notes.append(f"step ms on {_which(blurred)} is the mean step: the steps are under {BLUR_SAMPLES:.0f} samples "
+                     "long, and the samples' lag at each end of a step can move their median (where steps come in "
+                     "two lengths or more) but not their mean")
+    for whole in (True, False):   # every boundary seen ("wraps"), or counted on a comb (the optimizer's visits)
+        ranks = [rank for rank, seen in varied if seen == whole]
+        if ranks:
+            how = "every boundary (of a step, or of a micro-batch) was seen, and " if whole else ""
+            notes.append(f"step ms on {_which(ranks)} is the mean step: {how}the steps vary too much for a typical "
+                         "one (steps of two lengths or more, as input delivered in bursts makes, or steps slowed at "
+                         "random by other work on the cores)")
     if changed:
         shift = changed[0][1]
         notes.append(f"step ms on {_which([rank for rank, _ in changed])} is the mean step: the steps changed length "

@@ -46,6 +46,8 @@ from traceml_attach.ingest.model import Span, Stack
 from traceml_attach.policy import (
     ADJACENT_ODDS,
     ALIGNED_LONG,
+    BLUR_SAMPLES,
+    BLURRED_AGREE,
     BREAK_CHANCE,
     COUNTED_ODDS,
     ENDS_SHARE,
@@ -54,6 +56,7 @@ from traceml_attach.policy import (
     INLIER,
     MARKS_UNSEEN,
     MAX_ADJACENT,
+    MAX_AMBIGUOUS,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
     MAX_RATE_HZ,
@@ -71,6 +74,7 @@ from traceml_attach.policy import (
     PEER_COUNT,
     PROVISIONAL_GAPS,
     SAME_GROUPS,
+    SHIFT_RATIO,
     SHORT_WITHOUT,
     STEPPING_ABOVE,
     STEPPING_LONGER,
@@ -117,8 +121,20 @@ from traceml_attach.steps.doubts import (
     undecided,
     undecided_words,
 )
-from traceml_attach.steps.period import by_turns, drawn_by_chance, fit_at, in_valley, jitter, steady_median, step_counts
+from traceml_attach.steps.period import (
+    by_turns,
+    drawn_by_chance,
+    fit_at,
+    in_valley,
+    jitter,
+    steady_median,
+    step_counts,
+    strays,
+)
 from traceml_attach.steps.phases import PHASES
+
+# where a job's steps changed length: the moment (ns) and the lengths before and after it
+Regimes = tuple[float, float, float]
 
 
 def micro_batches(intervals: Sequence[Step], period_ns: float | None) -> int:
@@ -343,7 +359,8 @@ def _marked_unknown(tl: Timeline) -> StepClock:
     return StepClock("unknown", None, None, tl.clock.concentration, reason, unseen=tl.clock.unseen)
 
 
-def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = False) -> Timeline | None:
+def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = False,
+                 regimes: Regimes | None = None) -> Timeline | None:
     """Optimizer steps from the optimizer's own visits: micro-batches too short to be told apart,
     the wraps of an outer and an inner loop mixed (HF's step loop around its micro-batch loop), or
     an optimizer seen in every step while the returns are micro-batches. Each return right after
@@ -353,12 +370,14 @@ def by_optimizer(tl: Timeline, unseen: float | None = None, *, breaks: bool = Fa
     with ``unseen`` the chance that an optimizer step goes unseen (``optimizer_unseen``: every step
     is then seen when it is small). None when no period fits. ``breaks``: a comb that holds on one
     side of a moment and breaks on the other (``_comb_breaks``) counts no steps, where the comb
-    would be the step's answer."""
-    stepped, broken = _visit_steps(tl, unseen, breaks)
+    would be the step's answer. ``regimes``: where the steps changed length, as a peer's returns
+    found it (``_regimes_on_peers``); by default as ``tl``'s own did (``_visits_by_regimes``)."""
+    stepped, broken = _visit_steps(tl, unseen, breaks, regimes)
     return broken if broken is not None else stepped
 
 
-def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Timeline | None, Timeline | None]:
+def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool, given: Regimes | None = None
+                 ) -> tuple[Timeline | None, Timeline | None]:
     """``by_optimizer``'s steps, and where ``breaks``, the unknown its comb gives instead where it
     breaks (``_comb_breaks``): (the steps, that unknown or None). Both from one fit: a caller that
     vets the steps first (``_with_accumulation``) takes the unknown only where they stand."""
@@ -372,6 +391,9 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Time
     # counted between the visits' own ends, which end their optimizer steps to within a sample: the
     # returns after them lag by however many micro-batches went by unseen
     clock, counts = clock_of(lengths, unseen, tl.rate_hz)
+    regimes = _visits_by_regimes(tl, groups, lengths, clock, given or regimes_of(tl))
+    if regimes is not None:
+        clock, counts = regimes
     if not clock.known and clock.cause in (None, SHIFTED) and unseen is not None:
         averaged = _visits_mean(tl, groups, lengths, unseen)
         if averaged is not None or clock.cause is None:
@@ -381,9 +403,10 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Time
         # of the job's holds (8 ranks, 6 optimizer steps of 700 ms, then 13 of 350: the visits'
         # 350-ms comb of the other paths counted 27 steps for 20, -26% on the mean)
         return replace(tl, steps=tuple(groups), clock=clock, micro_batches=None, step_floor=len(groups)), None
-    if not clock.known or (clock.method == "comb" and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
+    one = clock.method == "comb" and clock.shift_ns is None   # (each regime's counts were checked on its own period)
+    if not clock.known or (one and lumped_in(groups, clock.period_ns or 0.0, tl.rate_hz)):
         return None, None
-    strays = _short_strays(lengths, counts, clock.period_ns or 0.0, tl.rate_hz) if clock.method == "comb" else None
+    strays = _short_strays(lengths, counts, clock.period_ns or 0.0, tl.rate_hz) if one else None
     if strays is not None:
         unknown = StepClock("unknown", None, None, clock.concentration,
                             _strays_reason(clock.period_ns or 0.0, strays, "between them"))
@@ -436,11 +459,78 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool) -> tuple[Time
     # whose gap jitter and the samples' lag fill, the median in the valley between them (``in_valley``),
     # or between the lengths of every other step (``by_turns``)
     # ...or where the optimizer steps changed length within the window (``clock.by_regimes``)
-    if clock.shift_ns is not None or (seen is not None and (uneven or in_valley(whole, seen)
-                                                             or by_turns(lengths, counts, seen))):
-        typical, mean = sum(s.dur_ns for s in steps) / len(steps), True
-    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean)
+    # ...or where the steps are few samples long and their median is their mean: the samples' lag at
+    # each end (a Laplace of scale 1/rate on every visit-to-visit length) blurs any steps into one
+    # symmetric hump, whose median it pulls toward the mean by up to ln 2 / rate where the job's steps
+    # are of two lengths or more, so the median seen may be the blur's; the mean, it leaves as it was.
+    # 8 ranks of 2 micro-batches a step, 3 workers delivering in bursts, at 400 Hz over 30 s: steps of
+    # 18 and 24 ms, one in three short (the job's median 23.2 ms, its mean 21.9), whose visits' lengths
+    # (8 to 38 ms) gave medians of 21.8-22.2 ms beside means within 1% of them (-4.6% to -6.3%)
+    average = sum(s.dur_ns for s in steps) / len(steps)
+    blurred = typical * tl.rate_hz / 1e9 < BLUR_SAMPLES and abs(typical / average - 1) <= BLURRED_AGREE
+    varied = seen is not None and (uneven or in_valley(whole, seen) or by_turns(lengths, counts, seen))
+    if clock.shift_ns is not None or blurred or varied:
+        typical, mean = average, True
+    clock = replace(clock, typical_ns=typical, edge_steps=_edges(tl, steps, clock.period_ns), mean=mean,
+                    blurred=mean and clock.shift_ns is None and not varied)
     return replace(tl, steps=steps, clock=clock, micro_batches=None), broken
+
+
+def _visits_by_regimes(tl: Timeline, groups: Sequence[Step], lengths: Sequence[int], clock: StepClock,
+                       regimes: Regimes | None) -> tuple[StepClock, tuple[int, ...]] | None:
+    """The optimizer's visits counted on each side of the change the returns' clock found
+    (``clock.by_regimes``: ``tl.clock.shift_ns``), where the visits' own ``clock`` fitted one period
+    to them: that period is the faster side's optimizer step (the slower side's gaps are whole
+    multiples of it, not the reverse), and the slower side's is as many times longer as its returns
+    are. A job 2x slower for its first 6.5 s of 30, 4 micro-batches a step, the optimizer 1% of the
+    step at 100 Hz: its visits, a sixth of them seen, fitted 200 ms and counted each 400-ms step
+    there as two (149 steps for the job's 132, the mean -10.8%), where its returns had found
+    micro-batches of 99 ms, then 51. ``regimes``: the change (``regimes_of``). None where no change
+    was found, or the visits counted on the two periods stray from them more often than
+    MAX_AMBIGUOUS."""
+    if not clock.known or clock.shift_ns is not None or not clock.period_ns or regimes is None or not groups:
+        return None
+    cut_ns, first, last = regimes
+    fast = min(first, last)
+    before, after = clock.period_ns * first / fast, clock.period_ns * last / fast
+    counts = []
+    for g, length in zip(groups, lengths, strict=True):
+        head = min(max(cut_ns - g.start_ns, 0), g.end_ns - g.start_ns)
+        steps = head / before + (g.end_ns - g.start_ns - head) / after
+        counts.append(max(1, round(steps * length / max(g.end_ns - g.start_ns, 1))))
+    astray = sum(1 for g, length, n in zip(groups, lengths, counts, strict=True)
+                 if strays(length, n, before if (g.start_ns + g.end_ns) / 2 < cut_ns else after, tl.rate_hz))
+    if astray > MAX_AMBIGUOUS * len(groups):
+        return None
+    return StepClock(clock.method, sum(lengths) / sum(counts), len(counts) / sum(counts), clock.concentration,
+                     unseen=clock.unseen, mean=True, shift_ns=(before, after)), tuple(counts)
+
+
+def regimes_of(tl: Timeline) -> Regimes | None:
+    """Where ``tl``'s returns' clock counted its steps on each side of a change of length at least
+    SHIFT_RATIO (``clock.by_regimes``): the change's moment (``_regime_cut``) and the two lengths."""
+    if tl.clock.shift_ns is None or not tl.steps:
+        return None
+    first, last = tl.clock.shift_ns
+    if max(first, last) / min(first, last) < SHIFT_RATIO:
+        return None
+    return _regime_cut(tl.steps, first, last), first, last
+
+
+def _regime_cut(steps: Sequence[Step], first: float, last: float) -> float:
+    """Where ``steps`` (in order) go from lengths near ``first`` to lengths near ``last``: the start
+    of the step that puts the most of them on their side (each nearer one length than the other,
+    by ratio)."""
+    nearer_last = [abs(math.log(s.dur_ns / last)) < abs(math.log(s.dur_ns / first)) if s.dur_ns > 0 else False
+                   for s in steps]
+    best, at, score = -1, 0, sum(nearer_last)   # cut before step 0: every step on the later side
+    for i, later in enumerate(nearer_last):
+        if score > best:
+            best, at = score, i
+        score += -1 if later else 1
+    if score > best:
+        at = len(steps)
+    return steps[at].start_ns if at < len(steps) else steps[-1].end_ns
 
 
 def _short_strays(intervals: Sequence[float], counts: Sequence[int], period: float, rate_hz: float
@@ -905,8 +995,15 @@ def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = N
     period = tl.clock.period_ns
     if not period:
         return [], 0.0
-    intervals = [iv for iv in tl.intervals
-                 if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
+    inside = [i for i, iv in enumerate(tl.intervals)
+              if (start_ns is None or iv.start_ns >= start_ns) and (end_ns is None or iv.end_ns <= end_ns)]
+    intervals = [tl.intervals[i] for i in inside]
+    if tl.clock.shift_ns is not None:
+        # counted on each side of a change (``clock.by_regimes``): as its clock counted them, not timed
+        # over the mean of both periods (a job 2x slower for a fifth of the window, 4 micro-batches a
+        # step: the gaps there timed 7 and 15 on the mean, where its own clock counted 4 and 8)
+        counted = counted_in(tl)
+        return _gaps(intervals, period, [counted[i] for i in inside])
     return _gaps(intervals, period, unseen=tl.clock.unseen)
 
 
@@ -1052,7 +1149,13 @@ def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
     stepped = by_optimizer(tl)
     if stepped is None or not stepped.clock.period_ns:
         return None
-    return _apart(stepped.clock.period_ns, period)
+    visits = stepped.clock.period_ns
+    if tl.clock.shift_ns is not None:
+        # the returns counted on each side of a change (``clock.by_regimes``): the faster side's
+        # optimizer step is k of its returns (the visits counted on each side, ``_visits_by_regimes``)
+        period = min(tl.clock.shift_ns)
+        visits = min(stepped.clock.shift_ns) if stepped.clock.shift_ns is not None else visits
+    return _apart(visits, period)
 
 
 def _apart(visits_ns: float, period_ns: float, where: str = "") -> tuple[str, bool] | None:
@@ -1257,7 +1360,7 @@ def accumulated(timelines: dict[str, Timeline], plans: dict[str, Plan], synchron
         out = {rank: replace(tl, clock=uneven_clock(tl.clock), step_floor=len(tl.intervals)) if tl.clock.known
                else tl for rank, tl in out.items()}
     if synchronized:
-        out = _shifted_on_peers(out)
+        out = _regimes_on_peers(timelines, _shifted_on_peers(out))
     return _visits_on_peers(timelines, out, agreeing(out, aligned)) if synchronized else out
 
 
@@ -1277,6 +1380,26 @@ def _shifted_on_peers(out: dict[str, Timeline]) -> dict[str, Timeline]:
                           step_floor=len(tl.steps))
             if tl.clock.known and tl.clock.shift_ns is None and not (tl.clock.mean and tl.clock.method == "wraps")
             else tl for rank, tl in out.items()}
+
+
+def _regimes_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -> dict[str, Timeline]:
+    """Synchronized ranks take the same steps: where one rank's returns found them change length
+    (``regimes_of``) and its optimizer's visits were counted on each side (``_visits_by_regimes``),
+    a peer whose visits one period counted (its returns too short to show the change: 50-ms
+    micro-batches at 100 Hz, a tenth unseen) has its visits counted on the same two sides. 4 ranks,
+    2x slower for 6.5 s of 30: the rank that found the change counted 129 optimizer steps for the
+    job's 132, its three peers 143-148 on one 200-ms period, and the ranks disagreed."""
+    source = next((regimes for tl in timelines.values() if (regimes := regimes_of(tl)) is not None), None)
+    if source is None:
+        return out
+    fixed = dict(out)
+    for rank, tl in out.items():
+        if (tl.clock.known and tl.clock.shift_ns is None and tl.micro_batches is None
+                and tl.clock.method in ("comb", "joint")):
+            stepped = by_optimizer(timelines[rank], regimes=source)
+            if stepped is not None and stepped.clock.known and stepped.clock.shift_ns is not None:
+                fixed[rank] = stepped
+    return fixed
 
 
 def _strays_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -> dict[str, Timeline]:
@@ -1322,9 +1445,10 @@ def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
     count = statistics.median(tl.step_count for tl in known)
     micro = {tl.micro_batches for tl in known}
     mean = all(tl.clock.mean for tl in known)   # the peers' step is their mean: so is this rank's
+    blurred = mean and all(tl.clock.blurred for tl in known)
     out = dict(agreed)
     for rank in waiting:
-        stepped = _visits_at(timelines[rank], ref, mean)
+        stepped = _visits_at(timelines[rank], ref, mean, blurred)
         # ...and the steps counted from them are the peers' (one window, one step): an off count
         # is gaps miscounted (k = 2 at 50 Hz, 20% jitter: 74 steps beside peers' 69-72, truth 70)
         if stepped is not None and abs(stepped.step_count - count) <= PEER_COUNT * count:
@@ -1332,7 +1456,7 @@ def _visits_on_peers(timelines: dict[str, Timeline], own: dict[str, Timeline],
     return out
 
 
-def _visits_at(tl: Timeline, period: float, mean: bool = False) -> Timeline | None:
+def _visits_at(tl: Timeline, period: float, mean: bool = False, blurred: bool = False) -> Timeline | None:
     """``tl`` in optimizer steps of ``period`` (its synchronized peers'), counted between its
     optimizer's visits where those sit on that period (``fit_at``); None where they do not, or
     where they are the returns themselves."""
@@ -1346,7 +1470,7 @@ def _visits_at(tl: Timeline, period: float, mean: bool = False) -> Timeline | No
         return None
     steps = expand(groups, fit.counts)
     clock = StepClock("joint", period, len(fit.counts) / sum(fit.counts), fit.concentration, typical_ns=period,
-                      edge_steps=_edges(tl, steps, period), mean=mean)
+                      edge_steps=_edges(tl, steps, period), mean=mean, blurred=blurred)
     return replace(tl, steps=steps, clock=clock, step_floor=None)
 
 

@@ -159,6 +159,9 @@ class StepClock:
     # the steps changed length within the window: each side's period (before, after), each side
     # counted on its own (``by_regimes``); period_ns is then their mean step
     shift_ns: tuple[float, float] | None = None
+    # typical_ns is the steps' mean (``mean``) because they are few samples long, and the samples'
+    # lag at each end can move their median where it cannot move their mean (``accumulation._visit_steps``)
+    blurred: bool = False
 
     @property
     def known(self) -> bool:
@@ -175,7 +178,7 @@ class StepClock:
         unseen boundary and edge steps (``dataclasses.replace``, without its cost per rank and tick)."""
         return StepClock("joint", self.period_ns, visible, None, self.reason, self.suggested_rate_hz,
                          self.step_upper_ns, self.typical_ns, unseen, edge_steps, mean=self.mean,
-                         shift_ns=self.shift_ns)
+                         shift_ns=self.shift_ns, blurred=self.blurred)
 
 
 def median_offset(points: Iterable[int], ref: Sequence[int]) -> float:

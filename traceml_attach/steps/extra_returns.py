@@ -132,8 +132,10 @@ def without_peers_returns(timelines: dict[str, Timeline], sync: bool) -> dict[st
     for rank, tl in timelines.items():
         typical = tl.clock.typical_ns
         # (not where the steps drift or changed length, given as their mean: a short step there may be
-        # one of the fast stretch's, 0.4 of the typical on a 2.5x ramp)
-        if typical is None or tl.step_floor is not None or tl.clock.mean or tl.clock.shift_ns is not None:
+        # one of the fast stretch's, 0.4 of the typical on a 2.5x ramp; a mean given for the blur of
+        # steps few samples long, ``StepClock.blurred``, is of steps on one period)
+        varied = tl.clock.mean and not tl.clock.blurred
+        if typical is None or tl.step_floor is not None or varied or tl.clock.shift_ns is not None:
             continue
         whole = round(sum(1 for s in tl.steps if s.covered) * (tl.clock.visible or 0.0))
         if whole >= MIN_STEPS:
