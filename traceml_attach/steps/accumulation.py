@@ -465,7 +465,7 @@ def _visit_steps(tl: Timeline, unseen: float | None, breaks: bool, given: Regime
     # are of two lengths or more, so the median seen may be the blur's; the mean, it leaves as it was.
     # 8 ranks of 2 micro-batches a step, 3 workers delivering in bursts, at 400 Hz over 30 s: steps of
     # 18 and 24 ms, one in three short (the job's median 23.2 ms, its mean 21.9), whose visits' lengths
-    # (8 to 38 ms) gave medians of 21.8-22.2 ms beside means within 1% of them (-4.6% to -6.3%)
+    # (8 to 38 ms) gave medians of 21.8-22.3 ms beside means within 1.7% of them (-4.6% to -6.3%)
     average = sum(s.dur_ns for s in steps) / len(steps)
     blurred = typical * tl.rate_hz / 1e9 < BLUR_SAMPLES and abs(typical / average - 1) <= BLURRED_AGREE
     varied = seen is not None and (uneven or in_valley(whole, seen) or by_turns(lengths, counts, seen))
@@ -1384,11 +1384,12 @@ def _shifted_on_peers(out: dict[str, Timeline]) -> dict[str, Timeline]:
 
 def _regimes_on_peers(timelines: dict[str, Timeline], out: dict[str, Timeline]) -> dict[str, Timeline]:
     """Synchronized ranks take the same steps: where one rank's returns found them change length
-    (``regimes_of``) and its optimizer's visits were counted on each side (``_visits_by_regimes``),
-    a peer whose visits one period counted (its returns too short to show the change: 50-ms
-    micro-batches at 100 Hz, a tenth unseen) has its visits counted on the same two sides. 4 ranks,
-    2x slower for 6.5 s of 30: the rank that found the change counted 129 optimizer steps for the
-    job's 132, its three peers 143-148 on one 200-ms period, and the ranks disagreed."""
+    (``regimes_of``), whatever its own count came to, a rank whose optimizer's visits one period
+    counted (its returns too short to show the change: 50-ms micro-batches at 100 Hz, a tenth unseen)
+    has them counted on the same two sides (``_visits_by_regimes``). 4 ranks, 2x slower for 6.5 s of
+    30: the rank that found the change counted 129 optimizer steps for the job's 132, its three peers
+    143-148 on one 200-ms period, and the ranks disagreed; over 10 s at 100 Hz the rank that found it
+    was left unknown, and its peers' one period gave the job's mean -8.2%."""
     source = next((regimes for tl in timelines.values() if (regimes := regimes_of(tl)) is not None), None)
     if source is None:
         return out
