@@ -321,7 +321,8 @@ def _mean_where_blurred(tl: Timeline) -> Timeline:
     typical = tl.clock.typical_ns
     if not typical or not tl.steps or typical * tl.rate_hz / 1e9 >= BLUR_SAMPLES:
         return tl
-    return replace(tl, clock=replace(tl.clock, typical_ns=sum(s.dur_ns for s in tl.steps) / len(tl.steps), mean=True))
+    return replace(tl, clock=replace(tl.clock, typical_ns=sum(s.dur_ns for s in tl.steps) / len(tl.steps), mean=True,
+                                     blurred=True))
 
 
 def _visits_timeline(tl: Timeline) -> Timeline | None:
