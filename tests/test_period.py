@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+import statistics
 
 import pytest
 
-from traceml_attach.policy import MIN_GIVEN_INTERVALS, MIN_INTERVALS
+from traceml_attach.policy import BLUR_MOVES, MIN_GIVEN_INTERVALS, MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
 from traceml_attach.steps.period import (
     PeriodFit,
     blur_moves,
+    deblurred_moves,
     fit_at,
     fit_period,
     suggested_rate_hz,
@@ -233,6 +236,31 @@ def test_the_blurs_move_of_a_median_is_the_brute_force_one(seed):
     assert blur_moves(steps, 400) == pytest.approx(want, abs=1e-4)
     # ...and only the skewed steps move beyond BLUR_MOVES's 3%
     assert (abs(want) > 0.03) == skewed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_blurs_move_of_a_median_is_found_from_the_steps_seen(seed):
+    # GIVEN steps of 30 ms, 40% of them slowed 1.3-2.2 times (the median at the short steps' edge),
+    # or jittering 5% around one length, or with a smooth tail of slower ones (the mean 4% over the
+    # median), each end seen at the first sample after it at 400 Hz (an exponential lag)
+    rng = random.Random(seed)
+    shape = ("skewed", "jitter", "tail")[seed % 3]
+    if shape == "skewed":
+        ran = [30e6 * (rng.uniform(1.3, 2.2) if rng.random() < 0.4 else rng.gauss(1, 0.02)) for _ in range(300)]
+    elif shape == "jitter":
+        ran = [30e6 * rng.gauss(1, 0.05) for _ in range(300)]
+    else:
+        ran = [30e6 * (1 + rng.expovariate(1 / 0.15)) for _ in range(300)]
+    ends = list(itertools.accumulate(ran, initial=0.0))
+    seen_at = [t + rng.expovariate(400) * 1e9 for t in ends]
+    seen = sorted(b - a for a, b in itertools.pairwise(seen_at))
+    true_move = statistics.median(seen) / statistics.median(ran) - 1
+    # WHEN the steps as the job ran them are recovered from those seen
+    moved = deblurred_moves(seen, 400)
+    # THEN the blur's move is found within a point and a half (a median of 300 seen steps strays by
+    # about that much by itself), and only the skewed steps' is beyond BLUR_MOVES's 3%
+    assert moved == pytest.approx(true_move, abs=0.015), (shape, true_move)
+    assert (abs(moved) > BLUR_MOVES) == (shape == "skewed"), (shape, moved, true_move)
 
 
 def test_a_few_boundaries_seen_ask_for_a_longer_window_and_a_faster_rate_only_where_they_go_unseen():

@@ -47,6 +47,13 @@ UNEVEN = {"truth_hand_written_slowed"}
 # of stop 78: the frameworks test's grad_accum job, twice); grouped by that period, it was 596 ms for
 # the job's median of 706 (-16%)
 DRIFTING = {"truth_grad_accum_drifting"}
+# ...and one whose median the samples' lag moved: a text tokenized in Python on the loader's line (its
+# garbage collections hold a step for 2-3 steps' time), every boundary seen at 400 Hz, 10 samples a
+# step, the steps' mean 17% over their median. The median seen, 25.8 ms, is 4.2% over the job's 24.7;
+# the steps recovered from the blur put that at +3.0% (``period.deblurred_moves``), beyond the 3%
+# a median is given at; its mean is not given either (its intervals of two steps' length could hide
+# more than 5% of the steps). It was given as known, 4.2% off, until stop 86
+BLURRED = {"truth_hand_written_text"}
 # Jobs slowed 2x mid-window by a busy loop joining their CPU (tests/record_fixtures.py SLOWED): each side
 # of the change counted on its own period, the mean step given (clock.by_regimes). grad_accum's
 # micro-batches went from ~80 to ~156 ms: one period counted them 8 to the optimizer step (+92% on
@@ -73,6 +80,11 @@ def test_a_recorded_job_gets_its_own_step_time(name: str):
             # no step time, saying why, and the steps surely seen: at most the job's, and most of them
             assert got.step_ms is None and got.clock is not None and "slow steps" in (got.clock.reason or "")
             assert 0.9 * want["steps"] <= got.steps <= want["steps"], (rank, got.steps, want)
+            continue
+        if name in BLURRED:
+            # no step time, saying why, and the steps counted within 3%
+            assert got.step_ms is None and "samples' lag" in ((got.clock and got.clock.reason) or ""), (rank, got.clock)
+            assert abs(got.steps - want["steps"]) <= max(1, 0.03 * want["steps"]), (rank, got.steps, want)
             continue
         if name in DRIFTING:
             # no step time, saying the true why: the steps varied, no return went unseen (since stop 80 the

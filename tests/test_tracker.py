@@ -102,7 +102,8 @@ def heavy(*names: str) -> list[Any]:
 
 
 # truth_hand_written_text: Python's garbage collections hold one stack for 2-3 steps' time while
-# py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live);
+# py-spy, its own counters say, sampled on (slow steps, not drop-outs; the chance cut moves live), and
+# the samples' lag moves its median (unknown since stop 86, at every tick as in the batch);
 # truth_hand_written_log: a loss tensor formatted into a print on a job without a GPU (logging);
 # truth_ddp_raised: a rate raised mid-window, whose optimizer's visits before the raise are weighed too;
 # truth_hf_trainer_accum4_input: HF's 4 micro-batches fetched before the first, its steps begun by the
@@ -125,7 +126,10 @@ def test_recorded_streams_get_the_batch_analysis_at_every_tick(name):
         assert not problems, (round((end - rec.time_range()[0]) / NS, 1), problems)
         seen.append(got)
     assert len(seen) >= 70
-    assert all(r.step_ms is not None for r in seen[-1].ranks)
+    if name == "truth_hand_written_text":   # its median the samples' lag moved (test_recorded_steps BLURRED)
+        assert all(r.step_ms is None and "samples' lag" in ((r.clock and r.clock.reason) or "") for r in seen[-1].ranks)
+    else:
+        assert all(r.step_ms is not None for r in seen[-1].ranks)
 
 
 JOBS = {
@@ -436,11 +440,14 @@ def test_synchronized_ranks_share_the_median_of_their_own_typical_steps_live_as_
     _, truths = simulate(build(pt)[0], 400, 10.0, seed=pt.seed)
     got = live_at_once("uneven:20:0.4:300:8:235001", 400)
     # THEN live too, every rank given a step time is within 5% of the job's median step (it gave the
-    # reference's, +5.4%, while the batch gave the ranks' median)
+    # reference's, +5.4%, while the batch gave the ranks' median), or, given the mean, said so (since
+    # stop 86 the samples' lag is found to move six ranks' medians 3% or more), of the job's mean
     lo, hi = got.start_ns or 0, got.end_ns or 0
     known = [(r, t) for r, t in zip(got.ranks, truths, strict=True) if r.step_ms is not None]
     assert len(known) >= 7
-    assert all(abs(r.step_ms / t.median_step_ms(lo, hi) - 1) <= 0.05 for r, t in known), [r.step_ms for r, _ in known]
+    for r, t in known:
+        ms = t.mean_step_ms(lo, hi) if r.clock is not None and r.clock.mean else t.median_step_ms(lo, hi)
+        assert abs(r.step_ms / ms - 1) <= 0.05, (r.rank, r.step_ms, ms)
 
 
 

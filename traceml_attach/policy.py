@@ -409,14 +409,23 @@ MEDIAN_RANKS = 0.05   # steady_median: the median holds over this share of the s
 NEAR_MEDIAN = 0.10    # and at least NEAR_SHARE of the steps are this close to it (a jitter of 20%:
 NEAR_SHARE = 0.25     # 38% of the steps are)
 # A median of steps between boundaries all seen, skewed by slow ones (their mean over it by more
-# than BLUR_SKEW) and under BLUR_SAMPLES samples a step, holds only where the sampling's blur,
-# applied once more, moves it by at most BLUR_MOVES (batch_timeline.judged_blurred): one slow step
-# in three among 25-ms ones at 400 Hz gave +5.4%, and blurred again it moved +5.8%; on two jobs whose
-# phases jitter 20% it moved 0.3% and 1.4%. BLUR_ITERATIONS halvings find the blurred median.
+# than BLUR_SKEW) and under BLUR_SAMPLES samples a step, holds only where the sampling's blur moved it
+# by at most BLUR_MOVES by both of two measures (batch_timeline.judged_blurred): blurred once more
+# (period.blur_moves, BLUR_ITERATIONS halvings find the blurred median), and the steps as the job ran
+# them recovered from the seen ones (period.deblurred_moves). One slow step in three among 25-ms ones
+# at 400 Hz gave +5.4%, and blurred again it moved +5.8%; on two jobs whose phases jitter 20% it
+# moved 0.3% and 1.4%. 40% of 30-ms steps slowed 1.3-2.2 times at 400 Hz: the median seen 7.4% long,
+# more blur moved it 2%, the steps recovered put it at +6.4%; that move is found within about 1.5% on
+# 300 steps (s.d., tests/test_period.py). The deconvolution's grid: DEBLUR_BINS bins a sampling
+# interval, DEBLUR_SPAN intervals either side of the median, DEBLUR_ITERATIONS rounds (3.4 ms a rank
+# judged).
 BLUR_SKEW = 0.025
 BLUR_SAMPLES = 30.0
 BLUR_MOVES = 0.03
 BLUR_ITERATIONS = 24
+DEBLUR_BINS = 2
+DEBLUR_SPAN = 10
+DEBLUR_ITERATIONS = 150
 # Optimizer steps under BLUR_SAMPLES samples counted on the optimizer's visits, whose median is within this
 # of their mean, are given their mean, said so (accumulation._visit_steps): the blur leaves the two alike
 # whatever the job's steps, and moves only the median (8 ranks of 18- and 24-ms steps at 400 Hz: -4.6 to -6.3%

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from traceml_attach.policy import (
     AGREE,
     BLUR_ITERATIONS,
+    DEBLUR_BINS,
+    DEBLUR_ITERATIONS,
+    DEBLUR_SPAN,
     GIVEN_RAYLEIGH_Z,
     HARMONIC_KEEP,
     INLIER,
@@ -268,6 +271,55 @@ def blur_moves(steps: Sequence[float], rate_hz: float) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if below(mid) < 0.5 else (lo, mid)
     return (lo + hi) / 2 * b / median
+
+
+def deblurred_moves(steps: Sequence[float], rate_hz: float) -> float:
+    """How far the sampling's blur moved the median of ``steps`` (sorted, each between two boundaries
+    seen), relative to it: the steps as the job ran them are recovered from those seen, whose ends
+    were each seen at the first sample after them (an exponential lag of 1/rate; their difference a
+    Laplace spread of that scale), by Richardson-Lucy deconvolution on a grid of DEBLUR_BINS bins a
+    sampling interval, DEBLUR_SPAN intervals either side of the median (DEBLUR_ITERATIONS rounds;
+    the steps beyond it are counted where they lie). The spread moves most the median of a tight
+    cluster of steps with slow ones beside it, which sits at the cluster's edge: 60% of steps of
+    30 ms among slower ones, at 400 Hz, were seen with a median of 32.6 ms; unblurred, 30.6 (the
+    job's 30.4). Blurring the seen steps once more moved it only 2% (the spread of an already spread
+    cluster moves its edge less), which let a median 7% off stand until stop 86."""
+    m = len(steps)
+    median = statistics.median(steps) if m else 0.0
+    if m < MIN_INTERVALS or rate_hz <= 0 or median <= 0:
+        return 0.0
+    w = 1e9 / rate_hz / DEBLUR_BINS
+    n = 2 * DEBLUR_SPAN * DEBLUR_BINS + 1
+    start = median - DEBLUR_SPAN * DEBLUR_BINS * w   # bin i holds the steps within w/2 of start + i·w
+    below = bisect.bisect_left(steps, start - w / 2)
+    seen = [0.0] * n
+    for d in steps[below:bisect.bisect_left(steps, start + (n - 0.5) * w)]:
+        seen[min(n - 1, round((d - start) / w))] += 1
+    q = math.exp(-1 / DEBLUR_BINS)   # the Laplace spread from one bin to the next
+    scale = (1 - q) / (1 + q)
+
+    def spread(x: list[float]) -> list[float]:   # x spread by the Laplace: two exponential sweeps
+        out, acc = [0.0] * n, 0.0
+        for i in range(n):
+            acc = x[i] + q * acc
+            out[i] = acc
+        acc = 0.0
+        for i in range(n - 1, -1, -1):
+            out[i] = (out[i] + q * acc) * scale
+            acc = x[i] + q * acc
+        return out
+
+    kept = spread([1.0] * n)   # what each bin's steps leave on the grid
+    ran = [sum(seen) / n] * n
+    for _ in range(DEBLUR_ITERATIONS):
+        ratio = [s / p if p > 0 else 0.0 for s, p in zip(seen, spread(ran), strict=True)]
+        ran = [r * back / k for r, back, k in zip(ran, spread(ratio), kept, strict=True)]
+    half, acc = m / 2 - below, 0.0
+    for i, r in enumerate(ran):
+        if acc + r >= half and r > 0:
+            return median / (start + (i - 0.5 + (half - acc) / r) * w) - 1
+        acc += r
+    return median / (start + (n - 0.5) * w) - 1
 
 
 def in_valley(whole: Sequence[float], median: float) -> bool:
