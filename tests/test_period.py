@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from traceml_attach.policy import BLUR_MOVES, MIN_GIVEN_INTERVALS, MIN_INTERVALS
+from traceml_attach.policy import BLUR_MOVES, DEBLUR_MIN_STEPS, MIN_GIVEN_INTERVALS, MIN_INTERVALS
 from traceml_attach.steps.clock import SHORT, unknown_clock
 from traceml_attach.steps.period import (
     PeriodFit,
@@ -261,6 +261,8 @@ def test_the_blurs_move_of_a_median_is_found_from_the_steps_seen(seed):
     # about that much by itself), and only the skewed steps' is beyond BLUR_MOVES's 3%
     assert moved == pytest.approx(true_move, abs=0.015), (shape, true_move)
     assert (abs(moved) > BLUR_MOVES) == (shape == "skewed"), (shape, moved, true_move)
+    # ...and on fewer steps than DEBLUR_MIN_STEPS, where its median strays as far as the bar, nothing
+    assert deblurred_moves(sorted(seen[:DEBLUR_MIN_STEPS - 1]), 400) == 0.0
 
 
 def test_a_few_boundaries_seen_ask_for_a_longer_window_and_a_faster_rate_only_where_they_go_unseen():

@@ -446,13 +446,17 @@ def test_a_known_step_of_few_samples_is_advised_the_rate_that_times_it():
     # (to every rank, as one that times an unknown step: read from the change on)
     advised = advise_rates(rec, an.pids, an.timelines, an.end_ns or 0)
     assert {(a.rank, a.rate_hz, a.refines) for a in advised} == {("0", 250, False), ("1", 250, False)}
-    # AND at that rate every rank's step is within 5% of the job's median, and stays there (neither
-    # raised again nor lowered)
+    # AND at that rate every rank's step is within 5% of the job's median, or given as the mean, said
+    # so, within 5% of the job's mean (since stop 86 the steps recovered from the blur put its move on
+    # the median at 3% or more: the mean, 87.0 ms for 87.0, where the median had been 82.6 for 81.6),
+    # and stays there (neither raised again nor lowered)
     rec, truths = simulate(the_job, rate, 10.0, seed=pt.seed)
     an = analyze(rec, RULES)
+    lo, hi = an.start_ns or 0, an.end_ns or 0
     for r, truth in zip(an.ranks, truths, strict=True):
         assert r.step_ms is not None
-        assert abs(r.step_ms / truth.median_step_ms(an.start_ns or 0, an.end_ns or 0) - 1) <= 0.05
+        ms = truth.mean_step_ms(lo, hi) if r.clock is not None and r.clock.mean else truth.median_step_ms(lo, hi)
+        assert abs(r.step_ms / ms - 1) <= 0.05, (r.rank, r.step_ms, ms)
     tl = an.timelines["0"]
     assert faster(tl) is None and slower(tl, 100) is None
 

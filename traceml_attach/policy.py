@@ -418,7 +418,9 @@ NEAR_SHARE = 0.25     # 38% of the steps are)
 # more blur moved it 2%, the steps recovered put it at +6.4%; that move is found within about 1.5% on
 # 300 steps (s.d., tests/test_period.py). The deconvolution's grid: DEBLUR_BINS bins a sampling
 # interval, DEBLUR_SPAN intervals either side of the median, DEBLUR_ITERATIONS rounds (3.4 ms a rank
-# judged).
+# judged). Not on fewer than DEBLUR_MIN_STEPS steps: steps with a smooth tail of slower ones (the mean
+# 4% over the median), whose median the blur barely moves, were said moved beyond 3% in 9 of 60 draws
+# of 100 steps (the recovered move's s.d. 2.1%), 2 of 60 of 150, 1 of 60 of 300.
 BLUR_SKEW = 0.025
 BLUR_SAMPLES = 30.0
 BLUR_MOVES = 0.03
@@ -426,6 +428,7 @@ BLUR_ITERATIONS = 24
 DEBLUR_BINS = 2
 DEBLUR_SPAN = 10
 DEBLUR_ITERATIONS = 150
+DEBLUR_MIN_STEPS = 150
 # Optimizer steps under BLUR_SAMPLES samples counted on the optimizer's visits, whose median is within this
 # of their mean, are given their mean, said so (accumulation._visit_steps): the blur leaves the two alike
 # whatever the job's steps, and moves only the median (8 ranks of 18- and 24-ms steps at 400 Hz: -4.6 to -6.3%

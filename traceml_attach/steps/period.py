@@ -30,6 +30,7 @@ from traceml_attach.policy import (
     BLUR_ITERATIONS,
     DEBLUR_BINS,
     DEBLUR_ITERATIONS,
+    DEBLUR_MIN_STEPS,
     DEBLUR_SPAN,
     GIVEN_RAYLEIGH_Z,
     HARMONIC_KEEP,
@@ -244,7 +245,8 @@ def blur_moves(steps: Sequence[float], rate_hz: float) -> float:
     """How far the sampling's blur moves the median of ``steps`` (sorted, each between two boundaries
     seen), relative: blurred once more as the samples blurred them (each end seen at the first sample
     after it, an exponential lag of 1/rate; their difference a Laplace spread of that scale), their
-    median moves about as far as the first blur moved it (simulation-extrapolation)."""
+    median moves about as far as the first blur moved it (simulation-extrapolation). Not so at the
+    edge of a tight cluster of steps, which the first blur moved most (``deblurred_moves``)."""
     m = len(steps)
     median = statistics.median(steps) if m else 0.0
     if m < MIN_INTERVALS or rate_hz <= 0 or median <= 0:
@@ -283,10 +285,11 @@ def deblurred_moves(steps: Sequence[float], rate_hz: float) -> float:
     cluster of steps with slow ones beside it, which sits at the cluster's edge: 60% of steps of
     30 ms among slower ones, at 400 Hz, were seen with a median of 32.6 ms; unblurred, 30.6 (the
     job's 30.4). Blurring the seen steps once more moved it only 2% (the spread of an already spread
-    cluster moves its edge less), which let a median 7% off stand until stop 86."""
+    cluster moves its edge less), which let a median 7% off stand until stop 86. Nothing (0) under
+    DEBLUR_MIN_STEPS steps, where the recovered steps' median strays as far as the bar."""
     m = len(steps)
     median = statistics.median(steps) if m else 0.0
-    if m < MIN_INTERVALS or rate_hz <= 0 or median <= 0:
+    if m < DEBLUR_MIN_STEPS or rate_hz <= 0 or median <= 0:
         return 0.0
     w = 1e9 / rate_hz / DEBLUR_BINS
     n = 2 * DEBLUR_SPAN * DEBLUR_BINS + 1
