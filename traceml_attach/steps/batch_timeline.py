@@ -31,6 +31,7 @@ from traceml_attach.policy import (
     BLUR_MOVES,
     BLUR_SAMPLES,
     BLUR_SKEW,
+    BLUR_UNSEEN,
     DEFAULT_RATE_POLICY,
     DROPOUT_WAIT,
     MAX_SPAN_GAP_INTERVALS,
@@ -423,7 +424,8 @@ def step_skew(tl: Timeline, typical_ns: float) -> float:
 
 def judged_blurred(tl: Timeline) -> Timeline:
     """``tl`` with its median step unknown where every boundary was seen (by this rank: e^-λ at most
-    MAX_UNSEEN), the steps are skewed by slow ones (their mean over their median by more than
+    MAX_UNSEEN; on a comb, or on the boundaries its peers saw too, at most BLUR_UNSEEN), the steps
+    are skewed by slow ones (their mean over their median by more than
     BLUR_SKEW) and few samples long (under BLUR_SAMPLES), and the sampling's blur moved their median
     by more than BLUR_MOVES by either of two measures: blurred once more (``period.blur_moves``), or
     the steps as the job ran them recovered from those seen (``period.deblurred_moves``). The median
@@ -435,8 +437,10 @@ def judged_blurred(tl: Timeline) -> Timeline:
     recovered put at +6.4%. Each misses some the other finds (stop 86: docs/steps.md)."""
     clock = tl.clock
     typical = clock.typical_ns
-    if (not clock.known or clock.mean or typical is None or clock.unseen is None or clock.unseen > MAX_UNSEEN
-            or clock.method not in ("wraps", "joint") or typical * tl.rate_hz / 1e9 >= BLUR_SAMPLES or not tl.steps):
+    if (not clock.known or clock.mean or typical is None or clock.unseen is None
+            or clock.unseen > (MAX_UNSEEN if clock.method == "wraps" else BLUR_UNSEEN)
+            or clock.method not in ("wraps", "joint", "comb") or typical * tl.rate_hz / 1e9 >= BLUR_SAMPLES
+            or not tl.steps):
         return tl
     if step_skew(tl, typical) <= BLUR_SKEW:
         return tl
@@ -444,7 +448,8 @@ def judged_blurred(tl: Timeline) -> Timeline:
     moved = max(blur_moves(steps, tl.rate_hz), deblurred_moves(steps, tl.rate_hz), key=abs)
     if abs(moved) <= BLUR_MOVES:
         return tl
-    reason = (f"the steps, every boundary seen, are skewed by slow ones, and the samples' lag at each end moves "
+    seen = "every boundary seen" if clock.unseen <= MAX_UNSEEN else f"all but {clock.unseen:.0%} of the boundaries seen"
+    reason = (f"the steps, {seen}, are skewed by slow ones, and the samples' lag at each end moves "
               f"their median by about {moved:+.0%}: too uneven for a median "
               f"within {100 * MAX_STEP_ERROR:.0f}% at {tl.rate_hz} Hz (irregular steps)")
     # a faster rate shrinks the lag: the one that gives the median BLUR_SAMPLES (diagnose/rate.faster)
