@@ -236,6 +236,18 @@ def test_a_comb_median_the_lag_moved_on_ranks_that_saw_nearly_every_boundary_is_
     assert any("of the boundaries seen" in ((r.clock and r.clock.reason) or "") for r in an.ranks)
 
 
+@pytest.mark.parametrize("spec", ["uneven:50:0.4:200:1:348000", "uneven:30:0.4:300:1:292000"])
+def test_a_rank_alone_whose_comb_took_slow_steps_for_two_is_not_timed(spec):
+    # GIVEN one process of ~50-ms (~30-ms) steps whose input runs 1.3-2.2x as long in 40% of them, at
+    # 400 Hz over 30 s, e^-λ 13% (10%): its comb of 48.6 ms counted 602 steps for the job's 469 and
+    # gave -14% (-10%), counting 198 steps hidden where its unseen boundaries hide about 62
+    an, truths, lo, hi = grid_window(spec, 400, 30.0)
+    (r,), (truth,) = an.ranks, truths
+    # THEN its step is unknown, saying that its intervals counted as two are shorter than two others
+    assert r.step_ms is None, (r.step_ms, truth.median_step_ms(lo, hi), r.steps, truth.steps_in(lo, hi))
+    assert r.clock is not None and "shorter than two of the others" in (r.clock.reason or ""), r.clock
+
+
 def test_a_peer_on_the_shared_period_of_ranks_whose_lag_moves_their_median_is_given_their_mean():
     # GIVEN 4 synchronized ranks of ~36-ms steps whose 6 DataLoader workers deliver in bursts, at the
     # 400 Hz the attacher raises them to: every boundary seen, and on three ranks the samples' lag

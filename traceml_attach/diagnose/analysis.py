@@ -138,7 +138,7 @@ def _counted_once(timelines: dict[str, Timeline], earlier: dict[str, tuple[list[
         timelines, note = share_period(unioned)
     plans = {rank: with_earlier(plan_of(tl), *earlier.get(rank, ((), 0.0))) for rank, tl in timelines.items()}
     timelines = accumulated(timelines, plans, sync)
-    slow = slow_clock(timelines, counted_of(timelines)) if sync else None
+    slow = slow_clock(timelines, counted_of(timelines), sync)
     if slow is not None:
         timelines = {r: without_period(t, replace(slow, unseen=t.clock.unseen)) for r, t in timelines.items()}
     timelines = split_by_peers(noted(with_mean(timelines, sync), note), sync)

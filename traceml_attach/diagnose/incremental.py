@@ -210,7 +210,7 @@ class IncrementalAnalyzer:
             if change is not None:
                 plans[rank] = with_earlier(plan, *visit_gaps(change[1], start, change[0]))
         timelines = accumulated(timelines, plans, sync)
-        slow = slow_clock(timelines, lambda rank, period: by_rank[rank].counted_at(period)) if sync else None
+        slow = slow_clock(timelines, lambda rank, period: by_rank[rank].counted_at(period), sync)
         if slow is not None:
             for tracker in by_rank.values():
                 tracker.count_ones()

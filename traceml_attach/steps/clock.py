@@ -55,6 +55,7 @@ from traceml_attach.steps.period import (
     steady_median,
     strays,
     suggested_rate_hz,
+    twos_short,
 )
 
 
@@ -524,6 +525,18 @@ def worked(step: Step, n: int, work: Work | None) -> int | None:
     if step.work_ns < work.step_ns * (1 + n) / 2:
         return 1
     return n if work.several and (step.stalled or not step.held) else None
+
+
+def lengths_say_slow(intervals: Sequence[Step], durations: Sequence[float], counts: Sequence[int]) -> bool:
+    """``period.twos_short`` on the intervals (``durations``, counted as ``counts``) whose steps the
+    thread's time on a CPU leaves undecided (``worked``): where it says how many steps an interval
+    holds, that decides. A sampler starved for a core hides boundaries by the dozen, and steps slowed
+    on other work stretch some intervals as long as two: their lengths alone mix the two kinds
+    (stop 87: a 32-ms job, a third of its steps slowed up to twice, its sampler waiting 8 ms 25
+    times a second, had its 297 steps counted right by their work and would have lost them)."""
+    work = one_work(intervals, counts)
+    kept = [(d, n) for step, d, n in zip(intervals, durations, counts, strict=True) if worked(step, n, work) is None]
+    return twos_short([d for d, _ in kept], [n for _, n in kept])
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,7 +63,7 @@ from traceml_attach.steps.batch_timeline import (
     stalled,
 )
 from traceml_attach.steps.classify import Rules, classify
-from traceml_attach.steps.clock import StepClock, edge_steps, typical_step
+from traceml_attach.steps.clock import StepClock, edge_steps, lengths_say_slow, typical_step
 from traceml_attach.steps.hotframes import HotFrame, hot_frames_of
 from traceml_attach.steps.live_counters import CounterJoin
 from traceml_attach.steps.live_intervals import IntervalWindow
@@ -71,7 +71,7 @@ from traceml_attach.steps.live_spans import SpanWindow
 from traceml_attach.steps.live_stacks import StackInfo, dominant_place, pick_loop, visits_of, where, window_outputs
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, loop_candidates, thread_label
 from traceml_attach.steps.movinglog import Log
-from traceml_attach.steps.period import counted_at, visit_samples, visits_vary
+from traceml_attach.steps.period import counted_at, map_counts, visit_samples, visits_vary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import StepTotals
 
@@ -105,7 +105,7 @@ class RankTracker(SpanWindow):
         self._hot: dict[str, list[HotFrame]] | None = None
         self._hot_due = 0
         self._hot_epoch = -1
-        self._counted: tuple[tuple, tuple[bool, bool, int]] | None = None
+        self._counted: tuple[tuple, tuple[bool, bool, int, bool]] | None = None
         self._reset_thread()
 
     def _reset_thread(self) -> None:
@@ -495,22 +495,26 @@ class RankTracker(SpanWindow):
     def quality(self) -> tuple[float, float, float]:
         return self.window.quality
 
-    def counted_at(self, period: float) -> tuple[int, float | None, int, Callable[[], tuple[bool, bool, int]]]:
+    def counted_at(self, period: float) -> tuple[int, float | None, int, Callable[[], tuple[bool, bool, int, bool]]]:
         """``sync.slow_not_unseen``'s view of this rank's intervals at ``period`` (``sync._counted``
         for a batch timeline): the steps they count as now (on the shared clock) for the screen;
         the rest worked out only when asked, and kept while the intervals, their e^-λ, the visits
         and the period stay the same."""
         records, unseen = self.window.records, self.clock.unseen
 
-        def exact() -> tuple[bool, bool, int]:
+        def exact() -> tuple[bool, bool, int, bool]:
             key = (period, unseen, self.rate_hz, len(records), records[0].rid if records else None,
                    records[-1].rid if records else None, len(self.visits), self.visit_ns)
             if self._counted is None or self._counted[0] != key:
                 vary = visits_vary([ns for _, ns in self.visits], self.rate_hz)
                 durations = [float(r.dur) for r in records]
-                unsure, steps = (counted_at(durations, period, unseen, self.rate_hz)
-                                 if len(records) >= MIN_INTERVALS and unseen is not None else (False, len(records)))
-                self._counted = key, (vary, unsure, steps)
+                if len(records) >= MIN_INTERVALS and unseen is not None:
+                    unsure, steps = counted_at(durations, period, unseen, self.rate_hz)
+                    short = lengths_say_slow([r.step for r in records], durations,
+                                             map_counts(durations, period, unseen, self.rate_hz))
+                else:
+                    unsure, steps, short = False, len(records), False
+                self._counted = key, (vary, unsure, steps, short)
             return self._counted[1]
 
         return len(records), unseen, self.window.n_total, exact

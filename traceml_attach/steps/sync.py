@@ -38,6 +38,7 @@ from traceml_attach.steps.clock import (
     StepClock,
     edge_steps,
     expand_counted,
+    lengths_say_slow,
     median_offset,
     shared_unseen,
     sure_counts,
@@ -230,20 +231,23 @@ def varied_clock(rank: str) -> StepClock:
 # boundary goes unseen (e^-λ; None where unmeasured), the steps they count as now (a screen), and
 # what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
 # much for it to bound anything (period.visits_vary), whether too many of their counts are unsure,
-# and the steps they count (period.counted_at)
-Counted = tuple[int, float | None, int, Callable[[], tuple[bool, bool, int]]]
+# and the steps they count (period.counted_at), and whether those counted as two steps are shorter
+# than two counted as one (period.twos_short)
+Counted = tuple[int, float | None, int, Callable[[], tuple[bool, bool, int, bool]]]
 
 
-def slow_clock(timelines: dict[str, Timeline], counted: Callable[[str, float], Counted]) -> StepClock | None:
+def slow_clock(timelines: dict[str, Timeline], counted: Callable[[str, float], Counted], sync: bool
+               ) -> StepClock | None:
     """The clock of synchronized ranks (``share_period``, ``share_tracked``, then gradient
-    accumulation) counted on a reference's comb that took slow steps for several
-    (``slow_not_unseen``), or None. ``counted`` gives a rank's intervals counted at a period
+    accumulation; ``sync``), or of a rank alone, counted on a reference's comb that took slow steps
+    for several (``slow_not_unseen``), or None. ``counted`` gives a rank's intervals counted at a period
     (``counted_of`` for a batch timeline, ``RankTracker.counted_at`` live). Not where a rank's
     steps are optimizer steps of several micro-batches: the comb was the micro-batches', and the
     optimizer's visits counted the steps (a straggler's all-reduce in the last micro-batch
     makes them uneven, and they are no steps of their own)."""
     combs = [tl.clock.period_ns for tl in timelines.values() if tl.clock.method == "comb"]
-    if len(combs) != 1 or combs[0] is None or any(tl.micro_batches != 1 for tl in timelines.values()):
+    if (not sync and len(timelines) != 1) or len(combs) != 1 or combs[0] is None \
+            or any(tl.micro_batches != 1 for tl in timelines.values()):
         return None
     period = combs[0]
     return slow_not_unseen([counted(rank, period) for rank in timelines], period)
@@ -259,11 +263,12 @@ def _counted(tl: Timeline, period: float) -> Counted:
     counted again at ``period`` only when asked."""
     durations = [float(s.counted_ns) for s in tl.intervals]
 
-    def exact() -> tuple[bool, bool, int]:
-        unsure, steps = (counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
-                         if len(durations) >= MIN_INTERVALS and tl.clock.unseen is not None
-                         else (False, len(durations)))
-        return tl.visits_vary, unsure, steps
+    def exact() -> tuple[bool, bool, int, bool]:
+        if len(durations) < MIN_INTERVALS or tl.clock.unseen is None:
+            return tl.visits_vary, False, len(durations), False
+        unsure, steps = counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
+        short = lengths_say_slow(tl.intervals, durations, map_counts(durations, period, tl.clock.unseen, tl.rate_hz))
+        return tl.visits_vary, unsure, steps, short
 
     return len(durations), tl.clock.unseen, len(tl.steps), exact
 
@@ -275,39 +280,49 @@ def _hidden(ranks: Sequence[tuple[int, float, int]]) -> tuple[int, float]:
             sum(intervals * unseen / (1 - unseen) for intervals, unseen, _ in ranks))
 
 
-def beyond_chance(hidden: int, expected: float, bar: float = 1.0) -> bool:
-    """More steps hidden than ``bar`` times SLOW_HIDDEN times the expected, plus three standard
-    deviations and three."""
-    return hidden > bar * (SLOW_HIDDEN * expected + 3 * math.sqrt(expected) + 3)
+def beyond_chance(hidden: int, expected: float, bar: float = 1.0, times: float = SLOW_HIDDEN) -> bool:
+    """More steps hidden than ``bar`` times: ``times`` the expected, plus three standard deviations
+    and three."""
+    return hidden > bar * (times * expected + 3 * math.sqrt(expected) + 3)
 
 
 def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None:
-    """The clock of synchronized ranks whose reference fitted a comb at ``period`` where its long
-    intervals are slow steps rather than boundaries unseen; None where the period stands. Of the
-    ranks with MIN_INTERVALS and a measured e^-λ on visits alike enough for it to bound anything,
-    most cannot tell their intervals of one step from two at that period (``too_ambiguous``), and
-    together they count more steps hidden in their intervals than SLOW_HIDDEN times what e^-λ
-    expects, beyond chance: the ranks take the same steps, so one rank that passed its own checks
+    """The clock of synchronized ranks, or of a rank alone, whose reference fitted a comb at
+    ``period`` where its long intervals are slow steps rather than boundaries unseen; None where the
+    period stands. Of the ranks with MIN_INTERVALS and a measured e^-λ on visits alike enough for it
+    to bound anything, they count more steps hidden in their intervals than e^-λ expects, beyond
+    chance, and their counts or their lengths say so too: where there are several, SLOW_HIDDEN
+    times as many, and most cannot tell their intervals of one step from two at that period
+    (``too_ambiguous``): the ranks take the same steps, so one rank that passed its own checks
     passed them by chance, and the period, the median split of the slow steps, is no step
-    (policy.SLOW_HIDDEN). The steps as counted screen first, at half the bar: the rest costs a
-    count of every interval of every rank, which a live tick of 64 ranks cannot pay every second."""
+    (policy.SLOW_HIDDEN); a rank alone, its intervals of two steps are shorter than two of one
+    (``clock.lengths_say_slow``, policy.TWOS_SHORT_Z), which boundaries hidden where e^-λ is wrong
+    (the visits it is measured on unlike a step's) do not make. The steps as counted screen first, at half the
+    bar: the rest costs a count of every interval of every rank, which a live tick of 64 ranks
+    cannot pay every second."""
     judged = [(n, u, steps, exact) for n, u, steps, exact in ranks if u is not None and u < 1 and n >= MIN_INTERVALS]
-    if len(judged) < 2 or not beyond_chance(*_hidden([(n, u, steps) for n, u, steps, _ in judged]), bar=0.5):
+    if not judged or not beyond_chance(*_hidden([(n, u, steps) for n, u, steps, _ in judged]), bar=0.5):
         return None
-    kept, unsure_ranks = [], 0
+    kept, unsure_ranks, short_ranks = [], 0, 0
     for n, u, _, exact in judged:
-        vary, unsure, steps = exact()
+        vary, unsure, steps, short = exact()
         if not vary:
             kept.append((n, u, steps))
             unsure_ranks += unsure
+            short_ranks += short
     hidden, expected = _hidden(kept)
-    if len(kept) < 2 or 2 * unsure_ranks <= len(kept) or not beyond_chance(hidden, expected):
+    if len(kept) == 1 and len(ranks) == 1 and short_ranks and beyond_chance(hidden, expected, times=1.0):
+        why = "and those counted as two steps are shorter than two of the others"
+    elif len(kept) >= 2 and beyond_chance(hidden, expected) and 2 * unsure_ranks > len(kept):
+        why = f"and {unsure_ranks} of {len(kept)} ranks cannot tell their intervals of one step from two there"
+    else:
         return None
-    reason = (f"the synchronized ranks' intervals fit a step of {period / 1e6:.1f} ms only by counting {hidden} "
+    whose = "synchronized ranks'" if len(ranks) > 1 else "rank's"
+    reason = (f"the {whose} intervals fit a step of {period / 1e6:.1f} ms only by counting {hidden} "
               f"steps hidden in longer ones, where the boundaries they leave unseen would hide about "
-              f"{expected:.0f}, and {unsure_ranks} of {len(kept)} ranks cannot tell their intervals of one step from "
-              "two there: the long intervals are slow steps (an input pipeline, or other work on the cores, slowing "
-              f"some steps), too uneven for their median to be given within {100 * MAX_STEP_ERROR:.0f}%")
+              f"{expected:.0f}, {why}: the long intervals are slow steps (an input pipeline, or other work on the "
+              "cores, slowing some steps), too uneven for their median to be given within "
+              f"{100 * MAX_STEP_ERROR:.0f}%")
     return StepClock("unknown", None, reason=reason, cause=UNEVEN)
 
 
