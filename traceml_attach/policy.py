@@ -499,11 +499,13 @@ MIN_STEADY = 20
 # recorded ones unknown: 2 gloo ranks whose sampler starved for a core (39 hidden for 10), and, rank
 # by rank, a GPU job's single rank (40 hidden for 1.2 expected).
 SLOW_HIDDEN = 2.0
-# A rank alone (no peers to agree with) whose comb counts steps hidden beyond chance
-# (sync.beyond_chance) has slow steps for long intervals only where its lengths say so too: its
-# intervals counted as two steps shorter than two of those counted as one by more than this many
-# standard errors of their ratio (period.twos_short). Boundaries unseen by chance leave intervals
-# of two steps as long as two.
+# A rank alone (no peers to agree with) whose comb counts more steps hidden than its e^-λ expects,
+# beyond chance (sync.beyond_chance, once the expected), has slow steps for long intervals only
+# where its lengths say so too: its intervals counted as two steps shorter than two of those counted
+# as one by more than this many standard errors of their ratio (period.twos_short), on the intervals
+# its CPU time leaves undecided (clock.lengths_say_slow). Boundaries unseen by chance, or where e^-λ
+# says too little (a GPU job's single rank, 40 hidden for 1.2 expected: ratio 1.10), leave intervals
+# of two steps as long as two; slow steps taken for two were 0.86-0.92 of it on the grid (stop 87).
 TWOS_SHORT_Z = 3.0
 # Returns that vary too much on a synchronized rank that saw them all are said to be micro-batches
 # of longer optimizer steps only where the intervals the optimizer was seen in are the long ones, by

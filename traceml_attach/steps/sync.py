@@ -232,7 +232,7 @@ def varied_clock(rank: str) -> StepClock:
 # what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
 # much for it to bound anything (period.visits_vary), whether too many of their counts are unsure,
 # and the steps they count (period.counted_at), and whether those counted as two steps are shorter
-# than two counted as one (period.twos_short)
+# than two counted as one, where its CPU time does not decide them (clock.lengths_say_slow)
 Counted = tuple[int, float | None, int, Callable[[], tuple[bool, bool, int, bool]]]
 
 
