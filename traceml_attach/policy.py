@@ -504,7 +504,7 @@ SLOW_HIDDEN = 2.0
 # where its lengths say so too: its intervals counted as two steps shorter than two of those counted
 # as one by more than this many standard errors of their ratio (period.twos_short), on the intervals
 # its CPU time leaves undecided (clock.lengths_say_slow). Boundaries unseen by chance, or where e^-λ
-# says too little (a GPU job's single rank, 40 hidden for 1.2 expected: ratio 1.10), leave intervals
+# says too little (the recorded cuda_compute_bound, 29 hidden for 1.2 expected: ratio 1.10), leave intervals
 # of two steps as long as two; slow steps taken for two were 0.86-0.92 of it on the grid (stop 87).
 TWOS_SHORT_Z = 3.0
 # Returns that vary too much on a synchronized rank that saw them all are said to be micro-batches

@@ -71,7 +71,7 @@ from traceml_attach.steps.live_spans import SpanWindow
 from traceml_attach.steps.live_stacks import StackInfo, dominant_place, pick_loop, visits_of, where, window_outputs
 from traceml_attach.steps.loopframe import LoopFrame, find_loop, loop_candidates, thread_label
 from traceml_attach.steps.movinglog import Log
-from traceml_attach.steps.period import counted_at, map_counts, visit_samples, visits_vary
+from traceml_attach.steps.period import counted_at, visit_samples, visits_vary
 from traceml_attach.steps.phases import PHASES
 from traceml_attach.steps.steptime import StepTotals
 
@@ -509,9 +509,8 @@ class RankTracker(SpanWindow):
                 vary = visits_vary([ns for _, ns in self.visits], self.rate_hz)
                 durations = [float(r.dur) for r in records]
                 if len(records) >= MIN_INTERVALS and unseen is not None:
-                    unsure, steps = counted_at(durations, period, unseen, self.rate_hz)
-                    short = lengths_say_slow([r.step for r in records], durations,
-                                             map_counts(durations, period, unseen, self.rate_hz))
+                    unsure, steps, counts = counted_at(durations, period, unseen, self.rate_hz)
+                    short = lengths_say_slow([r.step for r in records], durations, counts)
                 else:
                     unsure, steps, short = False, len(records), False
                 self._counted = key, (vary, unsure, steps, short)

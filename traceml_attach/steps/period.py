@@ -185,13 +185,15 @@ def _too_ambiguous(intervals: Sequence[float], period: float, unseen: float | No
     return counted_at(intervals, period, unseen, rate_hz)[0]
 
 
-def counted_at(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float) -> tuple[bool, int]:
+def counted_at(intervals: Sequence[float], period: float, unseen: float | None, rate_hz: float
+               ) -> tuple[bool, int, tuple[int, ...]]:
     """The intervals counted at ``period`` (``count_posteriors``): whether too many of the counts
-    are unsure (``too_ambiguous``), and the steps they count in all."""
+    are unsure (``too_ambiguous``), the steps they count in all, and each one's count (``map_counts``)."""
     posts = count_posteriors(intervals, period, unseen, rate_hz)
     short = [p < SURE or strays(i, n, period, rate_hz) for i, (n, p) in zip(intervals, posts, strict=True) if n <= 2]
-    steps = sum(n for n, _ in posts)
-    return too_ambiguous(sum(1 for _, p in posts if p < SURE), len(posts), sum(short), len(short), steps), steps
+    counts = tuple(n for n, _ in posts)
+    steps = sum(counts)
+    return too_ambiguous(sum(1 for _, p in posts if p < SURE), len(posts), sum(short), len(short), steps), steps, counts
 
 
 def twos_short(intervals: Sequence[float], counts: Sequence[int]) -> bool:

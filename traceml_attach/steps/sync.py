@@ -266,9 +266,8 @@ def _counted(tl: Timeline, period: float) -> Counted:
     def exact() -> tuple[bool, bool, int, bool]:
         if len(durations) < MIN_INTERVALS or tl.clock.unseen is None:
             return tl.visits_vary, False, len(durations), False
-        unsure, steps = counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
-        short = lengths_say_slow(tl.intervals, durations, map_counts(durations, period, tl.clock.unseen, tl.rate_hz))
-        return tl.visits_vary, unsure, steps, short
+        unsure, steps, counts = counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
+        return tl.visits_vary, unsure, steps, lengths_say_slow(tl.intervals, durations, counts)
 
     return len(durations), tl.clock.unseen, len(tl.steps), exact
 
