@@ -176,6 +176,19 @@ def test_a_change_one_rank_saw_in_its_returns_counts_every_ranks_visits_on_each_
         assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.rank, r.steps, truth.steps_in(lo, hi))
 
 
+def test_a_change_the_returns_found_but_could_not_count_counts_the_visits_on_each_side():
+    # GIVEN one process of 4 micro-batches a step, 25-ms micro-batches for 7.4 s of 10 and then 12.5-ms
+    # ones, a 1% optimizer, at 400 Hz: its returns' clock found the change but could not count the
+    # faster side (5 samples a micro-batch), and the optimizer's visits fitted one 50-ms comb that
+    # counted each 100-ms step before the change as two (198 steps for 137, the mean -30.8%)
+    an, truths, lo, hi = grid_window("drifting:50:shift/2:100:1:344001", 400)
+    (r,), (truth,) = an.ranks, truths
+    # THEN the visits are counted on each side of the change: the mean within 5%, counts within 3%
+    assert r.clock is not None and r.clock.mean and r.clock.shift_ns is not None, r.clock
+    assert r.step_ms is not None and abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.05, r.step_ms
+    assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.steps, truth.steps_in(lo, hi))
+
+
 def test_optimizer_steps_few_samples_long_whose_median_is_their_mean_are_given_as_their_mean():
     # GIVEN 8 ranks of 2 micro-batches a step whose 3 DataLoader workers deliver in bursts, at the
     # 400 Hz the attacher raises them to, over 30 s: steps of 18 and 24 ms, one in three short (the

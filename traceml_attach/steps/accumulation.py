@@ -508,10 +508,12 @@ def _visits_by_regimes(tl: Timeline, groups: Sequence[Step], lengths: Sequence[i
 
 def regimes_of(tl: Timeline) -> Regimes | None:
     """Where ``tl``'s returns' clock counted its steps on each side of a change of length at least
-    SHIFT_RATIO (``clock.by_regimes``): the change's moment (``_regime_cut``) and the two lengths."""
-    if tl.clock.shift_ns is None or not tl.steps:
+    SHIFT_RATIO (``clock.by_regimes``), or found one it could not count (``StepClock.changed_ns``):
+    the change's moment (``_regime_cut``) and the two lengths."""
+    change = tl.clock.shift_ns or tl.clock.changed_ns
+    if change is None or not tl.steps:
         return None
-    first, last = tl.clock.shift_ns
+    first, last = change
     if max(first, last) / min(first, last) < SHIFT_RATIO:
         return None
     return _regime_cut(tl.steps, first, last), first, last

@@ -160,6 +160,10 @@ class StepClock:
     # the steps changed length within the window: each side's period (before, after), each side
     # counted on its own (``by_regimes``); period_ns is then their mean step
     shift_ns: tuple[float, float] | None = None
+    # unknown, though the intervals changed length within the window (``by_regimes``: a side with no
+    # clock of its own): their median on either side (before, after), which the optimizer's visits
+    # are counted on (``accumulation.regimes_of``)
+    changed_ns: tuple[float, float] | None = None
     # typical_ns is the steps' mean (``mean``) because they are few samples long, and the samples'
     # lag at each end can move their median where it cannot move their mean (``accumulation._visit_steps``)
     blurred: bool = False
@@ -756,12 +760,21 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
     # median holds over both): each side's own, where both have one (else the unknown stands, its reason)
     median = statistics.median(floats)
     cut = shift_cut(floats, [max(1, round(f / median)) for f in floats], median)
+    changed = None
     if cut is not None:
         regimes = by_regimes(durations, cut, unseen, rate_hz, marked, clock, counts)
         if regimes[0].known:
             return regimes
+        # ...where neither that nor a drift counts them, the change stands: the optimizer's visits are
+        # counted on it (``accumulation.regimes_of``). 4 micro-batches of 25 ms, then of 12.5 at 400 Hz:
+        # the faster side's clock unknown (5 samples a micro-batch), the visits' one 50-ms comb counted
+        # each 100-ms optimizer step before the change as two (198 steps for 137)
+        sides = (statistics.median(floats[:cut]), statistics.median(floats[cut:]))
+        changed = regimes[0].changed_ns or (sides if max(sides) >= SHIFT_RATIO * min(sides) else None)
     drifting = drift_clock(floats, unseen, rate_hz) if drift else None
-    return (clock, counts) if drifting is None else drifting
+    if drifting is not None:
+        return drifting
+    return (clock if changed is None else replace(clock, changed_ns=changed)), counts
 
 
 def running_median(values: Sequence[float], half: int) -> list[float]:
@@ -900,8 +913,8 @@ def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz
         method = before.method if before.method == after.method else "comb"
         return _regimes_clock(method, durations, a + b, unseen, (pa, pb)), a + b
     which, failed = ("before", before) if not pa else ("after", after)
-    return replace(failed, reason=f"{change}; of those {which} the change: {failed.reason}", unseen=unseen), \
-        tuple(1 for _ in durations)
+    return replace(failed, reason=f"{change}; of those {which} the change: {failed.reason}", unseen=unseen,
+                   changed_ns=(first, second)), tuple(1 for _ in durations)
 
 
 def refined_cut(durations: Sequence[int], cut: int, before_ns: float, after_ns: float) -> int:
