@@ -189,6 +189,22 @@ def test_a_change_the_returns_found_but_could_not_count_counts_the_visits_on_eac
     assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.steps, truth.steps_in(lo, hi))
 
 
+def test_visits_that_mark_every_step_are_not_counted_as_hiding_steps():
+    # GIVEN one process of 2 micro-batches a step, its optimizer 19% of the step and seen in every one
+    # (e^-λ 0.1%), 1-s steps and then 0.5-s ones for the last 8 of 13 in 10 s at 50 Hz: its returns fit
+    # no clock, and its visits, fitted as any returns (no chance of one going unseen), took each of the
+    # first 5 for two steps (18 steps for 13, -28% on the mean)
+    an, truths, lo, hi = grid_window("drifting:500:shift/2:50:1:640000", 50)
+    (r,), (truth,) = an.ranks, truths
+    # THEN no step time is given in 10 s
+    assert r.step_ms is None, (r.step_ms, r.steps, truth.steps_in(lo, hi))
+    # AND over 30 s (a snapshot samples on) the steps are counted right and their mean given
+    an, truths, lo, hi = grid_window("drifting:500:shift/2:50:1:640000", 50, 30.0)
+    (r,), (truth,) = an.ranks, truths
+    assert r.step_ms is not None and abs(r.step_ms / truth.mean_step_ms(lo, hi) - 1) <= 0.05, r.step_ms
+    assert abs(r.steps / truth.steps_in(lo, hi) - 1) <= 0.03, (r.steps, truth.steps_in(lo, hi))
+
+
 def test_optimizer_steps_few_samples_long_whose_median_is_their_mean_are_given_as_their_mean():
     # GIVEN 8 ranks of 2 micro-batches a step whose 3 DataLoader workers deliver in bursts, at the
     # 400 Hz the attacher raises them to, over 30 s: steps of 18 and 24 ms, one in three short (the
