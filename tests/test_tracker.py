@@ -267,6 +267,13 @@ def test_the_mean_step_is_given_live_as_in_the_batch():
     assert all(r.clock is not None and r.clock.mean and r.step_ms is not None for r in got.ranks), got.ranks[0].clock
 
 
+def test_a_change_the_returns_found_but_could_not_count_counts_the_visits_live_as_in_the_batch():
+    # GIVEN one process of 4 micro-batches a step, 25-ms micro-batches and then 12.5-ms ones at 400 Hz, its
+    # returns' clock unknown beside the change it found (test_sim_shapes: the visits counted on each side)
+    # WHEN the live view looks at the whole window at once THEN it counts the job's 137 steps as the batch
+    counted_live("drifting:50:shift/2:100:1:344001", 400, 137, known=True)
+
+
 def test_a_tick_reads_only_the_new_spans_and_holds_only_the_window():
     # GIVEN ten minutes of a two-rank job, trimmed to the last 40 s as a live session does
     rec, live = Recording(), IncrementalAnalyzer(RULES)
