@@ -161,8 +161,8 @@ class StepClock:
     # counted on its own (``by_regimes``); period_ns is then their mean step
     shift_ns: tuple[float, float] | None = None
     # unknown, though the intervals changed length within the window (``by_regimes``: a side with no
-    # clock of its own): their median on either side (before, after), which the optimizer's visits
-    # are counted on (``accumulation.regimes_of``)
+    # clock of its own, both lengths MIN_SAMPLES_PER_STEP long or more): their median on either side
+    # (before, after), which the optimizer's visits are counted on (``accumulation._found_regimes``)
     changed_ns: tuple[float, float] | None = None
     # typical_ns is the steps' mean (``mean``) because they are few samples long, and the samples'
     # lag at each end can move their median where it cannot move their mean (``accumulation._visit_steps``)
@@ -765,12 +765,9 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
         regimes = by_regimes(durations, cut, unseen, rate_hz, marked, clock, counts)
         if regimes[0].known:
             return regimes
-        # ...where neither that nor a drift counts them, the change stands: the optimizer's visits are
-        # counted on it (``accumulation.regimes_of``). 4 micro-batches of 25 ms, then of 12.5 at 400 Hz:
-        # the faster side's clock unknown (5 samples a micro-batch), the visits' one 50-ms comb counted
-        # each 100-ms optimizer step before the change as two (198 steps for 137)
-        sides = (statistics.median(floats[:cut]), statistics.median(floats[cut:]))
-        changed = regimes[0].changed_ns or (sides if max(sides) >= SHIFT_RATIO * min(sides) else None)
+        # ...where neither that nor a drift counts them, the change that ``by_regimes`` found stands:
+        # the optimizer's visits are counted on it (``accumulation.regimes_of``)
+        changed = regimes[0].changed_ns
     drifting = drift_clock(floats, unseen, rate_hz) if drift else None
     if drifting is not None:
         return drifting
@@ -908,13 +905,22 @@ def by_regimes(durations: Sequence[int], cut: int, unseen: float | None, rate_hz
             (before, a), (after, b) = (one_clock(part, unseen, rate_hz, marked)
                                        for part in (durations[:cut], durations[cut:]))
             pa, pb = before.period_ns, after.period_ns
-            if not (pa and pb):
+            if not (pa and pb) and clock.known:
                 return clock, counts
-        method = before.method if before.method == after.method else "comb"
-        return _regimes_clock(method, durations, a + b, unseen, (pa, pb)), a + b
+            # (one clock unknown: a side whose clock the moved cut lost is no clock, as below. 4
+            # micro-batches of 25 ms, then of 12.5 at 400 Hz: moved 2 intervals, the faster side, 5
+            # samples a micro-batch, had none, and the visits' one 50-ms comb then counted each 100-ms
+            # optimizer step before the change as two, 198 steps for 137: ``StepClock.changed_ns``)
+        if pa and pb:
+            method = before.method if before.method == after.method else "comb"
+            return _regimes_clock(method, durations, a + b, unseen, (pa, pb)), a + b
     which, failed = ("before", before) if not pa else ("after", after)
+    # (the change said, for the optimizer's visits to be counted on, where both lengths are long enough
+    # to time: intervals of steps too short to tell apart are no length of theirs, as a recorded GPU
+    # job's 18-ms micro-batches at 100 Hz, 64 ms then 21, were not)
+    timed = min(first, second) * rate_hz / 1e9 >= MIN_SAMPLES_PER_STEP
     return replace(failed, reason=f"{change}; of those {which} the change: {failed.reason}", unseen=unseen,
-                   changed_ns=(first, second)), tuple(1 for _ in durations)
+                   changed_ns=(first, second) if timed else None), tuple(1 for _ in durations)
 
 
 def refined_cut(durations: Sequence[int], cut: int, before_ns: float, after_ns: float) -> int:
