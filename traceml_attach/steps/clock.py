@@ -766,7 +766,7 @@ def clock_of(durations: Sequence[int], unseen: float | None, rate_hz: int, marke
         if regimes[0].known:
             return regimes
         # ...where neither that nor a drift counts them, the change that ``by_regimes`` found stands:
-        # the optimizer's visits are counted on it (``accumulation.regimes_of``)
+        # the optimizer's visits are counted on it (``accumulation._found_regimes``)
         changed = regimes[0].changed_ns
     drifting = drift_clock(floats, unseen, rate_hz) if drift else None
     if drifting is not None:

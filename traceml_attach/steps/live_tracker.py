@@ -495,22 +495,23 @@ class RankTracker(SpanWindow):
     def quality(self) -> tuple[float, float, float]:
         return self.window.quality
 
-    def counted_at(self, period: float) -> tuple[int, float | None, int, Callable[[], tuple[bool, bool, int, bool]]]:
+    def counted_at(self, period: float
+                   ) -> tuple[int, float | None, int, Callable[[bool], tuple[bool, bool, int, bool]]]:
         """``sync.slow_not_unseen``'s view of this rank's intervals at ``period`` (``sync._counted``
         for a batch timeline): the steps they count as now (on the shared clock) for the screen;
         the rest worked out only when asked, and kept while the intervals, their e^-λ, the visits
         and the period stay the same."""
         records, unseen = self.window.records, self.clock.unseen
 
-        def exact() -> tuple[bool, bool, int, bool]:
+        def exact(lengths: bool) -> tuple[bool, bool, int, bool]:
             key = (period, unseen, self.rate_hz, len(records), records[0].rid if records else None,
-                   records[-1].rid if records else None, len(self.visits), self.visit_ns)
+                   records[-1].rid if records else None, len(self.visits), self.visit_ns, lengths)
             if self._counted is None or self._counted[0] != key:
                 vary = visits_vary([ns for _, ns in self.visits], self.rate_hz)
                 durations = [float(r.dur) for r in records]
                 if len(records) >= MIN_INTERVALS and unseen is not None:
                     unsure, steps, counts = counted_at(durations, period, unseen, self.rate_hz)
-                    short = lengths_say_slow([r.step for r in records], durations, counts)
+                    short = lengths and lengths_say_slow([r.step for r in records], durations, counts)
                 else:
                     unsure, steps, short = False, len(records), False
                 self._counted = key, (vary, unsure, steps, short)

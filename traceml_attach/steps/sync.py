@@ -231,9 +231,10 @@ def varied_clock(rank: str) -> StepClock:
 # boundary goes unseen (e^-λ; None where unmeasured), the steps they count as now (a screen), and
 # what is dearer to know, asked only past the screen: whether the visits e^-λ is measured on vary too
 # much for it to bound anything (period.visits_vary), whether too many of their counts are unsure,
-# and the steps they count (period.counted_at), and whether those counted as two steps are shorter
-# than two counted as one, where its CPU time does not decide them (clock.lengths_say_slow)
-Counted = tuple[int, float | None, int, Callable[[], tuple[bool, bool, int, bool]]]
+# and the steps they count (period.counted_at), and, where asked (a rank alone: ``slow_not_unseen``),
+# whether those counted as two steps are shorter than two counted as one, where its CPU time does not
+# decide them (clock.lengths_say_slow; False where not asked)
+Counted = tuple[int, float | None, int, Callable[[bool], tuple[bool, bool, int, bool]]]
 
 
 def slow_clock(timelines: dict[str, Timeline], counted: Callable[[str, float], Counted], sync: bool
@@ -263,11 +264,11 @@ def _counted(tl: Timeline, period: float) -> Counted:
     counted again at ``period`` only when asked."""
     durations = [float(s.counted_ns) for s in tl.intervals]
 
-    def exact() -> tuple[bool, bool, int, bool]:
+    def exact(lengths: bool) -> tuple[bool, bool, int, bool]:
         if len(durations) < MIN_INTERVALS or tl.clock.unseen is None:
             return tl.visits_vary, False, len(durations), False
         unsure, steps, counts = counted_at(durations, period, tl.clock.unseen, tl.rate_hz)
-        return tl.visits_vary, unsure, steps, lengths_say_slow(tl.intervals, durations, counts)
+        return tl.visits_vary, unsure, steps, lengths and lengths_say_slow(tl.intervals, durations, counts)
 
     return len(durations), tl.clock.unseen, len(tl.steps), exact
 
@@ -304,7 +305,7 @@ def slow_not_unseen(ranks: Sequence[Counted], period: float) -> StepClock | None
         return None
     kept, unsure_ranks, short_ranks = [], 0, 0
     for n, u, _, exact in judged:
-        vary, unsure, steps, short = exact()
+        vary, unsure, steps, short = exact(len(ranks) == 1)   # (the lengths judge a rank alone only)
         if not vary:
             kept.append((n, u, steps))
             unsure_ranks += unsure
