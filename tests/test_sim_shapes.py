@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import random
 import statistics
 from dataclasses import replace
@@ -1677,6 +1678,17 @@ def test_short_steps_that_the_optimizer_visits_as_often_as_the_long_ones_are_ste
     assert len(joined.steps) == 40
     assert all(s.dur_ns in (typical, typical + 10 * MS) for s in joined.steps)
     assert sum(s.dur_ns for s in joined.steps) == 40 * typical + 20 * 10 * MS
+
+
+def test_short_returns_the_steps_seen_whole_cannot_hold_are_no_evidence_not_an_error():
+    from traceml_attach.steps.extra_returns import fewer_by_chance
+
+    # GIVEN three ranks whose short returns show the optimizer in none of their 43 steps seen whole,
+    # and a fourth in 5 of its 48: THEN how likely so few by chance is Fisher's one-sided tail
+    assert fewer_by_chance(0, 43, 5, 48) == pytest.approx(math.comb(48, 5) / math.comb(91, 5))
+    # GIVEN every rank's short returns more than its steps seen whole (the comb's visible share low:
+    # 50 of 43, 12 of 9), no draw: THEN no evidence either way, where it raised ZeroDivisionError
+    assert fewer_by_chance(50, 43, 12, 9) == 1.0
 
 
 def test_an_optimizer_step_whose_micro_batches_are_fetched_before_the_first_is_timed():

@@ -79,9 +79,15 @@ def _completes(steps: Sequence[Step], i: int, typical: float) -> bool:
 
 def fewer_by_chance(visited: int, of: int, others_visited: int, others: int) -> float:
     """How likely ``visited`` or fewer of ``of`` steps show the optimizer where ``others_visited`` of
-    ``others`` do, were both alike (Fisher's exact test, one-sided: the hypergeometric tail)."""
+    ``others`` do, were both alike (Fisher's exact test, one-sided: the hypergeometric tail). 1 (no
+    evidence) where the counts are more than their steps together can hold, no draw: the steps seen
+    whole are the comb's share of those covered, and the short returns can outnumber them where it
+    is low (the grid's bursty family met it under a change to e^-λ tried at stop 89, and the analysis
+    raised ZeroDivisionError)."""
     total = visited + others_visited
     ways = math.comb(of + others, total)
+    if not ways:
+        return 1.0
     return sum(math.comb(of, j) * math.comb(others, total - j) for j in range(visited + 1)) / ways
 
 
