@@ -30,3 +30,39 @@ class Reread:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+def descendants(pid: int) -> list[int] | None:
+    """The PIDs below ``pid`` (children before grandchildren), from the kernel's per-thread lists
+    of the children each thread started (``/proc/PID/task/TID/children``): a read per thread of
+    the processes below, where psutil's ``children()`` reads the stat file of every process on the
+    machine (1.3 ms here with 120 processes; a training node runs thousands, and the agent asks
+    once a second per rank). None where the kernel keeps no such lists (built without
+    CONFIG_PROC_CHILDREN) or ``pid`` is gone: ask psutil then. A child started or reaped while
+    the lists are read may be missed until the next read, as with a scan of every process."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        return None
+    found: list[int] = []
+    seen = {pid}
+    parents = [pid]
+    while parents:
+        below: list[int] = []
+        for parent in parents:
+            try:
+                tids = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                continue   # it ended since it was listed
+            for tid in tids:
+                try:
+                    with open(f"/proc/{parent}/task/{tid}/children", "rb") as fh:
+                        text = fh.read()
+                except OSError:
+                    continue
+                for word in text.split():
+                    child = int(word)
+                    if child not in seen:
+                        seen.add(child)
+                        below.append(child)
+        found.extend(below)
+        parents = below
+    return found

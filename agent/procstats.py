@@ -7,6 +7,8 @@ from typing import Any
 
 import psutil
 
+from traceml_agent.procfile import descendants
+
 
 class ProcPoller:
     """Reads CPU %, RSS and threads of one process and its children (DataLoader workers)."""
@@ -25,7 +27,7 @@ class ProcPoller:
                 cpu = self._proc.cpu_percent(None)
                 rss = self._proc.memory_info().rss
                 nthreads = self._proc.num_threads()
-            children = self._proc.children(recursive=True)
+            children = self._below()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
         except psutil.AccessDenied:
@@ -45,6 +47,24 @@ class ProcPoller:
         self._children = seen
         return {"k": "proc", "pid": self.pid, "t": now, "cpu": cpu, "rss": rss,
                 "nthreads": nthreads, "children": rows}
+
+
+    def _below(self) -> list[psutil.Process]:
+        """The process's descendants (its DataLoader workers and theirs), each the psutil handle
+        kept from the last poll where it is the same process (its CPU % is measured since then)."""
+        pids = descendants(self.pid)
+        if pids is None:
+            return self._proc.children(recursive=True)
+        below = []
+        for pid in pids:
+            known = self._children.get(pid)
+            if known is None:
+                try:
+                    known = psutil.Process(pid)
+                except psutil.Error:
+                    continue   # it ended since it was listed
+            below.append(known)
+        return below
 
 
 def host_frame() -> dict[str, Any]:

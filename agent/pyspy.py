@@ -44,15 +44,20 @@ PERMISSION_HINT = (
 
 
 def find_pyspy() -> str:
-    """Return the py-spy binary: $TRACEML_PYSPY, else PATH, else this interpreter's scripts."""
+    """Return the py-spy binary: $TRACEML_PYSPY, else the one installed beside this interpreter
+    (traceml's own dependency, the version it was built against), else PATH.
+
+    PATH comes last because what it finds first may be a wrapper: a pyenv shim is a shell script
+    that runs pyenv (dozens of processes) before it execs py-spy, and a window is started every
+    2 s per rank (about 5 ms of CPU each time on this project's machine, docs/accuracy.md)."""
     override = os.environ.get(PYSPY_ENV)
     if override:
         if os.path.isfile(override) and os.access(override, os.X_OK):
             return override
         raise PySpyError("pyspy_missing", f"{PYSPY_ENV}={override} is not an executable py-spy binary")
     scripts = sysconfig.get_path("scripts")
-    candidates = [shutil.which("py-spy"), str(Path(scripts) / "py-spy") if scripts else None,
-                  str(Path(sys.executable).parent / "py-spy")]
+    candidates = [str(Path(scripts) / "py-spy") if scripts else None,
+                  str(Path(sys.executable).parent / "py-spy"), shutil.which("py-spy")]
     for candidate in candidates:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate

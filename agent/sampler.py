@@ -50,8 +50,15 @@ STOPS_KEPT = 64                # the newest stopped stretches a sampler cuts out
 class SamplerConfig:
     rate_hz: int = 100           # py-spy samples per second per thread (the floor when adaptive)
     max_rate_hz: int | None = None   # the most the analysis's advice may raise it to; None: rate_hz (fixed)
-    window_s: float = 2.0        # length of one py-spy record window (latency of live data)
-    first_window_s: float = 0.8  # the first one's: a first look within 1.5 s of attaching (~1.25 s here)
+    window_s: float = 2.0        # length of one py-spy record window (latency of live data)...
+    first_window_s: float = 0.8  # ...the first one's: a first look within 1.5 s of attaching (~1.2 s here)...
+    # ...and, once this rank has been sampled for steady_after_s (the live view's window, full by
+    # then, and past the first rate changes: a snapshot of up to 30 s never gets there), each
+    # one's: a hand-over costs about 24 ms of CPU at 100 Hz (the recorder's start and the overlap's
+    # double samples: docs/accuracy.md), so 4-s windows halve what 2-s ones cost in hand-overs, at
+    # the price of live data up to 4 s old
+    steady_window_s: float = 4.0
+    steady_after_s: float = 30.0
     overlap_s: float = 0.3       # both recorders sample for this long at each hand-over
     threads_every_s: float = 5.0  # thread names/idle flags via `py-spy dump`
     proc_every_s: float = 1.0    # psutil poll of the process, its workers and the host
@@ -129,7 +136,7 @@ class Sampler:
         # when each running window is to be stopped; keyed by the window itself (an id() would be
         # reused by a later window once this one is freed, which then stopped at once)
         stop_at: dict[RecordWindow, float] = {}
-        next_start = started = time.monotonic()
+        next_start = started = began = time.monotonic()
         opened = 0
         next_threads = next_start + cfg.threads_every_s
         next_proc = next_start
@@ -170,7 +177,7 @@ class Sampler:
                     with costs.part("spawn"):
                         windows.append(self._start_window())
                     opened += 1   # the first window is short: a first look soon after attaching
-                    next_start = now + (cfg.first_window_s if opened == 1 else cfg.window_s) - cfg.overlap_s
+                    next_start = now + self._window_length(opened, now - began) - cfg.overlap_s
                     started = now
                 for window in windows:
                     if now >= stop_at.get(window, math.inf):
@@ -234,6 +241,13 @@ class Sampler:
             self.exit_reason = reason
             _remove_dir(tmp)
 
+    def _window_length(self, opened: int, sampled_s: float) -> float:
+        """How long the ``opened``-th window runs, started ``sampled_s`` after this rank's first."""
+        cfg = self.config
+        if opened == 1:
+            return cfg.first_window_s
+        return cfg.window_s if sampled_s < cfg.steady_after_s else max(cfg.window_s, cfg.steady_window_s)
+
     def _ended(self) -> bool:
         """True once the target is no longer the job's running process. Every path that reads the
         target asks this first, so what ended it (an exit, its PID reused, an exec) is found and
@@ -270,7 +284,7 @@ class Sampler:
         cfg = self.config
         # --duration is only a safety net: the loop stops each window itself, and a
         # recorder outliving a crashed attacher ends on its own soon after.
-        max_s = math.ceil(cfg.window_s + cfg.overlap_s) + 2
+        max_s = math.ceil(max(cfg.window_s, cfg.steady_window_s) + cfg.overlap_s) + 2
         assert self._tmp is not None, "windows start only inside run()"
         out = self._tmp / f"w{self._window_index}.json"
         rate = self.rates.rate_for(self.pid) if self.rates is not None else Rate(cfg.rate_hz)

@@ -5,15 +5,18 @@ stack while it sampled on (a garbage collection: steps/batch_timeline.py)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from traceml_agent.pyspy import SAMPLER_NICE, RecordWindow, find_pyspy
-from traceml_agent.sampler import SamplerCpu, ThreadCpu
+from traceml_agent.sampler import Sampler, SamplerConfig, SamplerCpu, ThreadCpu
+from traceml_agent.writer import FrameWriter
 from traceml_attach.collect.merge import _PID_FRAMES
 from traceml_attach.ingest.stream import Recording
 
@@ -144,3 +147,32 @@ def test_every_thread_of_a_recorder_runs_at_the_samplers_priority(tmp_path):
             window.kill()
         job.kill()
         job.wait()
+
+
+def test_windows_are_short_first_then_lengthen_once_the_rank_has_been_sampled_a_while():
+    # GIVEN a sampler on a real job, its schedule scaled down: a first window of 0.4 s, then 1-s
+    # windows, and 2.5-s ones once the rank has been sampled for 3 s (0.8, 2, 4 and 10 s by default)
+    job = spinning(1)
+    config = SamplerConfig(first_window_s=0.4, window_s=1.0, steady_window_s=2.5, steady_after_s=3.0)
+    sampler = Sampler(job.pid, find_pyspy(), config)
+    frames: list[dict] = []
+    stop = threading.Event()
+    try:
+        time.sleep(0.3)
+        sampler.begin(FrameWriter(None), sampler.probe())
+        sampler.writer.listen(frames.append)
+        runner = threading.Thread(target=sampler.run, args=(stop,))
+        runner.start()
+        time.sleep(9.0)
+        stop.set()
+        runner.join()
+    finally:
+        job.kill()
+        job.wait()
+    # THEN each window covers its own length (plus the hand-over's overlap), and nothing is lost between them
+    windows = sorted((f for f in frames if f["k"] == "window" and f["start"] is not None), key=lambda f: f["w"])
+    lengths = [(w["end"] - w["start"]) / 1e9 for w in windows[:-1]]   # the last one was cut short by the stop
+    assert lengths[0] < 0.8
+    assert all(0.8 < s < 1.8 for s in lengths[1:3])
+    assert any(s > 2.2 for s in lengths[3:])
+    assert all(later["start"] <= earlier["end"] for earlier, later in itertools.pairwise(windows))

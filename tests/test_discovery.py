@@ -13,8 +13,9 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from traceml_agent import discovery
+from traceml_agent import discovery, procfile
 from traceml_agent.node import MAX_ATTACH_TRIES, NodeAgent
+from traceml_agent.procstats import ProcPoller
 from traceml_agent.pyspy import PySpyError
 from traceml_agent.sampler import Sampler, SamplerConfig
 from traceml_agent.writer import FrameWriter
@@ -141,3 +142,46 @@ def test_a_launcher_with_a_rank_of_its_own_is_still_the_launcher():
             child.kill()
         proc.kill()
         proc.wait()
+
+
+
+def test_descendants_from_the_kernels_lists_are_psutils_without_scanning_every_process(launcher):
+    # GIVEN a process tree: a launcher's ranks, one of them with a child of its own, and a child this
+    # process starts from a thread other than its main one (a DataLoader's pin-memory thread may)
+    forks = (f"{sys.executable} -c 'import subprocess, sys, time; "
+             "subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(60)\"]); time.sleep(60)'")
+    shell, ranks = launcher(2, (SLEEPER, forks))
+    for _ in range(100):
+        if psutil.Process(ranks[1]).children():
+            break
+        time.sleep(0.05)
+    from_thread: list[subprocess.Popen[bytes]] = []
+    starter = threading.Thread(target=lambda: from_thread.append(subprocess.Popen(["sleep", "30"])))
+    starter.start()
+    starter.join()
+    try:
+        # THEN the kernel's lists give what psutil's scan of every process gives, grandchildren too
+        for pid in (shell, os.getpid()):
+            expected = sorted(p.pid for p in psutil.Process(pid).children(recursive=True))
+            assert sorted(procfile.descendants(pid) or []) == expected
+        assert from_thread[0].pid in (procfile.descendants(os.getpid()) or [])
+        assert len(procfile.descendants(shell) or []) == 3
+        # AND the launcher's ranks are found from them
+        assert [(r.pid, r.rank) for r in discovery.ranks_below(shell)] == [(ranks[0], 0), (ranks[1], 1)]
+    finally:
+        from_thread[0].kill()
+        from_thread[0].wait()
+
+
+def test_without_the_kernels_lists_the_ranks_and_workers_come_from_psutil(launcher, monkeypatch):
+    # GIVEN a launcher of two ranks, read once with the kernel's lists
+    shell, ranks = launcher(2)
+    found = discovery.ranks_below(shell)
+    frame = ProcPoller(shell).poll()
+    # WHEN the kernel keeps none (built without CONFIG_PROC_CHILDREN)
+    monkeypatch.setattr(procfile, "descendants", lambda pid: None)
+    # THEN psutil's scan gives the same ranks and the same children to poll
+    assert discovery.ranks_below(shell) == found and [r.pid for r in found] == ranks
+    again = ProcPoller(shell).poll()
+    assert frame is not None and again is not None
+    assert sorted(row[0] for row in frame["children"]) == sorted(row[0] for row in again["children"]) == sorted(ranks)

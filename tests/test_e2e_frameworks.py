@@ -111,6 +111,7 @@ def test_a_lightning_torchrun_job_names_its_input_straggler(torchrun, tmp_path: 
     for r in (0, 1):
         truth = rank_truth(tmp_path, r, steps_from(summary, r), window["end"])
         row = ranks[str(r)]
+        assert row["step_ms"] is not None, (r, text)
         assert abs(row["step_ms"] - truth.judged(row)) <= STEP_TOLERANCE * truth.judged(row), (r, row["step_ms"], truth)
         for phase in PHASES:
             assert abs(row["shares"][phase] - truth.shares[phase]) <= SHARE_TOLERANCE, (r, phase, row, truth)

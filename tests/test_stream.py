@@ -6,7 +6,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from traceml_agent.pyspy import explain_failure, spans_from_chrometrace
+from traceml_agent import pyspy
+from traceml_agent.pyspy import explain_failure, find_pyspy, spans_from_chrometrace
 from traceml_agent.writer import FrameWriter
 from traceml_attach.ingest.stream import Recording, RecordingError, read_recording
 
@@ -124,3 +125,28 @@ def test_pyspy_failures_are_explained(stderr, kind):
     assert "1234" in str(err)
     if kind == "permission":
         assert "SYS_PTRACE" in str(err) and "ptrace_scope" in str(err)
+
+
+def _executable(path: Path, text: str = "#!/bin/sh\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_the_pyspy_beside_the_interpreter_comes_before_one_on_path(tmp_path: Path, monkeypatch):
+    # GIVEN a py-spy installed beside traceml's interpreter (its dependency) and another first on
+    # PATH, as a pyenv shim is: a shell script that runs pyenv before it execs py-spy
+    own = _executable(tmp_path / "env" / "bin" / "py-spy")
+    shim = _executable(tmp_path / "shims" / "py-spy", "#!/usr/bin/env bash\nexec pyenv exec py-spy \"$@\"\n")
+    monkeypatch.delenv(pyspy.PYSPY_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(shim.parent))
+    monkeypatch.setattr(pyspy.sysconfig, "get_path", lambda name: str(own.parent))
+    # THEN the interpreter's own is used; PATH only where the environment has none; the override first
+    assert find_pyspy() == str(own)
+    own.unlink()
+    monkeypatch.setattr(pyspy.sys, "executable", str(tmp_path / "env" / "bin" / "python"))
+    assert find_pyspy() == str(shim)
+    chosen = _executable(tmp_path / "chosen" / "py-spy")
+    monkeypatch.setenv(pyspy.PYSPY_ENV, str(chosen))
+    assert find_pyspy() == str(chosen)
