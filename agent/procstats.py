@@ -48,7 +48,6 @@ class ProcPoller:
         return {"k": "proc", "pid": self.pid, "t": now, "cpu": cpu, "rss": rss,
                 "nthreads": nthreads, "children": rows}
 
-
     def _below(self) -> list[psutil.Process]:
         """The process's descendants (its DataLoader workers and theirs), each the psutil handle
         kept from the last poll where it is the same process (its CPU % is measured since then)."""

@@ -49,7 +49,7 @@ def find_pyspy() -> str:
 
     PATH comes last because what it finds first may be a wrapper: a pyenv shim is a shell script
     that runs pyenv (dozens of processes) before it execs py-spy, and a window is started every
-    2 s per rank (about 5 ms of CPU each time on this project's machine, docs/accuracy.md)."""
+    2-4 s per rank (about 5 ms of CPU more each time on this project's machine, docs/accuracy.md)."""
     override = os.environ.get(PYSPY_ENV)
     if override:
         if os.path.isfile(override) and os.access(override, os.X_OK):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,6 +105,41 @@ def test_the_sampler_names_the_threads_of_a_real_process(python, code, expected)
     # THEN its main thread has the name Python gives it
     (threads,) = [f["threads"] for f in frames if f["k"] == "threads"]
     assert [name for _, _, name, _ in threads] == [expected]
+
+
+LATE_THREAD = ("import threading, time\n"
+               "def spin():\n    while True: sum(range(1000))\n"
+               "print('ready', flush=True)\nend = time.time() + 2.5\nwhile time.time() < end: pass\n"
+               "threading.Thread(target=spin, name='late-worker', daemon=True).start()\nspin()\n")
+
+
+def test_a_thread_started_after_the_first_dump_is_named_once_a_window_shows_it(tmp_path: Path):
+    # GIVEN a job that starts a named thread 2.5 s after the sampler's first dump, and a sampler
+    # whose periodic dump (every 30 s) would come long after
+    proc = subprocess.Popen([sys.executable, "-c", LATE_THREAD], stdout=subprocess.PIPE, text=True)
+    stop = threading.Event()
+    frames: list[dict] = []
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        if not reads_thread_names(process_exe(proc.pid)):
+            pytest.skip(f"py-spy is not known to read thread names from {process_exe(proc.pid)}")
+        sampler = Sampler(proc.pid, find_pyspy())
+        writer = FrameWriter(None)
+        writer.listen(frames.append)
+        sampler.begin(writer, sampler.probe())
+        runner = threading.Thread(target=sampler.run, args=(stop,))
+        runner.start()
+        time.sleep(7.0)
+        stop.set()
+        runner.join()
+    finally:
+        proc.kill()
+        proc.wait()
+    # THEN the first window that shows the new thread asks for a dump, which names it
+    dumps = [f for f in frames if f["k"] == "threads"]
+    named = [f for f in dumps if "late-worker" in [name for _, _, name, _ in f["threads"]]]
+    assert named, dumps
+    assert len(dumps) <= 3, dumps   # the first, the one the new thread asked for (and one more at most)
 
 
 # -- a dump that races the running target -----------------------------------------------------
