@@ -7,7 +7,7 @@ from typing import Any
 
 import psutil
 
-from traceml_agent.procfile import descendants
+from traceml_agent import procfile
 
 
 class ProcPoller:
@@ -51,7 +51,7 @@ class ProcPoller:
     def _below(self) -> list[psutil.Process]:
         """The process's descendants (its DataLoader workers and theirs), each the psutil handle
         kept from the last poll where it is the same process (its CPU % is measured since then)."""
-        pids = descendants(self.pid)
+        pids = procfile.descendants(self.pid)
         if pids is None:
             return self._proc.children(recursive=True)
         below = []

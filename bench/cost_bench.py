@@ -12,7 +12,7 @@ and the 2-s windows of a rank's first 30 s are left out by default), per rank:
   watch       the exit / exec / stop watch (every 20 ms)
   rss         the RSS trace (every 50 ms)
   proc        the psutil poll of the process and its workers (every second)
-  dump        our side of the `py-spy dump` for thread names (every 5 s)
+  dump        our side of the `py-spy dump` for thread names (a new thread, and every 30 s)
   rest        the rest of the attacher's process: the analysis thread, the live view, the writer
 
     python bench/cost_bench.py [--rates 50 100 200] [--seconds 60] [--skip 20] [--example balanced]
@@ -84,6 +84,9 @@ def main() -> None:
                     help="seconds of steady state left out after the first cost frame (10 s in): the windows "
                          "lengthen from 2 to 4 s once a rank has been sampled 30 s (default 20)")
     args = ap.parse_args()
+    if args.seconds < args.skip + 20:   # cost frames come every 10 s, the first 10 s in: two to measure between
+        ap.error(f"--seconds {args.seconds:g} leaves nothing to measure after --skip {args.skip:g}: "
+                 f"give at least {args.skip + 20:g}")
     rows = {}
     for rate in args.rates:
         print(f"attaching to examples/{args.example}.py at {rate} Hz for {args.seconds:.0f} s ...", flush=True)
