@@ -640,6 +640,10 @@ SUGGESTED = 1e-3
 UNDECIDED_ODDS = 8.0
 # ...with this share of the gaps taken as miscounted by a step (a return missed or doubled)
 MISCOUNTED = 0.1
+# ...or, where the intervals' counts are unsure (``accumulation.step_miscount``: a job whose speed
+# drifts, timed over one period), the chance that some step of the gap is miscounted, up to this: a
+# gap as likely wrong as right weighs nothing either way
+MAX_MISCOUNTED = 0.5
 # ...and on fewer than PROVISIONAL_GAPS gaps, a k at least this likely as none: three gaps of 5, 4
 # and 4 micro-batches of 2.1 s (bf16 autocast on a CPU, 4 to an 8.4-s optimizer step; 30 s seen)
 # made k = 4 7.5 times likelier than none, and the micro-batch was given as the step, 75% short

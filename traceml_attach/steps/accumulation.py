@@ -116,6 +116,7 @@ from traceml_attach.steps.doubts import (
     doubt_of,
     lumped,
     lumped_in,
+    may_be_undecided,
     optimizer_unseen,
     phase_unseen,
     suggested_words,
@@ -124,6 +125,7 @@ from traceml_attach.steps.doubts import (
 )
 from traceml_attach.steps.period import (
     by_turns,
+    count_posteriors,
     drawn_by_chance,
     fit_at,
     in_valley,
@@ -953,6 +955,12 @@ class Plan:
     # the doubt is that the gaps were multiples of one k, by a chance of at most SUGGESTED without
     # accumulation, short of counting it (``doubts.suggested_words``): a few more visits may count it
     suggested: bool = False
+    # the chance that one micro-batch of a gap was counted wrong (``step_miscount``), where the
+    # intervals' counts were weighed for it: synchronized ranks pool each rank's with its gaps
+    miscount: float = 0.0
+    # ``odds`` are the ones that only the long gaps' miscounts (``miscount``) allow: a doubt, never a k
+    # counted (``decided``, ``_pooled``)
+    loose: bool = False
 
     @property
     def provisional(self) -> bool:
@@ -995,7 +1003,7 @@ def plan_of(tl: Timeline) -> Plan:
     apart = _visits_apart(tl)
     if apart is not None:
         return Plan(1, None, apart[0], no_visit_step=not apart[1], gaps=tuple(gaps), seen=seen)
-    plan = _undecided_plan(gaps, seen, 1)
+    plan = _undecided_plan(gaps, seen, 1, tl=tl)
     if plan.doubt is None and counted is not None and counted[0] != gaps:
         # every boundary seen: the gaps counted in its steps can leave accumulation undecided where
         # the gaps timed over the period do not. Micro-batches of two lengths by turns (2 workers
@@ -1009,12 +1017,45 @@ def plan_of(tl: Timeline) -> Plan:
     return plan
 
 
-def _undecided_plan(gaps: Sequence[int], seen: float, runs: int) -> Plan:
+def _undecided_plan(gaps: Sequence[int], seen: float, runs: int, miscount: float | Sequence[float] = 0.0,
+                    tl: Timeline | None = None) -> Plan:
     """The plan where the gaps between the optimizer's visits neither counted k nor raised another
-    doubt: unknown where they cannot rule accumulation out either (``undecided``)."""
-    odds = undecided(gaps, seen)
-    doubt = undecided_words(odds, len(gaps) + runs, seen) if odds is not None and _unjudged(gaps, odds) else None
-    return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds, runs=runs)
+    doubt: unknown where they cannot rule accumulation out either (``undecided``), their long gaps
+    weighed as the likelier miscounted where ``miscount`` (each micro-batch's chance, one for all or
+    each gap's; of ``tl``, ``step_miscount``, where that could matter) says the counts are unsure."""
+    odds, loose = undecided(gaps, seen), False
+    if odds is None and tl is not None and may_be_undecided(gaps, seen):
+        miscount = step_miscount(tl)
+    if odds is None and any(m > 0.0 for m in _per_gap(miscount, len(gaps))):
+        odds = undecided(gaps, seen, _per_gap(miscount, len(gaps)))
+        loose = odds is not None
+    doubt = (undecided_words(odds, len(gaps) + runs, seen, gaps, loose=loose)
+             if odds is not None and _unjudged(gaps, odds) else None)
+    per_step = miscount if isinstance(miscount, (int, float)) else max(miscount, default=0.0)
+    return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds, runs=runs,
+                miscount=per_step, loose=loose)
+
+
+def _per_gap(miscount: float | Sequence[float], n: int) -> Sequence[float]:
+    return [float(miscount)] * n if isinstance(miscount, (int, float)) else miscount
+
+
+def step_miscount(tl: Timeline) -> float:
+    """The chance that one step (a micro-batch, where the optimizer's gaps are counted in them) is
+    counted wrong where ``visit_gaps`` times the intervals over one period: their count posteriors'
+    doubt (``period.count_posteriors``) over the steps they count. A job whose speed drifted through
+    the window (1.5 times slower at its start, 2 micro-batches of 25 ms a step, its optimizer seen in
+    5% of them) had the gaps between the optimizer's visits timed over the mean period odd now and
+    then, 11 of 42 (19, 13, 61, 23, 39, ...), where every one holds an even number; a tenth of the
+    gaps miscounted, whatever their length, ruled accumulation out, and the micro-batch was given as
+    the step (-49%). 0 where the clock counted each side of a change on its own (``counted_in``)."""
+    clock = tl.clock
+    if not clock.known or not clock.period_ns or clock.shift_ns is not None:
+        return 0.0
+    posts = count_posteriors([iv.end_ns - iv.start_ns for iv in tl.intervals if iv.covered], clock.period_ns,
+                             clock.unseen, tl.rate_hz)
+    steps = sum(n for n, _ in posts)
+    return sum(1.0 - p for _, p in posts) / steps if steps else 0.0
 
 
 def visit_gaps(tl: Timeline, start_ns: int | None = None, end_ns: int | None = None) -> tuple[list[int], float]:
@@ -1149,7 +1190,8 @@ def with_earlier(plan: Plan, gaps: Sequence[int], seen: float) -> Plan:
         return Plan(k)
     if chance <= SUGGESTED:
         return Plan(1, None, suggested_words(k), gaps=tuple(joined), seen=seen, runs=runs)
-    return _undecided_plan(joined, seen, runs)
+    # (the gaps before the change counted at the old rate, taken as surely as ever)
+    return _undecided_plan(joined, seen, runs, [0.0] * len(gaps) + [plan.miscount] * len(plan.gaps))
 
 
 def _visits_apart(tl: Timeline) -> tuple[str, bool] | None:
@@ -1254,7 +1296,7 @@ def decided(plan: Plan) -> Plan:
     none (``Plan.odds``) and show the optimizer in MIN_SEEN of its optimizer steps: the multiples
     were miscounted now and then (more than MULTIPLE_SHARE allows), but are beyond doubt all the same."""
     odds = plan.odds
-    if not plan.undecided or not _beyond_doubt(odds, plan.seen):
+    if not plan.undecided or plan.loose or not _beyond_doubt(odds, plan.seen):
         return plan
     return replace(plan, k=odds[0], doubt=None, undecided=False) if odds is not None else plan
 
@@ -1306,8 +1348,12 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     gaps = [g for p in pool.values() for g in p.gaps]
     if len(pool) < 2 or not gaps:
         return plans
-    # a rank's few gaps that could not rule accumulation out are weighed with the others' below
-    plans = {rank: replace(p, doubt=None) if rank in pool and p.undecided else p for rank, p in plans.items()}
+    # a rank's few gaps that could not rule accumulation out are weighed with the others' below; not
+    # a rank whose own counts were so unsure that its long gaps alone left it in doubt (``Plan.loose``):
+    # its peers' gaps, counted surely, do not count its micro-batches (a straggler's peers' last
+    # micro-batch, which holds the all-reduce's wait, counted as two now and then)
+    plans = {rank: replace(p, doubt=None) if rank in pool and p.undecided and not p.loose else p
+             for rank, p in plans.items()}
     pool = {rank: plans[rank] for rank in pool}
     seen = sum(p.seen * len(p.gaps) for p in pool.values()) / len(gaps)
     # seen in at least MIN_SEEN of the optimizer steps, as for one rank: a few visits of a shorter
@@ -1317,7 +1363,12 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
     if _counted(k, chance, n) > 1:
         return {rank: replace(p, k=k, doubt=None) if rank in pool else p for rank, p in plans.items()}
     odds = undecided(gaps, seen) if any(p.undecided for p in pool.values()) else None
-    if odds is not None and _beyond_doubt(odds, seen):
+    loose = False
+    if odds is None and any(p.undecided and p.miscount > 0.0 for p in pool.values()):
+        # (a doubt only: the long gaps weighed as the likelier miscounted, each rank's by its own counts)
+        odds = undecided(gaps, seen, [p.miscount for p in pool.values() for _ in p.gaps])
+        loose = odds is not None
+    elif odds is not None and _beyond_doubt(odds, seen):
         return {rank: replace(p, k=odds[0], doubt=None, undecided=False) if rank in pool and p.undecided else p
                 for rank, p in plans.items()}
     doubts = [p.doubt for p in pool.values() if p.doubt is not None]
@@ -1330,10 +1381,10 @@ def _pooled(plans: dict[str, Plan]) -> dict[str, Plan]:
         doubt = f"another rank, which steps with this one: {doubts[0]}"
     elif odds is not None and _unjudged(gaps, odds):
         visits = len(gaps) + sum(p.runs for p in pool.values())
-        doubt, undecided_too = undecided_words(odds, visits, seen, len(pool)), True
+        doubt, undecided_too = undecided_words(odds, visits, seen, gaps, len(pool), loose), True
     else:
         return plans
-    return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen, odds=odds)
+    return {rank: replace(p, doubt=doubt, undecided=undecided_too, seen=seen, odds=odds, loose=loose)
             if rank in pool and p.doubt is None else p for rank, p in plans.items()}
 
 

@@ -20,6 +20,7 @@ from traceml_attach.policy import (
     LUMPED_MIN_SAMPLES,
     MAX_CHANCE,
     MAX_MICRO_BATCHES,
+    MAX_MISCOUNTED,
     MIN_GAPS,
     MISCOUNTED,
     PROVISIONAL_GAPS,
@@ -113,14 +114,25 @@ def suggested_words(k: int) -> str:
             f"gradient accumulation of {k} micro-batches, not yet certain in this window; sample longer")
 
 
-def undecided_words(odds: tuple[int, float], visits: int, seen: float, ranks: int = 1) -> str:
+def undecided_words(odds: tuple[int, float], visits: int, seen: float, gaps: Sequence[int], ranks: int = 1,
+                    loose: bool = False) -> str:
     """Why the steps may be micro-batches where the optimizer was seen too rarely to count k or to
-    rule it out: ``odds`` as ``undecided`` gives them, from ``visits`` in the share ``seen``."""
+    rule it out: ``odds`` as ``undecided`` gives them, from ``visits`` in the share ``seen``, whose
+    ``gaps`` are counted; where only the long gaps' miscounts allowed them (``loose``:
+    ``Plan.loose``), the others' lengths are told."""
     k, ratio = odds
     where = "" if ranks == 1 else f" on the {ranks} synchronized ranks together"
     odds_words = f"{ratio:.0f} times" if ratio < 1000 else "over a thousand times"
-    return (f"the optimizer was seen in {seen:.0%} of the steps counted{where} ({visits} visits), nearly always "
-            f"{k} or a multiple of {k} steps apart ({odds_words} likelier with gradient accumulation of {k} "
+    on = [g for g in gaps if g % k == 0]
+    off = [g for g in gaps if g % k]
+    share = f"every one of the {len(gaps)}" if not off else f"{len(on)} of the {len(gaps)}"
+    apart = f"{share} gaps between them {k} or a multiple of {k} steps apart"
+    if loose and on and off:
+        apart += (f" (a median of {statistics.median(on):g}), the other {len(off)} a median of "
+                  f"{statistics.median(off):g} steps long, where the intervals' unsure lengths may have put a "
+                  "count a step off")
+    return (f"the optimizer was seen in {seen:.0%} of the steps counted{where} ({visits} visits), {apart} "
+            f"({odds_words} likelier with gradient accumulation of {k} "
             "micro-batches than without): too rarely to count the micro-batches or to rule them out, so a step "
             "may be a micro-batch")
 
@@ -128,41 +140,86 @@ def undecided_words(odds: tuple[int, float], visits: int, seen: float, ranks: in
 _MAX_LOG_ODDS = 700.0
 
 
-def undecided(gaps: Sequence[int], seen: float) -> tuple[int, float] | None:
+def undecided(gaps: Sequence[int], seen: float, miscount: float | Sequence[float] = 0.0) -> tuple[int, float] | None:
     """The k of gradient accumulation that the gaps (in steps counted) between the optimizer's
     visits make at least UNDECIDED_ODDS times likelier than none (on fewer than PROVISIONAL_GAPS
     gaps, FEW_GAPS_ODDS: as likely), and that likelihood ratio; None where no k does. An optimizer
     seen rarely (a short optimizer step, at a low rate) is too rare for ``_multiples_in`` to count
     k, and then its few gaps are all the evidence: without
     accumulation they are geometric with the share ``seen``, with k they are k times geometric
-    with k times that share, but for a miscounted step now and then (MISCOUNTED)."""
+    with k times that share, but for a miscounted step now and then.
+
+    A gap is miscounted with a chance of MISCOUNTED, or, where ``miscount`` gives the chance that
+    one step of it is counted wrong (one for every gap, or each gap's own), that of any of its
+    steps, where that is more (``gap_miscounted``): a gap of 61 micro-batches, timed over a period
+    that the job's speed drifted from, is far likelier one off than a gap of 2. Those chances are
+    weighed on PROVISIONAL_GAPS gaps or more only (None on fewer): there every gap may be the
+    miscounted one (3 gaps of 5, 6 and 9 steps, on 8 ranks of one 320-ms step without
+    accumulation, made k = 3 as likely as none)."""
     if not gaps or not 0.0 < seen < 1.0:
+        return None
+    per_gap = [miscount] * len(gaps) if isinstance(miscount, (int, float)) else miscount
+    if len(gaps) < PROVISIONAL_GAPS and any(m > 0.0 for m in per_gap):
         return None
     # few gaps can hardly favour a k: there, one as likely as none leaves the step unknown
     least = UNDECIDED_ODDS if len(gaps) >= PROVISIONAL_GAPS else FEW_GAPS_ODDS
     best: tuple[int, float] | None = None   # k and its log odds
-    # the same gap counts the same each time: each length once, times how often it came
-    lengths = collections.Counter(gaps)
+    # the same gap counts the same each time: each length (and chance) once, times how often it came
+    lengths = collections.Counter(zip(gaps, (gap_miscounted(g, m) for g, m in zip(gaps, per_gap, strict=True)),
+                                      strict=True))
     log_seen, log_unseen = math.log(seen), math.log1p(-seen)
-    log_counted, log_miscounted = math.log1p(-MISCOUNTED), math.log(MISCOUNTED)
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
         # the share seen is itself a count: over 1/k by a visit or two (an optimizer seen in every
         # one of its steps, 4 visits in 14 micro-batches of 4) leaves k possible, at its most
         seen_k = min(seen * k, 1.0 - MISCOUNTED)
         log_seen_k, log_unseen_k = math.log(seen_k), math.log1p(-seen_k)
         log_ratio = 0.0
-        for g, times in lengths.items():
+        for (g, wrong), times in lengths.items():
             # a miscounted gap is as likely as without accumulation
             if g % k:
-                log_ratio += times * log_miscounted
+                log_ratio += times * math.log(wrong)
                 continue
             without = log_seen + (g - 1) * log_unseen
-            with_k = log_counted + log_seen_k + (g // k - 1) * log_unseen_k
-            log_ratio += times * math.log(MISCOUNTED + math.exp(with_k - without))
+            with_k = math.log1p(-wrong) + log_seen_k + (g // k - 1) * log_unseen_k
+            log_ratio += times * math.log(wrong + math.exp(with_k - without))
         if log_ratio >= math.log(least) and (best is None or log_ratio > best[1]):
             best = (k, log_ratio)
     # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
     return (best[0], math.exp(min(best[1], _MAX_LOG_ODDS))) if best is not None else None
+
+
+def may_be_undecided(gaps: Sequence[int], seen: float) -> bool:
+    """Whether some chances of miscounting the gaps could make ``undecided`` find a k: each gap that
+    is no multiple of k taken as miscounted at MAX_MISCOUNTED, each multiple at whichever chance
+    favours k the more. False spares working the chances out (``accumulation.step_miscount``, a
+    walk over every interval) for the gaps of a job without accumulation."""
+    if len(gaps) < PROVISIONAL_GAPS or not 0.0 < seen < 1.0:
+        return False
+    least = math.log(UNDECIDED_ODDS)
+    lengths = collections.Counter(gaps)
+    log_seen, log_unseen = math.log(seen), math.log1p(-seen)
+    for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
+        seen_k = min(seen * k, 1.0 - MISCOUNTED)
+        log_seen_k, log_unseen_k = math.log(seen_k), math.log1p(-seen_k)
+        bound = 0.0
+        for g, times in lengths.items():
+            if g % k:
+                bound += times * math.log(MAX_MISCOUNTED)
+                continue
+            ratio = math.exp(log_seen_k + (g // k - 1) * log_unseen_k - log_seen - (g - 1) * log_unseen)
+            bound += times * max(math.log(m + (1.0 - m) * ratio) for m in (MISCOUNTED, MAX_MISCOUNTED))
+        if bound >= least:
+            return True
+    return False
+
+
+def gap_miscounted(g: int, per_step: float) -> float:
+    """The chance that a gap of ``g`` steps is miscounted: MISCOUNTED, or that some one of its steps
+    is where each is with the chance ``per_step``, at most MAX_MISCOUNTED (a gap as likely wrong as
+    right says nothing either way)."""
+    if per_step <= 0.0:
+        return MISCOUNTED
+    return min(max(MISCOUNTED, -math.expm1(g * math.log1p(-min(per_step, 0.999)))), MAX_MISCOUNTED)
 
 
 def lumped(tl: Timeline) -> str | None:
