@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from traceml_agent import procfile
+from traceml_agent.procstats import descendant_processes
 from traceml_agent.target import rank_env
 from traceml_agent.watch import exit_code, exited_for_good, read_stat
 
@@ -30,14 +30,6 @@ class RankProc:
 
 def _rank_proc(pid: int, env: dict[str, int]) -> RankProc:
     return RankProc(pid, env.get("RANK"), env.get("LOCAL_RANK"), env.get("WORLD_SIZE"), env.get("GROUP_RANK"))
-
-
-def _process(pid: int) -> psutil.Process | None:
-    """A handle on ``pid``, or None where it ended since it was listed."""
-    try:
-        return psutil.Process(pid)
-    except psutil.Error:
-        return None
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -56,11 +48,7 @@ def worker_of(env: dict[str, int], parent_env: dict[str, int]) -> bool:
 def ranks_below(pid: int) -> list[RankProc]:
     """The live ranks among ``pid``'s descendants, by rank."""
     try:
-        pids = procfile.descendants(pid)
-        if pids is None:
-            descendants = psutil.Process(pid).children(recursive=True)
-        else:
-            descendants = [p for p in map(_process, pids) if p is not None]
+        descendants = descendant_processes(psutil.Process(pid))
     except psutil.Error:
         return []
     envs = {p.pid: rank_env(p.pid) for p in descendants if _alive(p)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import psutil
@@ -51,19 +52,27 @@ class ProcPoller:
     def _below(self) -> list[psutil.Process]:
         """The process's descendants (its DataLoader workers and theirs), each the psutil handle
         kept from the last poll where it is the same process (its CPU % is measured since then)."""
-        pids = procfile.descendants(self.pid)
-        if pids is None:
-            return self._proc.children(recursive=True)
-        below = []
-        for pid in pids:
-            known = self._children.get(pid)
-            if known is None:
-                try:
-                    known = psutil.Process(pid)
-                except psutil.Error:
-                    continue   # it ended since it was listed
-            below.append(known)
-        return below
+        return descendant_processes(self._proc, self._children)
+
+
+def descendant_processes(proc: psutil.Process, known: Mapping[int, psutil.Process] | None = None
+                         ) -> list[psutil.Process]:
+    """``proc``'s descendants, from the kernel's lists of children (``procfile.descendants``),
+    else from psutil's scan of every process; a handle from ``known`` where it has one for the
+    PID. Raises psutil's errors for ``proc`` itself, as ``children()`` does."""
+    pids = procfile.descendants(proc.pid)
+    if pids is None:
+        return proc.children(recursive=True)
+    below = []
+    for pid in pids:
+        handle = known.get(pid) if known else None
+        if handle is None:
+            try:
+                handle = psutil.Process(pid)
+            except psutil.Error:
+                continue   # it ended since it was listed
+        below.append(handle)
+    return below
 
 
 def host_frame() -> dict[str, Any]:
