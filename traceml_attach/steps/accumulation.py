@@ -1024,20 +1024,16 @@ def _undecided_plan(gaps: Sequence[int], seen: float, runs: int, miscount: float
     weighed as the likelier miscounted where ``miscount`` (each micro-batch's chance, one for all or
     each gap's; of ``tl``, ``step_miscount``, where that could matter) says the counts are unsure."""
     odds, loose = undecided(gaps, seen), False
-    if odds is None and tl is not None and may_be_undecided(gaps, seen):
-        miscount = step_miscount(tl)
-    if odds is None and any(m > 0.0 for m in _per_gap(miscount, len(gaps))):
-        odds = undecided(gaps, seen, _per_gap(miscount, len(gaps)))
+    if odds is None:
+        if tl is not None and may_be_undecided(gaps, seen):
+            miscount = step_miscount(tl)
+        odds = undecided(gaps, seen, miscount)   # (none where no gap's count is unsure)
         loose = odds is not None
     doubt = (undecided_words(odds, len(gaps) + runs, seen, gaps, loose=loose)
              if odds is not None and _unjudged(gaps, odds) else None)
     per_step = miscount if isinstance(miscount, (int, float)) else max(miscount, default=0.0)
     return Plan(1, None, doubt, gaps=tuple(gaps), seen=seen, undecided=True, odds=odds, runs=runs,
                 miscount=per_step, loose=loose)
-
-
-def _per_gap(miscount: float | Sequence[float], n: int) -> Sequence[float]:
-    return [float(miscount)] * n if isinstance(miscount, (int, float)) else miscount
 
 
 def step_miscount(tl: Timeline) -> float:

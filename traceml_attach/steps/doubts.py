@@ -167,21 +167,11 @@ def undecided(gaps: Sequence[int], seen: float, miscount: float | Sequence[float
     # the same gap counts the same each time: each length (and chance) once, times how often it came
     lengths = collections.Counter(zip(gaps, (gap_miscounted(g, m) for g, m in zip(gaps, per_gap, strict=True)),
                                       strict=True))
-    log_seen, log_unseen = math.log(seen), math.log1p(-seen)
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
-        # the share seen is itself a count: over 1/k by a visit or two (an optimizer seen in every
-        # one of its steps, 4 visits in 14 micro-batches of 4) leaves k possible, at its most
-        seen_k = min(seen * k, 1.0 - MISCOUNTED)
-        log_seen_k, log_unseen_k = math.log(seen_k), math.log1p(-seen_k)
         log_ratio = 0.0
         for (g, wrong), times in lengths.items():
             # a miscounted gap is as likely as without accumulation
-            if g % k:
-                log_ratio += times * math.log(wrong)
-                continue
-            without = log_seen + (g - 1) * log_unseen
-            with_k = math.log1p(-wrong) + log_seen_k + (g // k - 1) * log_unseen_k
-            log_ratio += times * math.log(wrong + math.exp(with_k - without))
+            log_ratio += times * math.log(wrong if g % k else wrong + (1.0 - wrong) * _with_k(g, k, seen))
         if log_ratio >= math.log(least) and (best is None or log_ratio > best[1]):
             best = (k, log_ratio)
     # hundreds of gaps (synchronized ranks pooled) make odds beyond a float: held at about 1e304
@@ -197,20 +187,28 @@ def may_be_undecided(gaps: Sequence[int], seen: float) -> bool:
         return False
     least = math.log(UNDECIDED_ODDS)
     lengths = collections.Counter(gaps)
-    log_seen, log_unseen = math.log(seen), math.log1p(-seen)
     for k in range(2, min(max(gaps), MAX_MICRO_BATCHES) + 1):
-        seen_k = min(seen * k, 1.0 - MISCOUNTED)
-        log_seen_k, log_unseen_k = math.log(seen_k), math.log1p(-seen_k)
         bound = 0.0
         for g, times in lengths.items():
             if g % k:
                 bound += times * math.log(MAX_MISCOUNTED)
                 continue
-            ratio = math.exp(log_seen_k + (g // k - 1) * log_unseen_k - log_seen - (g - 1) * log_unseen)
-            bound += times * max(math.log(m + (1.0 - m) * ratio) for m in (MISCOUNTED, MAX_MISCOUNTED))
+            ratio = _with_k(g, k, seen)
+            bound += times * max(math.log(wrong + (1.0 - wrong) * ratio) for wrong in (MISCOUNTED, MAX_MISCOUNTED))
         if bound >= least:
             return True
     return False
+
+
+def _with_k(g: int, k: int, seen: float) -> float:
+    """How much likelier a gap of ``g`` steps (a multiple of ``k``) between the optimizer's visits is
+    with k micro-batches a step than without: geometric in optimizer steps with k times the share
+    ``seen`` (the share seen is itself a count: over 1/k by a visit or two, an optimizer seen in every
+    one of its steps, 4 visits in 14 micro-batches of 4, leaves k possible, at its most), against
+    geometric in steps with the share ``seen``."""
+    seen_k = min(seen * k, 1.0 - MISCOUNTED)
+    return math.exp(math.log(seen_k) + (g // k - 1) * math.log1p(-seen_k)
+                    - math.log(seen) - (g - 1) * math.log1p(-seen))
 
 
 def gap_miscounted(g: int, per_step: float) -> float:
